@@ -1,0 +1,231 @@
+"""Pydantic mirrors of the Avro schemas in schemas/ (a test keeps them in step).
+
+Models are frozen and validate when built. Timestamps are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _as_utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamp must carry a UTC offset (RFC 3339)")
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+
+
+class ClaimStatus(StrEnum):
+    PRESENT = "present"
+    NOT_FOUND = "not_found"
+    FORBIDDEN = "forbidden"
+    UNAVAILABLE = "unavailable"
+    ERROR = "error"
+
+
+class SourceClass(StrEnum):
+    OBSERVATION = "observation"
+    USER = "user"
+    INFERENCE = "inference"
+
+
+class Authority(StrEnum):
+    """Strongest first; `rank` orders them."""
+
+    SYSTEM_OF_RECORD = "system_of_record"
+    CACHED = "cached"
+    DERIVED = "derived"
+    ASSERTED = "asserted"
+    INFERRED = "inferred"
+
+    @property
+    def rank(self) -> int:
+        return _AUTHORITY_ORDER.index(self)
+
+
+_AUTHORITY_ORDER = list(Authority)
+
+
+class Outcome(StrEnum):
+    RESOLVED = "resolved"
+    CONFLICT = "conflict"
+    INSUFFICIENT = "insufficient"
+    QUARANTINED = "quarantined"
+
+
+class ConflictKind(StrEnum):
+    VALUE = "value"
+    EXISTENCE = "existence"
+    SEMANTIC = "semantic"
+    CROSS_EPOCH = "cross_epoch"
+    PROVENANCE = "provenance"
+
+
+class Action(StrEnum):
+    CONTINUE = "continue"
+    DEGRADE = "degrade"
+    BLOCK = "block"
+
+
+class EvidenceRole(StrEnum):
+    WINNER = "winner"
+    CORROBORATING = "corroborating"
+    CONTESTED = "contested"
+    SUPERSEDED = "superseded"
+    STALE = "stale"
+    EXCLUDED = "excluded"
+    QUARANTINED = "quarantined"
+
+
+class RejectReason(StrEnum):
+    MALFORMED = "malformed"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    MISSING_PROVENANCE = "missing_provenance"
+    EMPTY_VALUE = "empty_value"
+    UNIT_MISMATCH = "unit_mismatch"
+    TYPE_MISMATCH = "type_mismatch"
+    INVALID_VALUE = "invalid_value"
+    UNKNOWN_SOURCE = "unknown_source"
+    UNKNOWN_FIELD = "unknown_field"
+    FUTURE_OBSERVATION = "future_observation"
+    CONFLICTING_DUPLICATE = "conflicting_duplicate"
+    UNAUTHENTICATED = "unauthenticated"
+    PROCESSING_FAILED = "processing_failed"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Money(_Record):
+    amount_minor: int = Field(strict=True)
+    currency: str
+
+
+Value = None | bool | int | float | str | Money
+
+
+class Claim(_Record):
+    claim_id: str
+    subject: str
+    field: str
+    status: ClaimStatus
+    value: Value = None
+    unit: str | None = None
+    source: str
+    replica: str | None = None
+    source_class: SourceClass = SourceClass.OBSERVATION
+    observed_at: UtcDatetime
+    valid_from: UtcDatetime | None = None
+    valid_to: UtcDatetime | None = None
+    epoch: int | None = None
+    lineage: str | None = None
+    scope: str | None = None
+    confidence: float | None = None
+    trace_id: str | None = None
+    producer: str | None = None
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+
+class Evidence(_Record):
+    claim_id: str
+    source: str
+    replica: str | None = None
+    authority: Authority
+    status: ClaimStatus
+    value: Value = None
+    observed_at: UtcDatetime
+    valid_from: UtcDatetime | None = None
+    valid_to: UtcDatetime | None = None
+    epoch: int | None = None
+    lineage: str | None = None
+    scope: str | None = None
+    role: EvidenceRole
+
+
+class Decision(_Record):
+    decision_id: str
+    subject: str
+    field: str
+    outcome: Outcome
+    conflict_kind: ConflictKind | None = None
+    status: ClaimStatus | None = None
+    value: Value = None
+    unit: str | None = None
+    action: Action
+    policy_version: str
+    reason: str
+    tiebreak: str | None = None
+    resolution_id: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+    decided_at: UtcDatetime
+    supersedes: str | None = None
+
+
+class Rejection(_Record):
+    claim_id: str | None = None
+    reason: RejectReason
+    detail: str
+    source: str | None = None
+    subject: str | None = None
+    field: str | None = None
+    claim_json: str | None = None
+    raw: bytes | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    rejected_at: UtcDatetime
+
+
+class EpochChange(_Record):
+    subject: str
+    field: str
+    from_epoch: int
+    to_epoch: int
+    previous_value: Value = None
+    new_value: Value = None
+    claim_ids: tuple[str, ...]
+    decision_id: str
+    detected_at: UtcDatetime
+
+
+class ReobserveRequest(_Record):
+    request_id: str
+    subject: str
+    field: str
+    epoch: int | None = None
+    sources: tuple[str, ...]
+    reason: str
+    decision_id: str
+    requested_at: UtcDatetime
+
+
+class Resolution(_Record):
+    resolution_id: str
+    subject: str
+    field: str
+    status: ClaimStatus = ClaimStatus.PRESENT
+    value: Value = None
+    unit: str | None = None
+    decided_by: str
+    note: str = ""
+    decided_at: UtcDatetime
+    resolves_decision_id: str | None = None
+
+
+RECORD_MODELS: dict[str, type[BaseModel]] = {
+    "Claim": Claim,
+    "Evidence": Evidence,
+    "Decision": Decision,
+    "Rejection": Rejection,
+    "EpochChange": EpochChange,
+    "ReobserveRequest": ReobserveRequest,
+    "Resolution": Resolution,
+    "Money": Money,
+}

@@ -1,0 +1,552 @@
+"""The arbitration engine: a pure function of (one key's claims, the field's rules, now).
+
+The rules run in a fixed order, each narrowing the claims that may still decide:
+
+1. duplicates (same claim_id) collapse to one claim;
+2. forbidden / unavailable / error are never evidence of absence: `excluded`; a period that starts
+   after `now` is not evidence about now either: `excluded`;
+3. claims older than the field's freshness budget, or whose period ended, are `stale`;
+4. where some claims carry an epoch, claims without one are `quarantined` (missing provenance);
+5. only the newest epoch decides; a value that changed across the boundary is quarantined until a
+   second observation in the new epoch confirms it (or the field accepts epoch changes);
+6. the highest authority among what is left decides; nothing falls through to a weaker class;
+7. a later validity period supersedes an earlier, open-ended one; within a lineage the latest
+   observation supersedes earlier ones, and a lineage counts once;
+8. at the top authority: different declared scopes are a semantic conflict, present against
+   not_found an existence conflict, two values a value conflict (unless the field takes recency
+   as its tiebreak);
+9. a person's Resolution dated after every live claim closes a conflict or quarantine.
+
+Every claim stays in the evidence with its role. The result depends only on the set of claims.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from streams.core.contracts import (
+    Action,
+    ClaimStatus,
+    ConflictKind,
+    Decision,
+    EpochChange,
+    Evidence,
+    EvidenceRole,
+    Money,
+    Outcome,
+    ReobserveRequest,
+    Resolution,
+    Value,
+)
+from streams.core.intake import AdmittedClaim
+from streams.core.normalize import values_agree
+from streams.core.policy import EpochChangeRule, FieldRules, OnConflict
+
+_NO_EVIDENCE_STATUSES = frozenset(
+    {ClaimStatus.FORBIDDEN, ClaimStatus.UNAVAILABLE, ClaimStatus.ERROR}
+)
+
+_CONFLICT_ACTIONS = {
+    OnConflict.BLOCK: Action.BLOCK,
+    OnConflict.DEGRADE: Action.DEGRADE,
+    OnConflict.SURFACE: Action.CONTINUE,
+    OnConflict.MOST_RECENT: Action.BLOCK,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Arbitration:
+    """A decision and the events it implies."""
+
+    decision: Decision
+    epoch_change: EpochChange | None = None
+    reobserve: ReobserveRequest | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    outcome: Outcome
+    reason: str
+    kind: ConflictKind | None = None
+    status: ClaimStatus | None = None
+    value: Value = None
+    tiebreak: str | None = None
+    resolution_id: str | None = None
+
+
+def arbitrate(
+    subject: str,
+    field: str,
+    claims: Iterable[AdmittedClaim],
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    resolutions: Iterable[Resolution] = (),
+    supersedes: str | None = None,
+) -> Arbitration:
+    """Decide what is believed about `field` of `subject` at `now`."""
+    unique = _deduplicated(claims)
+    roles: dict[str, EvidenceRole] = {}
+    live = _usable_now(unique, rules, now, roles)
+    epoch_change: tuple[int, int, Value, Value, list[str]] | None = None
+    unanchored: list[AdmittedClaim] = []
+
+    if not live:
+        verdict = _nothing_usable(unique, roles)
+    else:
+        live, unanchored = _split_unanchored(live, roles)
+        live, epoch_change, quarantined = _newest_epoch(live, rules, roles)
+        if quarantined:
+            verdict = _Verdict(Outcome.QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
+        else:
+            verdict = _by_authority(live, rules, now, roles)
+            verdict = _check_unanchored(verdict, unanchored, rules)
+        if verdict.outcome in (Outcome.CONFLICT, Outcome.QUARANTINED):
+            verdict = _apply_resolution(verdict, live + unanchored, resolutions, rules, roles)
+
+    decision = _decision(subject, field, unique, roles, verdict, rules, policy_version, now)
+    decision = decision.model_copy(update={"supersedes": supersedes})
+    return Arbitration(
+        decision=decision,
+        epoch_change=_epoch_event(decision, epoch_change),
+        reobserve=_reobserve_request(decision, unique, roles),
+    )
+
+
+def _deduplicated(claims: Iterable[AdmittedClaim]) -> list[AdmittedClaim]:
+    by_id: dict[str, AdmittedClaim] = {}
+    for admitted in claims:
+        seen = by_id.get(admitted.claim.claim_id)
+        # A reused id with another payload is refused at ingest; should two reach the engine,
+        # the choice must still not depend on arrival order.
+        if seen is None or (seen != admitted and _fingerprint(admitted) < _fingerprint(seen)):
+            by_id[admitted.claim.claim_id] = admitted
+    return sorted(by_id.values(), key=lambda a: (a.claim.observed_at, a.claim.claim_id))
+
+
+def _fingerprint(admitted: AdmittedClaim) -> str:
+    return json.dumps(admitted.claim.model_dump(mode="json"), sort_keys=True)
+
+
+def _usable_now(
+    claims: list[AdmittedClaim],
+    rules: FieldRules,
+    now: datetime,
+    roles: dict[str, EvidenceRole],
+) -> list[AdmittedClaim]:
+    live = []
+    for admitted in claims:
+        claim = admitted.claim
+        if claim.status in _NO_EVIDENCE_STATUSES or (claim.valid_from and claim.valid_from > now):
+            roles[claim.claim_id] = EvidenceRole.EXCLUDED
+        elif (rules.freshness is not None and now - claim.observed_at > rules.freshness) or (
+            claim.valid_to is not None and claim.valid_to <= now
+        ):
+            roles[claim.claim_id] = EvidenceRole.STALE
+        else:
+            live.append(admitted)
+    return live
+
+
+def _nothing_usable(claims: list[AdmittedClaim], roles: dict[str, EvidenceRole]) -> _Verdict:
+    if not claims:
+        return _Verdict(Outcome.INSUFFICIENT, "no_claims")
+    if EvidenceRole.STALE in roles.values():
+        return _Verdict(Outcome.INSUFFICIENT, "no_fresh_claims")
+    return _Verdict(Outcome.INSUFFICIENT, "no_usable_claims")
+
+
+def _split_unanchored(
+    live: list[AdmittedClaim], roles: dict[str, EvidenceRole]
+) -> tuple[list[AdmittedClaim], list[AdmittedClaim]]:
+    anchored = [a for a in live if a.claim.epoch is not None]
+    if not anchored or len(anchored) == len(live):
+        return live, []
+    unanchored = [a for a in live if a.claim.epoch is None]
+    for admitted in unanchored:
+        roles[admitted.claim.claim_id] = EvidenceRole.QUARANTINED
+    return anchored, unanchored
+
+
+def _newest_epoch(
+    live: list[AdmittedClaim], rules: FieldRules, roles: dict[str, EvidenceRole]
+) -> tuple[list[AdmittedClaim], tuple[int, int, Value, Value, list[str]] | None, bool]:
+    epochs = sorted({a.claim.epoch for a in live if a.claim.epoch is not None})
+    if len(epochs) < 2:
+        return live, None, False
+    newest, previous = epochs[-1], epochs[-2]
+    current = [a for a in live if a.claim.epoch == newest]
+    before = [a for a in live if a.claim.epoch == previous]
+    older = [a for a in live if a.claim.epoch != newest]
+    changed = _stated(current, rules.tolerance) != _stated(before, rules.tolerance)
+    change = None
+    if changed:
+        change = (
+            previous,
+            newest,
+            _representative(before),
+            _representative(current),
+            [a.claim.claim_id for a in before + current],
+        )
+    if (
+        changed
+        and rules.epoch_change is EpochChangeRule.REOBSERVE
+        and not _confirmed(current, rules.tolerance)
+    ):
+        for admitted in current + older:
+            roles[admitted.claim.claim_id] = EvidenceRole.QUARANTINED
+        return current, change, True
+    for admitted in older:
+        roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
+    return current, change, False
+
+
+def _stated(claims: Sequence[AdmittedClaim], tolerance: float) -> list[object]:
+    """What a group of claims says: its distinct (status, value) statements, canonically."""
+    return [
+        (status, _canonical(value))
+        for (status, value), _ in _clusters([(_key(a), a) for a in claims], tolerance)
+    ]
+
+
+def _representative(claims: Sequence[AdmittedClaim]) -> Value:
+    return max(claims, key=lambda a: (a.claim.observed_at, a.claim.claim_id)).value
+
+
+def _confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
+    """A change is confirmed by a second, later observation of the same value in the new epoch."""
+    observed = {a.claim.observed_at for a in current}
+    return len(_stated(current, tolerance)) == 1 and len(observed) >= 2
+
+
+def _by_authority(
+    live: list[AdmittedClaim],
+    rules: FieldRules,
+    now: datetime,
+    roles: dict[str, EvidenceRole],
+) -> _Verdict:
+    top_rank = min(a.authority.rank for a in live)
+    top = [a for a in live if a.authority.rank == top_rank]
+    top, live = _supersede_periods(top, live, now, roles)
+    top = _latest_per_lineage(top, rules.tolerance, roles)
+    lower = [a for a in live if a.authority.rank != top_rank]
+    top_authority = top[0].authority
+
+    scopes = {a.claim.scope for a in top if a.claim.scope is not None}
+    if len(scopes) > 1:
+        return _conflict(top, lower, roles, ConflictKind.SEMANTIC, "scope_conflict")
+    statuses = {a.claim.status for a in top}
+    if len(statuses) > 1:
+        return _conflict(top, lower, roles, ConflictKind.EXISTENCE, "existence_conflict")
+
+    groups = _clusters([(_key(a), a) for a in top], rules.tolerance)
+    tiebreak = None
+    if len(groups) > 1:
+        latest = max(a.claim.observed_at for a in top)
+        latest_groups = [g for g in groups if any(a.claim.observed_at == latest for a in g[1])]
+        if rules.on_conflict is not OnConflict.MOST_RECENT or len(latest_groups) > 1:
+            return _conflict(top, lower, roles, ConflictKind.VALUE, "authority_conflict")
+        tiebreak = OnConflict.MOST_RECENT.value
+        groups = latest_groups
+    agreeing = groups[0][1]
+    winner = max(agreeing, key=lambda a: (a.claim.observed_at, a.claim.claim_id))
+    for admitted in top:
+        if admitted not in agreeing:
+            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+    corroborating = _assign_agreement(
+        [a for a in top + lower if a is not winner], winner, rules.tolerance, roles
+    )
+    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+
+    independent = {a.lineage for a in [winner, *corroborating]}
+    if len(independent) < rules.min_independent_sources:
+        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
+        return _Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources")
+    reason = "most_recent" if tiebreak else f"{top_authority.value}_precedence"
+    return _Verdict(
+        Outcome.RESOLVED,
+        reason,
+        status=winner.claim.status,
+        value=winner.value,
+        tiebreak=tiebreak,
+    )
+
+
+def _supersede_periods(
+    top: list[AdmittedClaim],
+    live: list[AdmittedClaim],
+    now: datetime,
+    roles: dict[str, EvidenceRole],
+) -> tuple[list[AdmittedClaim], list[AdmittedClaim]]:
+    """A statement about a later period describes a change: it closes earlier open periods."""
+    starts = [a.claim.valid_from for a in top if a.claim.valid_from is not None]
+    if not starts:
+        return top, live
+    current_start = max(starts)
+
+    def superseded(admitted: AdmittedClaim) -> bool:
+        claim = admitted.claim
+        begins = claim.valid_from or claim.observed_at
+        still_claimed = claim.valid_to is not None and claim.valid_to > current_start
+        return begins < current_start and not still_claimed
+
+    for admitted in live:
+        if superseded(admitted):
+            roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
+    return [a for a in top if not superseded(a)], [a for a in live if not superseded(a)]
+
+
+def _latest_per_lineage(
+    top: list[AdmittedClaim], tolerance: float, roles: dict[str, EvidenceRole]
+) -> list[AdmittedClaim]:
+    """Within one lineage a newer observation replaces an older one that says otherwise."""
+    kept = []
+    for lineage in sorted({a.lineage for a in top}):
+        members = [a for a in top if a.lineage == lineage]
+        latest = max(a.claim.observed_at for a in members)
+        newest = [a for a in members if a.claim.observed_at == latest]
+        for admitted in members:
+            agrees = any(_agrees(admitted, n, tolerance) for n in newest)
+            if admitted.claim.observed_at == latest or agrees:
+                kept.append(admitted)
+            else:
+                roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
+    return kept
+
+
+def _conflict(
+    top: list[AdmittedClaim],
+    lower: list[AdmittedClaim],
+    roles: dict[str, EvidenceRole],
+    kind: ConflictKind,
+    reason: str,
+) -> _Verdict:
+    for admitted in top + lower:
+        roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+    return _Verdict(Outcome.CONFLICT, reason, kind)
+
+
+def _assign_agreement(
+    claims: list[AdmittedClaim],
+    reference: AdmittedClaim,
+    tolerance: float,
+    roles: dict[str, EvidenceRole],
+) -> list[AdmittedClaim]:
+    corroborating = []
+    for admitted in claims:
+        if roles.get(admitted.claim.claim_id) == EvidenceRole.CONTESTED:
+            continue
+        if _agrees(admitted, reference, tolerance):
+            roles[admitted.claim.claim_id] = EvidenceRole.CORROBORATING
+            corroborating.append(admitted)
+        else:
+            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+    return corroborating
+
+
+def _check_unanchored(
+    verdict: _Verdict, unanchored: list[AdmittedClaim], rules: FieldRules
+) -> _Verdict:
+    """A claim without an epoch cannot take part in resolving a contradiction."""
+    if verdict.outcome is not Outcome.RESOLVED or not unanchored:
+        return verdict
+    if all(
+        a.claim.status == verdict.status and values_agree(a.value, verdict.value, rules.tolerance)
+        for a in unanchored
+    ):
+        return verdict
+    return _Verdict(Outcome.QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
+
+
+def _apply_resolution(
+    verdict: _Verdict,
+    live: list[AdmittedClaim],
+    resolutions: Iterable[Resolution],
+    rules: FieldRules,
+    roles: dict[str, EvidenceRole],
+) -> _Verdict:
+    """A person's decision covers the claims observed before it; newer evidence reopens it."""
+    newest_claim = max(a.claim.observed_at for a in live)
+    applicable = [r for r in resolutions if r.decided_at >= newest_claim]
+    if not applicable:
+        return verdict
+    chosen = max(applicable, key=lambda r: (r.decided_at, r.resolution_id))
+    for admitted in live:
+        agrees = admitted.claim.status == chosen.status and values_agree(
+            admitted.value, chosen.value, rules.tolerance
+        )
+        roles[admitted.claim.claim_id] = (
+            EvidenceRole.CORROBORATING if agrees else EvidenceRole.CONTESTED
+        )
+    return _Verdict(
+        Outcome.RESOLVED,
+        "manual",
+        status=chosen.status,
+        value=chosen.value,
+        resolution_id=chosen.resolution_id,
+    )
+
+
+def _action(verdict: _Verdict, rules: FieldRules) -> Action:
+    if verdict.outcome is Outcome.RESOLVED:
+        return Action.CONTINUE
+    if verdict.outcome is Outcome.QUARANTINED:
+        return Action.BLOCK
+    action = _CONFLICT_ACTIONS[rules.on_conflict]
+    if verdict.outcome is Outcome.INSUFFICIENT and action is Action.CONTINUE:
+        return Action.DEGRADE
+    return action
+
+
+def _decision(
+    subject: str,
+    field: str,
+    claims: list[AdmittedClaim],
+    roles: dict[str, EvidenceRole],
+    verdict: _Verdict,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+) -> Decision:
+    action = _action(verdict, rules)
+    resolved = verdict.outcome is Outcome.RESOLVED
+    unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
+    belief = {
+        "subject": subject,
+        "field": field,
+        "outcome": verdict.outcome.value,
+        "conflict_kind": verdict.kind.value if verdict.kind else None,
+        "status": verdict.status.value if verdict.status else None,
+        "value": _canonical(verdict.value),
+        "unit": unit,
+        "action": action.value,
+        "policy_version": policy_version,
+        "reason": verdict.reason,
+        "tiebreak": verdict.tiebreak,
+        "resolution_id": verdict.resolution_id,
+    }
+    return Decision(
+        decision_id=decision_id(belief),
+        subject=subject,
+        field=field,
+        outcome=verdict.outcome,
+        conflict_kind=verdict.kind,
+        status=verdict.status,
+        value=verdict.value,
+        unit=unit,
+        action=action,
+        policy_version=policy_version,
+        reason=verdict.reason,
+        tiebreak=verdict.tiebreak,
+        resolution_id=verdict.resolution_id,
+        evidence=tuple(_evidence(a, roles[a.claim.claim_id]) for a in claims),
+        decided_at=now,
+    )
+
+
+def decision_id(belief: dict[str, object]) -> str:
+    """Hash of what was decided (not when, nor the evidence list, which grows as claims agree)."""
+    digest = hashlib.sha256(json.dumps(belief, sort_keys=True).encode()).hexdigest()
+    return f"dec_{digest[:24]}"
+
+
+def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
+    claim = admitted.claim
+    return Evidence(
+        claim_id=claim.claim_id,
+        source=claim.source,
+        replica=claim.replica,
+        authority=admitted.authority,
+        status=claim.status,
+        value=admitted.value,
+        observed_at=claim.observed_at,
+        valid_from=claim.valid_from,
+        valid_to=claim.valid_to,
+        epoch=claim.epoch,
+        lineage=admitted.lineage,
+        scope=claim.scope,
+        role=role,
+    )
+
+
+def _epoch_event(
+    decision: Decision, change: tuple[int, int, Value, Value, list[str]] | None
+) -> EpochChange | None:
+    if change is None:
+        return None
+    from_epoch, to_epoch, previous_value, new_value, claim_ids = change
+    return EpochChange(
+        subject=decision.subject,
+        field=decision.field,
+        from_epoch=from_epoch,
+        to_epoch=to_epoch,
+        previous_value=previous_value,
+        new_value=new_value,
+        claim_ids=tuple(claim_ids),
+        decision_id=decision.decision_id,
+        detected_at=decision.decided_at,
+    )
+
+
+def _reobserve_request(
+    decision: Decision, claims: list[AdmittedClaim], roles: dict[str, EvidenceRole]
+) -> ReobserveRequest | None:
+    if decision.outcome is not Outcome.QUARANTINED:
+        return None
+    held = [a for a in claims if roles[a.claim.claim_id] is EvidenceRole.QUARANTINED]
+    epochs = [a.claim.epoch for a in held if a.claim.epoch is not None]
+    return ReobserveRequest(
+        request_id=f"reobs_{decision.decision_id.removeprefix('dec_')}",
+        subject=decision.subject,
+        field=decision.field,
+        epoch=max(epochs) if epochs else None,
+        sources=tuple(sorted({a.claim.source for a in held})),
+        reason=decision.reason,
+        decision_id=decision.decision_id,
+        requested_at=decision.decided_at,
+    )
+
+
+def _key(admitted: AdmittedClaim) -> tuple[str, Value]:
+    return (admitted.claim.status.value, admitted.value)
+
+
+def _agrees(a: AdmittedClaim, b: AdmittedClaim, tolerance: float) -> bool:
+    return a.claim.status == b.claim.status and values_agree(a.value, b.value, tolerance)
+
+
+def _canonical(value: Value) -> object:
+    if isinstance(value, Money):
+        return {"amount_minor": value.amount_minor, "currency": value.currency}
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def _clusters(
+    items: Sequence[tuple[tuple[str, Value], AdmittedClaim]], tolerance: float
+) -> list[tuple[tuple[str, Value], list[AdmittedClaim]]]:
+    """Group claims by status and value; floats within `tolerance` of a group's smallest member
+    join it. Sorting first makes the grouping independent of arrival order."""
+    groups: list[tuple[tuple[str, Value], list[AdmittedClaim]]] = []
+    for key, item in sorted(items, key=lambda pair: (_sort_key(pair[0]), pair[1].claim.claim_id)):
+        if (
+            groups
+            and groups[-1][0][0] == key[0]
+            and values_agree(groups[-1][0][1], key[1], tolerance)
+        ):
+            groups[-1][1].append(item)
+        else:
+            groups.append((key, [item]))
+    return groups
+
+
+def _sort_key(key: tuple[str, Value]) -> tuple[str, str, float, str]:
+    status, value = key
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (status, "number", float(value), "")
+    return (status, type(value).__name__, 0.0, json.dumps(_canonical(value), sort_keys=True))

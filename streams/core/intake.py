@@ -1,0 +1,139 @@
+"""The contract boundary: a decoded claim is admitted (authority assigned, value normalized) or
+rejected with a reason. Authority comes from the policy and the arrival channel, never the payload.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from streams.core.contracts import (
+    Authority,
+    Claim,
+    ClaimStatus,
+    RejectReason,
+    Resolution,
+    SourceClass,
+    Value,
+)
+from streams.core.errors import ContractError
+from streams.core.normalize import normalize_value
+from streams.core.policy import FieldRules, Policy
+
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE: Authority.INFERRED}
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedClaim:
+    """A claim the policy accepted: its authority, normalized value and independence key."""
+
+    claim: Claim
+    authority: Authority
+    value: Value
+    lineage: str
+
+
+def admit(
+    claim: Claim,
+    policy: Policy,
+    now: datetime,
+    source_class: SourceClass | None = None,
+) -> AdmittedClaim:
+    """Admit `claim` or raise ContractError.
+
+    `source_class` is the class implied by the topic the claim arrived on; it overrides the
+    payload so that a user assertion cannot pose as an observation.
+    """
+    rules = policy.rules_for(claim.field)
+    if rules is None:
+        raise ContractError(
+            RejectReason.UNKNOWN_FIELD, f"field {claim.field!r} is not in policy {policy.version}"
+        )
+    if not claim.source.strip() or not claim.claim_id.strip() or not claim.subject.strip():
+        raise ContractError(
+            RejectReason.MISSING_PROVENANCE, "claim_id, subject and source must not be blank"
+        )
+    source_policy = policy.source_policy(claim.source)
+    if source_policy is None:
+        raise ContractError(
+            RejectReason.UNKNOWN_SOURCE,
+            f"source {claim.source!r} is not in the policy and the policy has no '*' entry",
+        )
+    _check_times(claim, policy, now)
+    if claim.confidence is not None and not (
+        math.isfinite(claim.confidence) and 0.0 <= claim.confidence <= 1.0
+    ):
+        raise ContractError(RejectReason.INVALID_VALUE, "confidence must be within [0, 1]")
+    value = _normalized(claim.status, claim.value, claim.unit, rules)
+    effective_class = source_class or claim.source_class
+    authority = _CLASS_AUTHORITY.get(effective_class) or rules.authorities.get(
+        claim.source, source_policy.authority
+    )
+    lineage = claim.lineage or source_policy.lineage or f"source:{claim.source}"
+    return AdmittedClaim(claim=claim, authority=authority, value=value, lineage=lineage)
+
+
+def admit_resolution(resolution: Resolution, policy: Policy) -> Resolution:
+    """Return `resolution` with its value normalized like a claim's, or raise ContractError."""
+    rules = policy.rules_for(resolution.field)
+    if rules is None:
+        raise ContractError(
+            RejectReason.UNKNOWN_FIELD, f"field {resolution.field!r} is not in the policy"
+        )
+    if resolution.status not in (ClaimStatus.PRESENT, ClaimStatus.NOT_FOUND):
+        raise ContractError(
+            RejectReason.INVALID_VALUE, "a resolution decides present (with a value) or not_found"
+        )
+    value = _normalized(resolution.status, resolution.value, resolution.unit, rules)
+    return resolution.model_copy(update={"value": value, "unit": rules.unit or rules.currency})
+
+
+def _normalized(status: ClaimStatus, value: Value, unit: str | None, rules: FieldRules) -> Value:
+    if status is ClaimStatus.PRESENT:
+        return normalize_value(value, unit, rules)
+    if value is not None:
+        raise ContractError(
+            RejectReason.INVALID_VALUE,
+            f"{rules.name}: status {status.value} carries a value; only present claims may",
+        )
+    return None
+
+
+def _check_times(claim: Claim, policy: Policy, now: datetime) -> None:
+    if claim.observed_at < _EARLIEST:
+        raise ContractError(RejectReason.INVALID_VALUE, "observed_at is before 1970")
+    if claim.observed_at > now + policy.defaults.max_clock_skew:
+        raise ContractError(
+            RejectReason.FUTURE_OBSERVATION,
+            f"observed_at {claim.observed_at.isoformat()} is beyond the allowed clock skew of "
+            f"{policy.defaults.max_clock_skew} past {now.isoformat()}",
+        )
+    if claim.valid_from and claim.valid_to and claim.valid_to <= claim.valid_from:
+        raise ContractError(RejectReason.INVALID_VALUE, "valid_to must be after valid_from")
+
+
+_PROVENANCE_FIELDS = frozenset({"source", "observed_at"})
+
+
+def parse_claim(data: object) -> Claim:
+    """Build a Claim from decoded JSON or Avro data, or raise ContractError naming the problem."""
+    if not isinstance(data, dict):
+        raise ContractError(RejectReason.MALFORMED, "a claim is a JSON object / Avro record")
+    try:
+        return Claim.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and e["loc"]]
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(claim)'}: {e['msg']}" for e in errors
+        )
+        reason = (
+            RejectReason.MISSING_PROVENANCE
+            if _PROVENANCE_FIELDS.intersection(missing)
+            else RejectReason.MALFORMED
+        )
+        raise ContractError(reason, detail) from exc

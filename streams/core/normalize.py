@@ -1,0 +1,240 @@
+"""Normalization: every value is brought to its field's type and unit before any comparison.
+
+Rules (documented in the README):
+- money: `{amount_minor, currency}` only; the currency must equal the field's (never converted).
+- number: int or float, finite, in the field's unit after conversion from a known unit of the same
+  dimension; two numbers agree when they differ by at most the field's tolerance (plus a relative
+  1e-9, so 0.1 + 0.2 agrees with 0.3).
+- integer: an int (or an integral float) within the signed 64-bit range.
+- string: Unicode NFC, outer whitespace stripped, inner whitespace runs collapsed to one space;
+  case preserved unless the field says `case: fold`.
+- enum: the string rule with case folded; must be one of the field's values, reported in the
+  policy's spelling.
+- boolean: JSON true/false only.
+- timestamp: RFC 3339 with an offset, converted to UTC, reported as `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+A value that cannot be normalized raises ContractError with a reason; it is never compared.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from datetime import UTC, datetime
+
+from streams.core.contracts import Money, RejectReason, Value
+from streams.core.errors import ContractError
+from streams.core.policy import FieldRules, FieldType, StringCase
+
+MAX_STRING_CHARS = 4096
+_INT64 = (-(2**63), 2**63 - 1)
+_RELATIVE_EPSILON = 1e-9
+
+# Each unit maps to (dimension, factor to the dimension's base unit).
+_UNITS: dict[str, tuple[str, float]] = {
+    "ns": ("time", 1e-9),
+    "us": ("time", 1e-6),
+    "µs": ("time", 1e-6),
+    "ms": ("time", 1e-3),
+    "s": ("time", 1.0),
+    "min": ("time", 60.0),
+    "h": ("time", 3600.0),
+    "d": ("time", 86400.0),
+    "B": ("bytes", 1.0),
+    "KB": ("bytes", 1e3),
+    "MB": ("bytes", 1e6),
+    "GB": ("bytes", 1e9),
+    "KiB": ("bytes", 1024.0),
+    "MiB": ("bytes", 1024.0**2),
+    "GiB": ("bytes", 1024.0**3),
+    "%": ("fraction", 0.01),
+    "ratio": ("fraction", 1.0),
+}
+_UNIT_ALIASES = {
+    "sec": "s",
+    "second": "s",
+    "seconds": "s",
+    "millisecond": "ms",
+    "milliseconds": "ms",
+    "minute": "min",
+    "minutes": "min",
+    "hour": "h",
+    "hours": "h",
+    "percent": "%",
+    "bytes": "B",
+}
+
+
+def canonical_unit(unit: str) -> str:
+    stripped = unit.strip()
+    return _UNIT_ALIASES.get(stripped, stripped)
+
+
+def normalize_string(raw: str, case: StringCase) -> str:
+    text = " ".join(unicodedata.normalize("NFC", raw).split())
+    return text.casefold() if case is StringCase.FOLD else text
+
+
+def format_timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def normalize_value(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    """Return `raw` in the field's canonical form, or raise ContractError saying why not."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        raise ContractError(
+            RejectReason.EMPTY_VALUE,
+            f"{rules.name}: status present but the value is empty (a tool error disguised as "
+            "an empty result?)",
+        )
+    if isinstance(raw, str) and len(raw) > MAX_STRING_CHARS:
+        raise ContractError(
+            RejectReason.INVALID_VALUE,
+            f"{rules.name}: string of {len(raw)} characters exceeds {MAX_STRING_CHARS}",
+        )
+    return _NORMALIZERS[rules.type](raw, unit, rules)
+
+
+def _type_error(rules: FieldRules, raw: Value, expected: str) -> ContractError:
+    return ContractError(
+        RejectReason.TYPE_MISMATCH,
+        f"{rules.name}: expected {expected}, got {type(raw).__name__} {raw!r}",
+    )
+
+
+def _money(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if not isinstance(raw, Money):
+        raise _type_error(rules, raw, "money {amount_minor, currency}")
+    currency = raw.currency.strip().upper()
+    if currency != rules.currency or (unit is not None and unit.strip().upper() != currency):
+        raise ContractError(
+            RejectReason.UNIT_MISMATCH,
+            f"{rules.name}: currency {raw.currency!r} (unit {unit!r}) where the field is "
+            f"{rules.currency}; currencies are never converted",
+        )
+    _check_int64(raw.amount_minor, rules)
+    return Money(amount_minor=raw.amount_minor, currency=currency)
+
+
+def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
+    if rules.unit is None:
+        if unit is not None:
+            raise ContractError(
+                RejectReason.UNIT_MISMATCH, f"{rules.name}: unit {unit!r} on a unitless field"
+            )
+        return number
+    if unit is None:
+        raise ContractError(
+            RejectReason.UNIT_MISMATCH,
+            f"{rules.name}: no unit given where the field is in {rules.unit}",
+        )
+    have, want = canonical_unit(unit), canonical_unit(rules.unit)
+    if have == want:
+        return number
+    have_dim, want_dim = _UNITS.get(have), _UNITS.get(want)
+    if have_dim is None or want_dim is None or have_dim[0] != want_dim[0]:
+        raise ContractError(
+            RejectReason.UNIT_MISMATCH,
+            f"{rules.name}: unit {unit!r} does not convert to {rules.unit!r}",
+        )
+    return number * have_dim[1] / want_dim[1]
+
+
+def _number(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise _type_error(rules, raw, "a number")
+    number = float(raw)
+    if not math.isfinite(number):
+        raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not finite")
+    return _convert_unit(number, unit, rules)
+
+
+def _check_int64(number: int, rules: FieldRules) -> None:
+    if not _INT64[0] <= number <= _INT64[1]:
+        raise ContractError(
+            RejectReason.INVALID_VALUE, f"{rules.name}: {number} is outside the 64-bit range"
+        )
+
+
+def _integer(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise _type_error(rules, raw, "an integer")
+    if isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer()):
+        raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not an integer")
+    converted = _convert_unit(float(raw), unit, rules) if unit or rules.unit else raw
+    if not float(converted).is_integer():
+        raise ContractError(
+            RejectReason.INVALID_VALUE,
+            f"{rules.name}: {raw!r} {unit} is not a whole number of {rules.unit}",
+        )
+    number = int(converted)
+    _check_int64(number, rules)
+    return number
+
+
+def _unitless(rules: FieldRules, unit: str | None) -> None:
+    if unit is not None:
+        raise ContractError(
+            RejectReason.UNIT_MISMATCH, f"{rules.name}: unit {unit!r} on a {rules.type} field"
+        )
+
+
+def _string(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if not isinstance(raw, str):
+        raise _type_error(rules, raw, "a string")
+    _unitless(rules, unit)
+    return normalize_string(raw, rules.case)
+
+
+def _enum(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if not isinstance(raw, str):
+        raise _type_error(rules, raw, "one of " + ", ".join(rules.values or ()))
+    _unitless(rules, unit)
+    wanted = normalize_string(raw, rules.case)
+    for allowed in rules.values or ():
+        if normalize_string(allowed, rules.case) == wanted:
+            return allowed
+    raise ContractError(
+        RejectReason.INVALID_VALUE,
+        f"{rules.name}: {raw!r} is not one of " + ", ".join(rules.values or ()),
+    )
+
+
+def _boolean(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if not isinstance(raw, bool):
+        raise _type_error(rules, raw, "true or false")
+    _unitless(rules, unit)
+    return raw
+
+
+def _timestamp(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if not isinstance(raw, str):
+        raise _type_error(rules, raw, "an RFC 3339 timestamp string")
+    _unitless(rules, unit)
+    try:
+        moment = datetime.fromisoformat(raw.strip())
+    except ValueError as exc:
+        raise ContractError(
+            RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not an RFC 3339 timestamp"
+        ) from exc
+    if moment.tzinfo is None:
+        raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} has no UTC offset")
+    return format_timestamp(moment)
+
+
+_NORMALIZERS = {
+    FieldType.MONEY: _money,
+    FieldType.NUMBER: _number,
+    FieldType.INTEGER: _integer,
+    FieldType.STRING: _string,
+    FieldType.ENUM: _enum,
+    FieldType.BOOLEAN: _boolean,
+    FieldType.TIMESTAMP: _timestamp,
+}
+
+
+def values_agree(a: Value, b: Value, tolerance: float) -> bool:
+    """Equality of normalized values; floats within tolerance."""
+    if isinstance(a, float) and isinstance(b, float):
+        slack = tolerance + _RELATIVE_EPSILON * max(1.0, abs(a), abs(b))
+        return abs(a - b) <= slack
+    return type(a) is type(b) and a == b

@@ -1,0 +1,238 @@
+"""The policy file: which source owns which field, how fresh a claim must be, what a conflict does.
+
+Rules are data. The YAML is validated by pydantic and every error names the file, the key and the
+problem. `Policy.rules_for(field)` returns the effective, fully defaulted rules of one field.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from streams.core.contracts import Authority
+from streams.core.errors import PolicyError
+
+CATCH_ALL = "*"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_DURATION_UNITS = {
+    "ms": timedelta(milliseconds=1),
+    "s": timedelta(seconds=1),
+    "m": timedelta(minutes=1),
+    "h": timedelta(hours=1),
+    "d": timedelta(days=1),
+}
+
+
+def parse_duration(raw: object) -> timedelta | None:
+    """`60s`, `5m`, `24h`, `1d`, `250ms`; `none` (or null) means unbounded."""
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() == "none"):
+        return None
+    if isinstance(raw, timedelta):
+        return raw
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return timedelta(seconds=raw)
+    match = _DURATION.match(str(raw))
+    if match is None:
+        raise ValueError(f"{raw!r} is not a duration like 250ms, 60s, 5m, 24h, 1d or none")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _required_duration(raw: object) -> timedelta:
+    parsed = parse_duration(raw)
+    if parsed is None:
+        raise ValueError("this duration cannot be none")
+    return parsed
+
+
+Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
+BoundedDuration = Annotated[timedelta, BeforeValidator(_required_duration)]
+
+
+class FieldType(StrEnum):
+    ENUM = "enum"
+    MONEY = "money"
+    NUMBER = "number"
+    INTEGER = "integer"
+    STRING = "string"
+    BOOLEAN = "boolean"
+    TIMESTAMP = "timestamp"
+
+
+class OnConflict(StrEnum):
+    BLOCK = "block"
+    DEGRADE = "degrade"
+    SURFACE = "surface"
+    MOST_RECENT = "most_recent"
+
+
+class EpochChangeRule(StrEnum):
+    REOBSERVE = "reobserve"
+    ACCEPT = "accept"
+
+
+class StringCase(StrEnum):
+    PRESERVE = "preserve"
+    FOLD = "fold"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Defaults(_Strict):
+    freshness: Duration = timedelta(minutes=5)
+    on_conflict: OnConflict = OnConflict.BLOCK
+    min_independent_sources: int = Field(default=1, ge=1)
+    epoch_change: EpochChangeRule = EpochChangeRule.REOBSERVE
+    max_clock_skew: BoundedDuration = timedelta(seconds=30)
+    escalate_after: BoundedDuration = timedelta(minutes=15)
+
+
+class SourcePolicy(_Strict):
+    authority: Authority
+    lineage: str | None = None
+    principal: str | None = Field(default=None, description="Kafka principal allowed to publish it")
+
+    @model_validator(mode="after")
+    def _observations_only(self) -> SourcePolicy:
+        if self.authority in (Authority.ASSERTED, Authority.INFERRED):
+            raise ValueError(
+                "asserted and inferred come from a claim's source_class, not from the policy"
+            )
+        return self
+
+
+class FieldPolicy(_Strict):
+    type: FieldType
+    values: tuple[str, ...] | None = None
+    currency: str | None = None
+    unit: str | None = None
+    tolerance: float = Field(default=0.0, ge=0.0)
+    case: StringCase | None = None
+    freshness: Duration = None
+    on_conflict: OnConflict | None = None
+    min_independent_sources: int | None = Field(default=None, ge=1)
+    epoch_change: EpochChangeRule | None = None
+    escalate_after: BoundedDuration | None = None
+    authorities: dict[str, Authority] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _type_needs(self) -> FieldPolicy:
+        if self.type is FieldType.ENUM and not self.values:
+            raise ValueError("an enum field needs a non-empty `values` list")
+        if self.type is not FieldType.ENUM and self.values is not None:
+            raise ValueError("`values` is only for enum fields")
+        if self.type is FieldType.MONEY:
+            if not self.currency or not re.fullmatch(r"[A-Z]{3}", self.currency):
+                raise ValueError("a money field needs `currency`, an ISO 4217 code like USD")
+        elif self.currency is not None:
+            raise ValueError("`currency` is only for money fields")
+        if self.unit is not None and self.type not in (FieldType.NUMBER, FieldType.INTEGER):
+            raise ValueError("`unit` is only for number and integer fields")
+        if self.tolerance and self.type is not FieldType.NUMBER:
+            raise ValueError("`tolerance` is only for number fields")
+        return self
+
+
+class FieldRules(_Strict):
+    """One field's effective rules: its policy with every default filled in."""
+
+    name: str
+    type: FieldType
+    values: tuple[str, ...] | None
+    currency: str | None
+    unit: str | None
+    tolerance: float
+    case: StringCase
+    freshness: timedelta | None
+    on_conflict: OnConflict
+    min_independent_sources: int
+    epoch_change: EpochChangeRule
+    escalate_after: timedelta
+    authorities: dict[str, Authority]
+
+
+class Policy(_Strict):
+    version: str = Field(min_length=1)
+    defaults: Defaults = Defaults()
+    sources: dict[str, SourcePolicy]
+    fields: dict[str, FieldPolicy] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _field_authorities_name_known_sources(self) -> Policy:
+        for name, field_policy in self.fields.items():
+            for source, authority in field_policy.authorities.items():
+                if source not in self.sources and CATCH_ALL not in self.sources:
+                    raise ValueError(f"fields.{name}.authorities names unknown source {source!r}")
+                if authority in (Authority.ASSERTED, Authority.INFERRED):
+                    raise ValueError(
+                        f"fields.{name}.authorities.{source}: asserted and inferred come from "
+                        "a claim's source_class"
+                    )
+        return self
+
+    def rules_for(self, field: str) -> FieldRules | None:
+        field_policy = self.fields.get(field)
+        if field_policy is None:
+            return None
+        d = self.defaults
+        default_case = (
+            StringCase.FOLD if field_policy.type is FieldType.ENUM else StringCase.PRESERVE
+        )
+        return FieldRules(
+            name=field,
+            type=field_policy.type,
+            values=field_policy.values,
+            currency=field_policy.currency,
+            unit=field_policy.unit,
+            tolerance=field_policy.tolerance,
+            case=field_policy.case or default_case,
+            # `freshness: none` (never stale) must stay distinct from "not given, use the default".
+            freshness=field_policy.freshness
+            if "freshness" in field_policy.model_fields_set
+            else d.freshness,
+            on_conflict=field_policy.on_conflict or d.on_conflict,
+            min_independent_sources=field_policy.min_independent_sources
+            or d.min_independent_sources,
+            epoch_change=field_policy.epoch_change or d.epoch_change,
+            escalate_after=field_policy.escalate_after or d.escalate_after,
+            authorities=field_policy.authorities,
+        )
+
+    def source_policy(self, source: str) -> SourcePolicy | None:
+        return self.sources.get(source) or self.sources.get(CATCH_ALL)
+
+
+def _error_location(loc: tuple[int | str, ...]) -> str:
+    # pydantic puts validator names (e.g. "function-after[...]") into locations; keep user keys.
+    return ".".join(str(part) for part in loc if not str(part).startswith("function-")) or "(top)"
+
+
+def parse_policy(data: object, origin: str = "<policy>") -> Policy:
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{origin}: {_error_location(err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise PolicyError(problems) from exc
+
+
+def load_policy(path: Path | str) -> Policy:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(f"{path}: (top): a policy is a mapping with version, sources and fields")
+    return parse_policy(data, str(path))
