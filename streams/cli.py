@@ -1,0 +1,155 @@
+"""The `claimstream` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from streams.core.contracts import Decision
+from streams.core.errors import ClaimstreamError
+from streams.core.explain import explain
+from streams.core.policy import load_policy
+from streams.core.replay import ReplayResult, replay
+
+
+def _timestamp(raw: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an RFC 3339 timestamp") from exc
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{raw!r} needs a UTC offset, e.g. 2026-11-29T12:00:00Z")
+    return moment.astimezone(UTC)
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ClaimstreamError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+def _run_replay(policy_path: Path, now: datetime, claims: Path, resolutions: Path | None) -> ReplayResult:
+    policy = load_policy(policy_path)
+    resolution_lines = _read_lines(resolutions) if resolutions else []
+    return replay(_read_lines(claims), policy, now, resolution_lines)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    result = _run_replay(args.policy, args.now, args.claims, args.resolutions)
+    out = sys.stdout
+    for decision in result.decisions:
+        out.write(decision.model_dump_json() + "\n")
+    if args.rejected:
+        with open(args.rejected, "w", encoding="utf-8") as fh:
+            fh.writelines(rejection.to_json() + "\n" for rejection in result.rejections)
+    print(
+        f"replay: {len(result.decisions)} decisions, {len(result.rejections)} rejected claims",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_policy_check(args: argparse.Namespace) -> int:
+    policy = load_policy(args.file)
+    print(
+        f"{args.file}: policy {policy.version} is valid "
+        f"({len(policy.sources)} sources, {len(policy.fields)} fields)"
+    )
+    return 0
+
+
+def cmd_policy_diff(args: argparse.Namespace) -> int:
+    old = _run_replay(args.old, args.now, args.claims, None)
+    new = _run_replay(args.new, args.now, args.claims, None)
+    before = {(d.subject, d.field): d for d in old.decisions}
+    after = {(d.subject, d.field): d for d in new.decisions}
+    flips = 0
+    for key in sorted(before.keys() | after.keys()):
+        a, b = before.get(key), after.get(key)
+        if _belief(a) != _belief(b):
+            flips += 1
+            print(f"{key[0]} {key[1]}: {_summary(a)} -> {_summary(b)}")
+    print(f"policy diff: {flips} of {len(before.keys() | after.keys())} decisions change")
+    return 1 if flips and args.exit_code else 0
+
+
+def _belief(decision: Decision | None) -> tuple[object, ...] | None:
+    if decision is None:
+        return None
+    return (decision.outcome, decision.conflict_kind, decision.status, decision.value, decision.action)
+
+
+def _summary(decision: Decision | None) -> str:
+    if decision is None:
+        return "(no decision: claims rejected)"
+    value = "" if decision.value is None else f" {decision.value!r}"
+    kind = f"/{decision.conflict_kind.value}" if decision.conflict_kind else ""
+    return f"{decision.outcome.value}{kind}{value} ({decision.action.value})"
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    source = sys.stdin if args.decisions == "-" else open(args.decisions, encoding="utf-8")
+    with source:
+        for line in source:
+            if not line.strip():
+                continue
+            decision = Decision.model_validate_json(line)
+            if args.subject and decision.subject != args.subject:
+                continue
+            if args.field and decision.field != args.field:
+                continue
+            print(explain(decision))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="claimstream", description="Deterministic reconciliation of conflicting claims."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    rp = commands.add_parser("replay", help="arbitrate recorded claims offline (JSON lines)")
+    rp.add_argument("claims", type=Path, help="claims, one JSON object per line")
+    rp.add_argument("--policy", type=Path, required=True)
+    rp.add_argument("--now", type=_timestamp, required=True, help="RFC 3339 evaluation time")
+    rp.add_argument("--rejected", type=Path, help="write rejected claims here (JSON lines)")
+    rp.add_argument("--resolutions", type=Path, help="human resolutions, JSON lines")
+    rp.set_defaults(handler=cmd_replay)
+
+    policy = commands.add_parser("policy", help="check or compare policy files")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_commands.add_parser("check", help="validate a policy file")
+    check.add_argument("file", type=Path)
+    check.set_defaults(handler=cmd_policy_check)
+    diff = policy_commands.add_parser("diff", help="decisions a policy change would flip")
+    diff.add_argument("old", type=Path)
+    diff.add_argument("new", type=Path)
+    diff.add_argument("claims", type=Path)
+    diff.add_argument("--now", type=_timestamp, default=datetime.now(UTC))
+    diff.add_argument("--exit-code", action="store_true", help="exit 1 when a decision flips")
+    diff.set_defaults(handler=cmd_policy_diff)
+
+    ex = commands.add_parser("explain", help="render decisions (JSON lines) for people")
+    ex.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")
+    ex.add_argument("--subject")
+    ex.add_argument("--field")
+    ex.set_defaults(handler=cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ClaimstreamError as exc:
+        print(f"claimstream: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.core.contracts import Claim, Decision, Resolution
+from streams.core.engine import Arbitration, arbitrate
+from streams.core.intake import AdmittedClaim, admit
+from streams.core.policy import Policy, load_policy
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def policy() -> Policy:
+    return load_policy(REPO / "examples" / "policy.yaml")
+
+
+def claim(n: int | str, **overrides: Any) -> Claim:
+    """A fresh, present claim about invoice:42's payment status, observed a second ago."""
+    data: dict[str, Any] = {
+        "claim_id": f"c{n}",
+        "subject": "invoice:42",
+        "field": "order.payment_status",
+        "status": "present",
+        "value": "paid",
+        "source": "billing-api",
+        "observed_at": NOW - timedelta(seconds=1),
+    }
+    data.update(overrides)
+    return Claim.model_validate(data)
+
+
+def decide(
+    policy: Policy,
+    *claims: Claim,
+    now: datetime = NOW,
+    resolutions: tuple[Resolution, ...] = (),
+) -> Arbitration:
+    admitted: list[AdmittedClaim] = [admit(c, policy, now) for c in claims]
+    field = claims[0].field if claims else "order.payment_status"
+    rules = policy.rules_for(field)
+    assert rules is not None
+    return arbitrate("invoice:42", field, admitted, rules, policy.version, now, resolutions)
+
+
+def roles(decision: Decision) -> dict[str, str]:
+    return {e.claim_id: e.role.value for e in decision.evidence}
