@@ -38,9 +38,11 @@ tmp="$(mktemp -d "$home/libs.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 echo "kafka-assemble: resolving Apache Kafka $version jars into $libs (first run only)" >&2
-if ! mvn -q -B -f "$pom" -Dkafka.version="$version" -DincludeScope=runtime \
-     dependency:copy-dependencies -DoutputDirectory="$tmp" >&2; then
-  die "mvn could not resolve org.apache.kafka:kafka_2.13:$version (network? version?)"
+mvn_log="$home/mvn.log"
+if ! mvn -q -B -Dstyle.color=never -f "$pom" -Dkafka.version="$version" -DincludeScope=runtime \
+     dependency:copy-dependencies -DoutputDirectory="$tmp" >"$mvn_log" 2>&1; then
+  grep -a '\[ERROR\]' "$mvn_log" | head -n 5 >&2 || true
+  die "mvn could not resolve org.apache.kafka:kafka_2.13:$version (network? version?); see $mvn_log"
 fi
 ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || die "mvn finished but no kafka_2.13 jar in $tmp"
 touch "$tmp/.assembled-$version"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,7 +32,9 @@ def _read_lines(path: Path) -> list[str]:
         raise ClaimstreamError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _run_replay(policy_path: Path, now: datetime, claims: Path, resolutions: Path | None) -> ReplayResult:
+def _run_replay(
+    policy_path: Path, now: datetime, claims: Path, resolutions: Path | None
+) -> ReplayResult:
     policy = load_policy(policy_path)
     resolution_lines = _read_lines(resolutions) if resolutions else []
     return replay(_read_lines(claims), policy, now, resolution_lines)
@@ -80,7 +82,13 @@ def cmd_policy_diff(args: argparse.Namespace) -> int:
 def _belief(decision: Decision | None) -> tuple[object, ...] | None:
     if decision is None:
         return None
-    return (decision.outcome, decision.conflict_kind, decision.status, decision.value, decision.action)
+    return (
+        decision.outcome,
+        decision.conflict_kind,
+        decision.status,
+        decision.value,
+        decision.action,
+    )
 
 
 def _summary(decision: Decision | None) -> str:
@@ -92,17 +100,22 @@ def _summary(decision: Decision | None) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    source = sys.stdin if args.decisions == "-" else open(args.decisions, encoding="utf-8")
-    with source:
-        for line in source:
-            if not line.strip():
-                continue
-            decision = Decision.model_validate_json(line)
-            if args.subject and decision.subject != args.subject:
-                continue
-            if args.field and decision.field != args.field:
-                continue
-            print(explain(decision))
+    if args.decisions == "-":
+        return _explain_lines(sys.stdin, args)
+    with open(args.decisions, encoding="utf-8") as source:
+        return _explain_lines(source, args)
+
+
+def _explain_lines(source: Iterable[str], args: argparse.Namespace) -> int:
+    for line in source:
+        if not line.strip():
+            continue
+        decision = Decision.model_validate_json(line)
+        if args.subject and decision.subject != args.subject:
+            continue
+        if args.field and decision.field != args.field:
+            continue
+        print(explain(decision))
     return 0
 
 

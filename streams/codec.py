@@ -33,9 +33,11 @@ def expanded_schema(name: str) -> dict[str, Any]:
     """Schema of record `name` (e.g. "Claim") with the named types of sibling files inlined."""
     path = schema_dir() / f"{NAMESPACE}.{name}.avsc"
     try:
-        schema: dict[str, Any] = fastavro.schema.load_schema(str(path), _write_hint=False)
+        schema = fastavro.schema.load_schema(str(path), _write_hint=False)
     except (OSError, fastavro.schema.SchemaParseException, ValueError) as exc:
         raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"cannot load schema {path}: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"{path} does not define a record")
     return schema
 
 
@@ -63,7 +65,9 @@ def encode(record: BaseModel) -> bytes:
     """The Avro body (no framing) of a core record."""
     buffer = io.BytesIO()
     try:
-        fastavro.schemaless_writer(buffer, parsed_schema(record_name(type(record))), to_avro(record))
+        fastavro.schemaless_writer(
+            buffer, parsed_schema(record_name(type(record))), to_avro(record)
+        )
     except (ValueError, TypeError, OverflowError) as exc:
         raise CodecError(
             RejectReason.MALFORMED, f"cannot encode {type(record).__name__}: {exc}"

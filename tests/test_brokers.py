@@ -105,3 +105,8 @@ def test_kafka_restart_keeps_data(tmp_path: Path) -> None:
 def test_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown broker kind"):
         start_broker("zookeeper")
+
+
+def test_refuses_a_busy_port() -> None:
+    with TansuBroker() as first, pytest.raises(RuntimeError, match="already in use"):
+        TansuBroker(port=first.port).start()

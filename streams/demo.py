@@ -1,0 +1,127 @@
+"""The seeds' scenarios as claims, relative to a moment: the example file and the `dev` feed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+MARCH_12 = "2026-03-12T00:00:00Z"
+
+
+def _at(now: datetime, seconds_ago: float) -> str:
+    return (now - timedelta(seconds=seconds_ago)).astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def scenario_claims(now: datetime, round_no: int = 0) -> list[dict[str, Any]]:
+    """One round of the demo; `round_no` keeps claim ids unique when the feed repeats."""
+
+    def c(
+        n: str, subject: str, field: str, value: Any, source: str, ago: float, **extra: Any
+    ) -> dict[str, Any]:
+        claim = {
+            "claim_id": f"demo-{round_no}-{n}",
+            "subject": subject,
+            "field": field,
+            "status": "present",
+            "value": value,
+            "source": source,
+            "observed_at": _at(now, ago),
+        }
+        claim.update(extra)
+        return claim
+
+    pay = "order.payment_status"
+    seats = "contract.seats"
+    return [
+        # A stale replica: the ledger owns payment status; the replica's "overdue" is contested.
+        c("inv41-a", "invoice:41", pay, "paid", "billing-api", 5, replica="eu-1"),
+        c("inv41-b", "invoice:41", pay, "overdue", "reporting-replica", 8),
+        # Two systems of record split: a conflict that blocks, never a fall-through.
+        c("inv42-a", "invoice:42", pay, "paid", "billing-api", 4),
+        c("inv42-b", "invoice:42", pay, "overdue", "billing-export", 3),
+        # A user says they paid; the ledger says unpaid. The assertion stays as evidence.
+        c("inv43-a", "invoice:43", pay, "unpaid", "billing-api", 6),
+        c("inv43-b", "invoice:43", pay, "paid", "chat", 2, source_class="user"),
+        # A deploy changed a timeout: epoch 4 said 30 s, epoch 7 says 5 s. Quarantined.
+        c(
+            "rt-a",
+            "svc:checkout",
+            "service.retry_timeout",
+            30,
+            "config-service",
+            3600,
+            unit="s",
+            epoch=4,
+        ),
+        c(
+            "rt-b",
+            "svc:checkout",
+            "service.retry_timeout",
+            5000,
+            "deploy-tool",
+            10,
+            unit="ms",
+            epoch=7,
+        ),
+        # A renewal whose seat count changed (a later period): 25 supersedes 40.
+        c("acme-a", "acme", seats, 40, "crm", 86400 * 200, valid_from="2025-03-12T00:00:00Z"),
+        c("acme-b", "acme", seats, 25, "crm", 86400, valid_from=MARCH_12),
+        # A renewal whose sources disagree about the same period: a conflict a person resolves.
+        c("globex-a", "globex", seats, 40, "order-form", 7200, valid_from=MARCH_12),
+        c("globex-b", "globex", seats, 25, "billing-export", 3600, valid_from=MARCH_12),
+        # Two agents measured different things under one name: a semantic conflict.
+        c(
+            "lat-a",
+            "api:checkout",
+            "api.latency",
+            200,
+            "apm-agent",
+            30,
+            unit="ms",
+            scope="end_to_end",
+        ),
+        c(
+            "lat-b",
+            "api:checkout",
+            "api.latency",
+            0.035,
+            "synthetic-probe",
+            20,
+            unit="s",
+            scope="server",
+        ),
+        # Money with an explicit currency; a claim in another currency is rejected.
+        c(
+            "bal-a",
+            "account:7",
+            "account.balance",
+            {"amount_minor": 1250, "currency": "USD"},
+            "billing-api",
+            5,
+        ),
+        c(
+            "bal-b",
+            "account:7",
+            "account.balance",
+            {"amount_minor": 1150, "currency": "EUR"},
+            "billing-cache",
+            5,
+        ),
+        # A tool error disguised as an empty result is rejected, not arbitrated.
+        c("inv44-a", "invoice:44", pay, "", "billing-api", 1),
+    ]
+
+
+def scenario_resolutions(now: datetime, round_no: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "resolution_id": f"demo-{round_no}-globex-seats",
+            "subject": "globex",
+            "field": "contract.seats",
+            "status": "present",
+            "value": 40,
+            "decided_by": "renewals-team",
+            "note": "the signed order form is authoritative for the renewal period",
+            "decided_at": _at(now, 60),
+        }
+    ]

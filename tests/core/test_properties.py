@@ -1,0 +1,95 @@
+"""Properties: a key's decision depends only on the set of its claims."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.core.contracts import Claim
+from streams.core.policy import Policy, load_policy
+from tests.core.conftest import NOW, REPO, decide
+
+POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
+SOURCES = ["billing-api", "crm", "ledger-service", "reporting-replica", "billing-cache", "chat"]
+
+
+@st.composite
+def payment_claims(draw: st.DrawFn) -> list[Claim]:
+    count = draw(st.integers(min_value=1, max_value=7))
+    claims = []
+    for n in range(count):
+        status = draw(st.sampled_from(["present"] * 6 + ["not_found", "unavailable", "error"]))
+        claims.append(
+            Claim(
+                claim_id=f"c{n}",
+                subject="invoice:42",
+                field="order.payment_status",
+                status=status,
+                value=draw(st.sampled_from(["paid", "unpaid", "overdue"]))
+                if status == "present"
+                else None,
+                source=draw(st.sampled_from(SOURCES)),
+                source_class="user" if draw(st.booleans()) and n == 0 else "observation",
+                observed_at=NOW - timedelta(seconds=draw(st.integers(min_value=0, max_value=90))),
+                epoch=draw(st.sampled_from([None, 1, 2])),
+                scope=draw(st.sampled_from([None, None, None, "server"])),
+            )
+        )
+    return claims
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims=payment_claims(), data=st.data())
+def test_permuting_and_duplicating_claims_never_changes_the_decision(
+    claims: list[Claim], data: st.DataObject
+) -> None:
+    baseline = decide(POLICY, *claims)
+    shuffled = data.draw(st.permutations(claims))
+    duplicated = shuffled + data.draw(st.lists(st.sampled_from(claims), max_size=4))
+    again = decide(POLICY, *duplicated)
+    assert again == baseline
+
+
+@settings(max_examples=200, deadline=None)
+@given(claims=payment_claims())
+def test_decision_id_is_stable_and_hashes_what_was_decided(claims: list[Claim]) -> None:
+    first = decide(POLICY, *claims).decision
+    later = decide(POLICY, *claims, now=NOW + timedelta(milliseconds=1)).decision
+    if (first.outcome, first.value, first.reason, first.action) == (
+        later.outcome,
+        later.value,
+        later.reason,
+        later.action,
+    ):
+        assert first.decision_id == later.decision_id
+    assert first.decision_id == decide(POLICY, *reversed(claims)).decision.decision_id
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(min_value=0, max_value=1000, allow_nan=False), min_size=2, max_size=6
+    ),
+    data=st.data(),
+)
+def test_tolerance_grouping_does_not_depend_on_order(
+    values: list[float], data: st.DataObject
+) -> None:
+    sources = ["apm-agent", "synthetic-probe"]
+    claims = [
+        Claim(
+            claim_id=f"l{n}",
+            subject="api:checkout",
+            field="api.latency",
+            status="present",
+            value=v,
+            unit="ms",
+            source=sources[n % 2],
+            lineage=f"lin{n}",
+            observed_at=NOW - timedelta(seconds=n),
+        )
+        for n, v in enumerate(values)
+    ]
+    assert decide(POLICY, *claims) == decide(POLICY, *data.draw(st.permutations(claims)))

@@ -1,0 +1,45 @@
+"""The core must stay pure: no Kafka, Avro or Prometheus libraries under streams/core."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import streams.core
+
+FORBIDDEN = ("faust", "mode", "aiokafka", "fastavro", "prometheus_client", "kafka")
+CORE = Path(streams.core.__file__).parent
+
+
+def test_core_modules_do_not_import_io_libraries() -> None:
+    offenders = []
+    for path in sorted(CORE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+            offenders += [
+                f"{path.name}: {n}"
+                for n in names
+                if n.startswith("streams.") and not n.startswith("streams.core")
+            ]
+    assert offenders == []
+
+
+def test_importing_the_core_loads_none_of_them_transitively() -> None:
+    modules = [f"streams.core.{p.stem}" for p in CORE.glob("*.py") if p.stem != "__init__"]
+    script = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r}))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"
+    assert len(modules) >= 7

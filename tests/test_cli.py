@@ -1,0 +1,148 @@
+"""The command line: replay, policy check / diff and explain, run as users run them."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from streams.synthetic import generate_claims
+
+REPO = Path(__file__).resolve().parents[1]
+POLICY = REPO / "examples" / "policy.yaml"
+NOW = "2026-11-29T12:00:00Z"
+
+
+def claimstream(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=check,
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def claims_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    now = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    lines = [json.dumps(c) for c in generate_claims(4000, now, subjects=800, epochs=True)]
+    lines.append("{not json")
+    path = tmp_path_factory.mktemp("replay") / "claims.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_replay_is_byte_identical_across_runs_and_shuffles(
+    claims_file: Path, tmp_path: Path
+) -> None:
+    first = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, claims_file, "--rejected", tmp_path / "r1"
+    )
+    second = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, claims_file, "--rejected", tmp_path / "r2"
+    )
+    lines = claims_file.read_text().splitlines()
+    random.Random(3).shuffle(lines)
+    shuffled_file = tmp_path / "shuffled.jsonl"
+    shuffled_file.write_text("\n".join(lines) + "\n")
+    shuffled = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, shuffled_file, "--rejected", tmp_path / "r3"
+    )
+    assert first.stdout == second.stdout == shuffled.stdout
+    assert (
+        (tmp_path / "r1").read_bytes()
+        == (tmp_path / "r2").read_bytes()
+        == (tmp_path / "r3").read_bytes()
+    )
+
+    decisions = [json.loads(line) for line in first.stdout.splitlines()]
+    rejections = [json.loads(line) for line in (tmp_path / "r1").read_text().splitlines()]
+    keys = [(d["subject"], d["field"]) for d in decisions]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+    outcomes = Counter(d["outcome"] for d in decisions)
+    assert {"resolved", "conflict", "quarantined"} <= set(outcomes), outcomes
+    reasons = Counter(r["reason"] for r in rejections)
+    assert {
+        "malformed",
+        "empty_value",
+        "missing_provenance",
+        "unit_mismatch",
+        "unknown_source",
+    } <= set(reasons)
+    # Nothing is lost: every input line is in some decision's evidence or in the rejections.
+    evidenced = {e["claim_id"] for d in decisions for e in d["evidence"]}
+    assert len(evidenced) + len(rejections) == len(lines)
+    assert all("claim" in r and "detail" in r for r in rejections)
+
+
+def test_policy_check_reports_valid_and_invalid_files(tmp_path: Path) -> None:
+    ok = claimstream("policy", "check", POLICY)
+    assert "is valid" in ok.stdout
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(POLICY.read_text().replace("freshness: 60s", "freshness: sixty", 1))
+    failed = claimstream("policy", "check", broken, check=False)
+    assert failed.returncode == 2
+    assert str(broken) in failed.stderr
+    assert "freshness" in failed.stderr
+
+
+def test_policy_diff_shows_flipped_decisions(claims_file: Path, tmp_path: Path) -> None:
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text(
+        POLICY.read_text()
+        .replace('version: "2026-11-29.1"', 'version: "2026-11-29.2"')
+        .replace(
+            "on_conflict: block\n    escalate_after", "on_conflict: most_recent\n    escalate_after"
+        )
+    )
+    diff = claimstream("policy", "diff", POLICY, lenient, claims_file, "--now", NOW)
+    flipped = [line for line in diff.stdout.splitlines() if "order.payment_status" in line]
+    assert flipped, diff.stdout
+    assert all("conflict" in line.split("->")[0] for line in flipped)
+    assert "policy diff:" in diff.stdout.splitlines()[-1]
+
+
+def test_explain_renders_a_decision_for_people(claims_file: Path) -> None:
+    replayed = claimstream("replay", "--policy", POLICY, "--now", NOW, claims_file)
+    conflict = next(line for line in replayed.stdout.splitlines() if '"outcome":"conflict"' in line)
+    explained = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "explain"],
+        input=conflict,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    ).stdout
+    assert "sources disagree" in explained
+    assert "disagreed" in explained
+    assert "policy 2026-11-29.1" in explained
+
+
+def test_the_shipped_example_replays(tmp_path: Path) -> None:
+    result = claimstream(
+        "replay",
+        "--policy",
+        POLICY,
+        "--now",
+        "2026-11-29T12:00:00Z",
+        REPO / "examples" / "claims.jsonl",
+        "--resolutions",
+        REPO / "examples" / "resolutions.jsonl",
+        "--rejected",
+        tmp_path / "rejected.jsonl",
+    )
+    decisions = {(d["subject"], d["field"]): d for d in map(json.loads, result.stdout.splitlines())}
+    assert decisions[("invoice:42", "order.payment_status")]["outcome"] == "conflict"
+    assert decisions[("invoice:43", "order.payment_status")]["value"] == "unpaid"
+    assert decisions[("svc:checkout", "service.retry_timeout")]["outcome"] == "quarantined"
+    assert decisions[("acme", "contract.seats")]["value"] == 25
+    assert decisions[("globex", "contract.seats")]["reason"] == "manual"
+    assert (tmp_path / "rejected.jsonl").read_text().count("\n") >= 1

@@ -1,0 +1,82 @@
+"""Avro round trips of random valid records are lossless."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.codec import decode, encode
+from streams.core.contracts import Claim, Decision, Evidence, Money
+
+texts = st.text(min_size=1, max_size=20)
+moments = st.datetimes(
+    min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+).map(lambda d: d.replace(microsecond=d.microsecond))
+int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    int64,
+    st.floats(allow_nan=False),
+    texts,
+    st.builds(Money, amount_minor=int64, currency=st.sampled_from(["USD", "EUR"])),
+)
+claims = st.builds(
+    Claim,
+    claim_id=texts,
+    subject=texts,
+    field=texts,
+    status=st.sampled_from(["present", "not_found", "forbidden", "unavailable", "error"]),
+    value=values,
+    unit=st.none() | texts,
+    source=texts,
+    replica=st.none() | texts,
+    source_class=st.sampled_from(["observation", "user", "inference"]),
+    observed_at=moments,
+    valid_from=st.none() | moments,
+    valid_to=st.none() | moments,
+    epoch=st.none() | int64,
+    lineage=st.none() | texts,
+    scope=st.none() | texts,
+    confidence=st.none() | st.floats(min_value=0, max_value=1),
+    trace_id=st.none() | texts,
+    producer=st.none() | texts,
+    attributes=st.dictionaries(texts, texts, max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(claim=claims)
+def test_claim_round_trip_is_lossless(claim: Claim) -> None:
+    assert decode(Claim, encode(claim)) == claim
+
+
+@settings(max_examples=100, deadline=None)
+@given(claim=claims, role=st.sampled_from(["winner", "contested", "stale"]))
+def test_decision_round_trip_is_lossless(claim: Claim, role: str) -> None:
+    evidence = Evidence(
+        claim_id=claim.claim_id,
+        source=claim.source,
+        authority="cached",
+        status=claim.status,
+        value=claim.value,
+        observed_at=claim.observed_at,
+        epoch=claim.epoch,
+        role=role,
+    )
+    decision = Decision(
+        decision_id="dec_x",
+        subject=claim.subject,
+        field=claim.field,
+        outcome="conflict",
+        conflict_kind="value",
+        action="block",
+        policy_version="v1",
+        reason="authority_conflict",
+        evidence=(evidence,),
+        decided_at=claim.observed_at,
+        supersedes="dec_y",
+    )
+    assert decode(Decision, encode(decision)) == decision
