@@ -1,0 +1,147 @@
+"""Prometheus metrics of a worker, on an injectable registry.
+
+Conventions: one `claimstream_` prefix, base units (seconds), `_total` counters. Labels are bounded:
+`field` and `source` take only names the policy declares (anything else is reported as `_other`),
+and no metric ever carries a subject, a claim id or a claim value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from streams.core.contracts import Decision, Evidence, EvidenceRole, Outcome
+from streams.core.policy import Policy
+
+OTHER = "_other"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self, policy: Policy, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._fields = frozenset(policy.fields)
+        self._sources = frozenset(s for s in policy.sources if s != "*")
+        r = self.registry
+        self.claims_accepted = Counter(
+            "claimstream_claims_accepted_total",
+            "Claims admitted by the policy, by field and source.",
+            ["field", "source"],
+            registry=r,
+        )
+        self.claims_rejected = Counter(
+            "claimstream_claims_rejected_total",
+            "Claims sent to the dead-letter topic, by reason and declared source.",
+            ["reason", "source"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "claimstream_decisions_total",
+            "Decisions emitted (belief changes), by field, outcome and conflict kind.",
+            ["field", "outcome", "conflict_kind"],
+            registry=r,
+        )
+        self.losses = Counter(
+            "claimstream_claim_losses_total",
+            "Claims that lost to a stronger one (contested in a resolved decision): "
+            "the lagging-replica signal.",
+            ["field", "source"],
+            registry=r,
+        )
+        self.escalations = Counter(
+            "claimstream_escalations_total",
+            "Conflicts escalated because they stayed open past the field's threshold.",
+            ["field"],
+            registry=r,
+        )
+        self.epoch_changes = Counter(
+            "claimstream_epoch_changes_total",
+            "Values that changed across an epoch boundary.",
+            ["field"],
+            registry=r,
+        )
+        self.processing_retries = Counter(
+            "claimstream_processing_retries_total",
+            "Retries of a valid claim whose processing failed.",
+            registry=r,
+        )
+        self.open_conflicts = Gauge(
+            "claimstream_open_conflicts",
+            "Keys whose current decision is a conflict or quarantine, on this worker.",
+            ["field"],
+            registry=r,
+        )
+        self.oldest_open_conflict_age = Gauge(
+            "claimstream_oldest_open_conflict_age_seconds",
+            "Age of the oldest open conflict on this worker, by field.",
+            ["field"],
+            registry=r,
+        )
+        self.decision_latency = Histogram(
+            "claimstream_decision_latency_seconds",
+            "From a claim's record timestamp to the decision it caused being sent.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "claimstream_consumer_lag_records",
+            "Records not yet processed on the input topics assigned to this worker.",
+            ["topic"],
+            registry=r,
+        )
+        self.last_decision_time = Gauge(
+            "claimstream_last_decision_timestamp_seconds",
+            "Unix time of the last decision this worker emitted.",
+            registry=r,
+        )
+        self.last_claim_time = Gauge(
+            "claimstream_last_claim_timestamp_seconds",
+            "Unix time of the last claim this worker admitted.",
+            registry=r,
+        )
+        self.up = Gauge(
+            "claimstream_worker_up", "1 while the worker's pipeline is running.", registry=r
+        )
+        self.policy_info = Gauge(
+            "claimstream_policy_info",
+            "The policy version the worker runs (value is always 1).",
+            ["policy_version"],
+            registry=r,
+        )
+        self.policy_info.labels(policy.version).set(1)
+        for field in sorted(self._fields):
+            self.open_conflicts.labels(field).set(0)
+            self.oldest_open_conflict_age.labels(field).set(0)
+
+    def field_label(self, field: str | None) -> str:
+        return field if field in self._fields else OTHER
+
+    def source_label(self, source: str | None) -> str:
+        return source if source in self._sources else OTHER
+
+    def accepted(self, field: str, source: str, when: float) -> None:
+        self.claims_accepted.labels(self.field_label(field), self.source_label(source)).inc()
+        self.last_claim_time.set(when)
+
+    def rejected(self, reason: str, source: str | None) -> None:
+        self.claims_rejected.labels(reason, self.source_label(source)).inc()
+
+    def decided(self, decision: Decision, when: float) -> None:
+        field = self.field_label(decision.field)
+        kind = decision.conflict_kind.value if decision.conflict_kind else "none"
+        self.decisions.labels(field, decision.outcome.value, kind).inc()
+        self.last_decision_time.set(when)
+        if decision.outcome is Outcome.RESOLVED:
+            for source in _losers(decision.evidence):
+                self.losses.labels(field, self.source_label(source)).inc()
+
+    def set_open_conflicts(self, ages_by_field: dict[str, list[float]]) -> None:
+        for field in self._fields:
+            ages = ages_by_field.get(field, [])
+            self.open_conflicts.labels(field).set(len(ages))
+            self.oldest_open_conflict_age.labels(field).set(max(ages, default=0.0))
+
+
+def _losers(evidence: Iterable[Evidence]) -> list[str]:
+    return [e.source for e in evidence if e.role is EvidenceRole.CONTESTED]
