@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from streams.core.contracts import Decision
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
+from streams.settings import Settings, load_settings
 
 
 def _timestamp(raw: str) -> datetime:
@@ -119,6 +122,37 @@ def _explain_lines(source: Iterable[str], args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+    return load_settings(args.settings, broker=getattr(args, "broker", None), **overrides)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from streams.runtime import run_worker
+
+    return run_worker(_settings(args))
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from streams.runtime import run_dev
+
+    return run_dev(_settings(args), broker_kind=args.broker_kind, rounds=args.rounds)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from streams.runtime import publish_lines
+
+    lines = sys.stdin.read().splitlines() if args.claims == "-" else _read_lines(Path(args.claims))
+    sent = asyncio.run(publish_lines(_settings(args), lines, user_assertions=args.user))
+    print(f"publish: {sent} claims sent", file=sys.stderr)
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from streams.runtime import tail
+
+    return asyncio.run(tail(_settings(args), args.stream, args.count, args.timeout))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
@@ -151,6 +185,36 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--subject")
     ex.add_argument("--field")
     ex.set_defaults(handler=cmd_explain)
+
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument("--settings", type=Path, help="YAML settings file")
+    connection.add_argument("--broker", help="kafka://host:port (overrides settings)")
+
+    wk = commands.add_parser(
+        "worker", parents=[connection], help="run a worker against the configured broker"
+    )
+    wk.set_defaults(handler=cmd_worker)
+
+    dv = commands.add_parser(
+        "dev", parents=[connection], help="bundled broker + worker + demo feed, printing decisions"
+    )
+    dv.add_argument("--broker-kind", choices=["tansu", "kafka"], default="tansu")
+    dv.add_argument("--rounds", type=int, default=0, help="stop after N demo rounds (0: run on)")
+    dv.set_defaults(handler=cmd_dev)
+
+    pb = commands.add_parser("publish", parents=[connection], help="JSON claims in, Avro out")
+    pb.add_argument("claims", nargs="?", default="-", help="JSON lines file, or - for stdin")
+    pb.add_argument("--user", action="store_true", help="publish as user assertions")
+    pb.set_defaults(handler=cmd_publish)
+
+    tl = commands.add_parser("tail", parents=[connection], help="print a stream as JSON lines")
+    tl.add_argument(
+        "stream",
+        choices=["decisions", "dead-letters", "epoch-changes", "reobserve", "escalations"],
+    )
+    tl.add_argument("--count", type=int, default=0, help="stop after N records (0: follow)")
+    tl.add_argument("--timeout", type=float, default=0.0, help="stop after S idle seconds")
+    tl.set_defaults(handler=cmd_tail)
     return parser
 
 

@@ -13,7 +13,8 @@ def _at(now: datetime, seconds_ago: float) -> str:
 
 
 def scenario_claims(now: datetime, round_no: int = 0) -> list[dict[str, Any]]:
-    """One round of the demo; `round_no` keeps claim ids unique when the feed repeats."""
+    """One round of the demo. Round 0 sets every scenario up; later rounds refresh the live ones
+    (so freshness keeps them decided) and round 1 re-observes the timeout in its new epoch."""
 
     def c(
         n: str, subject: str, field: str, value: Any, source: str, ago: float, **extra: Any
@@ -32,7 +33,7 @@ def scenario_claims(now: datetime, round_no: int = 0) -> list[dict[str, Any]]:
 
     pay = "order.payment_status"
     seats = "contract.seats"
-    return [
+    live = [
         # A stale replica: the ledger owns payment status; the replica's "overdue" is contested.
         c("inv41-a", "invoice:41", pay, "paid", "billing-api", 5, replica="eu-1"),
         c("inv41-b", "invoice:41", pay, "overdue", "reporting-replica", 8),
@@ -42,6 +43,25 @@ def scenario_claims(now: datetime, round_no: int = 0) -> list[dict[str, Any]]:
         # A user says they paid; the ledger says unpaid. The assertion stays as evidence.
         c("inv43-a", "invoice:43", pay, "unpaid", "billing-api", 6),
         c("inv43-b", "invoice:43", pay, "paid", "chat", 2, source_class="user"),
+    ]
+    if round_no == 1:
+        # The timeout observed again in epoch 7 confirms the change: the quarantine lifts.
+        live.append(
+            c(
+                "rt-c",
+                "svc:checkout",
+                "service.retry_timeout",
+                5,
+                "deploy-tool",
+                1,
+                unit="s",
+                epoch=7,
+            )
+        )
+    if round_no > 0:
+        return live
+    return [
+        *live,
         # A deploy changed a timeout: epoch 4 said 30 s, epoch 7 says 5 s. Quarantined.
         c(
             "rt-a",

@@ -30,6 +30,7 @@ from datetime import datetime
 
 from streams.core.contracts import (
     Action,
+    Authority,
     ClaimStatus,
     ConflictKind,
     Decision,
@@ -230,6 +231,11 @@ def _by_authority(
     roles: dict[str, EvidenceRole],
 ) -> _Verdict:
     top_rank = min(a.authority.rank for a in live)
+    if top_rank >= Authority.ASSERTED.rank:
+        # Assertions and inferences are evidence, never proof of state.
+        for admitted in live:
+            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+        return _Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims")
     top = [a for a in live if a.authority.rank == top_rank]
     top, live = _supersede_periods(top, live, now, roles)
     top = _latest_per_lineage(top, rules.tolerance, roles)

@@ -261,3 +261,13 @@ def test_duplicated_claims_count_once(policy: Policy) -> None:
     once = decide(policy, claim(1)).decision
     thrice = decide(policy, claim(1), claim(1), claim(1)).decision
     assert once == thrice
+
+
+def test_a_user_assertion_alone_is_never_proof_of_state(policy: Policy) -> None:
+    decision = decide(policy, claim(1, source="chat", source_class=SourceClass.USER)).decision
+    assert (decision.outcome, decision.reason, decision.value) == (
+        "insufficient",
+        "no_authoritative_claims",
+        None,
+    )
+    assert decision.action == "block"

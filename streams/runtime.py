@@ -1,0 +1,183 @@
+"""Running things: a worker, the `dev` bundle (broker + worker + demo feed), publish and tail."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer
+
+from streams.app import Pipeline, build
+from streams.brokers import start_broker
+from streams.client import ClaimPublisher, DecisionFeed, client_options, ensure_topics
+from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest, Resolution
+from streams.core.errors import ClaimstreamError
+from streams.core.explain import explain
+from streams.core.intake import parse_claim
+from streams.demo import scenario_claims, scenario_resolutions
+from streams.pipeline import ERROR_HEADER_PREFIX
+from streams.registry import WireCodec, registry_from_url
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+DEMO_ROUND_S = 20.0
+
+
+def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
+    """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(ensure_topics(settings))
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    pipeline = build(settings)
+    if customize is not None:
+        customize(pipeline)
+    worker = faust.Worker(
+        pipeline.app, loop=loop, loglevel=settings.log_level, redirect_stdouts=False
+    )
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return 0
+
+
+def run_dev(settings: Settings, broker_kind: str = "tansu", rounds: int = 0) -> int:
+    """The embedded default: a bundled broker, a worker, a demo feed and a decision printer."""
+    broker = start_broker(broker_kind)
+    print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
+    # The bundled broker forgets everything when it stops, so local table state must too.
+    scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
+    settings = settings.model_copy(
+        update={"broker": f"kafka://{broker.bootstrap}", "data_dir": Path(scratch.name)}
+    )
+    print(
+        f"dev: web API and /metrics on http://{settings.web_host}:{settings.web_port}/",
+        flush=True,
+    )
+    try:
+        return run_worker(settings, lambda p: add_demo(p, rounds))
+    finally:
+        broker.stop()
+        scratch.cleanup()
+        print("dev: broker stopped", flush=True)
+
+
+def add_demo(pipeline: Pipeline, rounds: int) -> None:
+    app, settings = pipeline.app, pipeline.settings
+
+    @app.task
+    async def demo_feed() -> None:
+        async with (
+            ClaimPublisher(settings) as tools,
+            ClaimPublisher(settings, user_assertions=True) as users,
+        ):
+            round_no = 0
+            while rounds == 0 or round_no < rounds:
+                now = datetime.now(UTC)
+                claims = scenario_claims(now, round_no)
+                await tools.publish_many(c for c in claims if c.get("source_class") != "user")
+                await users.publish_many(c for c in claims if c.get("source_class") == "user")
+                print(f"dev: demo round {round_no} published {len(claims)} claims", flush=True)
+                if round_no == 0:
+                    await asyncio.sleep(5)
+                    for data in scenario_resolutions(datetime.now(UTC), round_no):
+                        await tools.resolve(Resolution.model_validate(data))
+                    print("dev: published a person's resolution for globex", flush=True)
+                round_no += 1
+                await asyncio.sleep(DEMO_ROUND_S)
+        await asyncio.sleep(5)  # let the last decisions print
+        os.kill(os.getpid(), signal.SIGTERM)  # stop this worker the way Ctrl-C would
+
+    @app.task
+    async def print_decisions() -> None:
+        async with DecisionFeed(settings) as feed:
+            async for decision in feed.decisions():
+                first, second, *_ = explain(decision).splitlines()
+                print(f"decision: {first}\n         {second.strip()}", flush=True)
+
+
+async def publish_lines(settings: Settings, lines: Iterable[str], user_assertions: bool) -> int:
+    claims: list[Claim] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            claims.append(parse_claim(json.loads(line)))
+        except (json.JSONDecodeError, ClaimstreamError) as exc:
+            raise ClaimstreamError(f"line {number}: {exc}") from exc
+    async with ClaimPublisher(settings, user_assertions=user_assertions) as publisher:
+        return await publisher.publish_many(claims)
+
+
+TAILS: dict[str, tuple[Callable[[Settings], str], type[Any] | None]] = {
+    "decisions": (lambda s: s.topics.decisions, Decision),
+    "epoch-changes": (lambda s: s.topics.epoch_changes, EpochChange),
+    "reobserve": (lambda s: s.topics.reobserve, ReobserveRequest),
+    "escalations": (lambda s: s.topics.escalations, Decision),
+    "dead-letters": (lambda s: s.topics.dead_letters, None),
+}
+
+
+async def tail(settings: Settings, stream: str, count: int, timeout: float) -> int:
+    topic_of, model = TAILS[stream]
+    codec = WireCodec(registry_from_url(settings.schema_registry))
+    consumer = AIOKafkaConsumer(
+        topic_of(settings), **client_options(settings), auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    seen = 0
+    try:
+        while count == 0 or seen < count:
+            batch = await consumer.getmany(timeout_ms=int((timeout or 1.0) * 1000))
+            if not batch and timeout:
+                break
+            for messages in batch.values():
+                for message in messages:
+                    if model is None:
+                        line = dead_letter_json(message.key, message.value, message.headers)
+                    else:
+                        record = codec.decode(model, message.value)
+                        line = json.dumps(record.model_dump(mode="json"), sort_keys=True)
+                    sys.stdout.write(line + "\n")
+                    seen += 1
+            sys.stdout.flush()
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+    return 0
+
+
+def dead_letter_json(key: bytes | None, value: bytes | None, headers: Any) -> str:
+    """A dead letter as a Rejection-shaped JSON object, from its error headers."""
+    errors = {
+        k.removeprefix(ERROR_HEADER_PREFIX): v.decode("utf-8", "replace")
+        for k, v in headers
+        if k.startswith(ERROR_HEADER_PREFIX)
+    }
+    text = value.decode("utf-8", "replace") if value is not None else None
+    return json.dumps(
+        {
+            "reason": errors.get("reason"),
+            "detail": errors.get("detail"),
+            "exception": errors.get("exception"),
+            "topic": errors.get("topic"),
+            "partition": int(errors["partition"]) if "partition" in errors else None,
+            "offset": int(errors["offset"]) if "offset" in errors else None,
+            "rejected_at": errors.get("rejected_at"),
+            "key": key.decode("utf-8", "replace") if key is not None else None,
+            "raw_value": text,
+        },
+        sort_keys=True,
+    )

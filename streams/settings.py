@@ -1,0 +1,130 @@
+"""Worker settings: defaults, then a YAML settings file, then CLAIMSTREAM_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from streams.core.errors import ClaimstreamError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENV_PREFIX = "CLAIMSTREAM_"
+
+
+class Guarantee(StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE = "exactly_once"
+
+
+class Topics(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    claims: str = "claims.tools"
+    user_claims: str = "claims.users"
+    resolutions: str = "claims.resolutions"
+    aliases: str = "claims.subject-aliases"
+    decisions: str = "claims.decisions"
+    dead_letters: str = "claims.dead-letters"
+    epoch_changes: str = "claims.epoch-changes"
+    reobserve: str = "claims.reobserve-requests"
+    escalations: str = "claims.escalations"
+    rekeyed: str = "claimstream-rekeyed"
+    outcomes: str = "claimstream-outcomes"
+
+    def inputs(self) -> list[str]:
+        """Topics the arbiter consumes; all share one partition count (co-partitioned)."""
+        return [self.claims, self.user_claims, self.rekeyed, self.resolutions]
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    app_id: str = "claimstream"
+    broker: str = "kafka://127.0.0.1:9092"
+    policy: Path = REPO_ROOT / "examples" / "policy.yaml"
+    schema_registry: str | None = Field(
+        default=None, description="None for the schemas/ folder, or a Confluent-compatible URL"
+    )
+    store: str = "memory://"
+    data_dir: Path = Path("var/claimstream")
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    partitions: int = Field(default=8, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    processing_guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
+    topics: Topics = Topics()
+    batch_size: int = Field(default=500, ge=1)
+    batch_within_s: float = Field(default=0.01, gt=0)
+    max_claims_per_key: int = Field(default=16, ge=2)
+    decision_history_per_key: int = Field(default=10, ge=1)
+    retry_attempts: int = Field(default=3, ge=1)
+    expiry_interval_s: float = Field(default=1.0, gt=0)
+    broker_session_timeout_s: float = 10.0
+    broker_rebalance_timeout_s: float = 6.0
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    log_level: str = "warn"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for SSL and SASL_SSL listeners, from the CA and client cert settings."""
+        if self.security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        context = ssl.create_default_context(
+            cafile=str(self.ssl_cafile) if self.ssl_cafile else None
+        )
+        if self.ssl_certfile:
+            context.load_cert_chain(
+                str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
+            )
+        return context
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port list without the kafka:// scheme, for plain aiokafka clients."""
+        return ",".join(part.split("://", 1)[-1] for part in self.broker.split(","))
+
+
+def load_settings(
+    path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    file = path or (Path(env[f"{ENV_PREFIX}SETTINGS"]) if f"{ENV_PREFIX}SETTINGS" in env else None)
+    if file is not None:
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ClaimstreamError(f"{file}: cannot read settings: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ClaimstreamError(f"{file}: settings must be a mapping")
+        data.update(loaded)
+    topics = dict(data.pop("topics", {}) or {})
+    for name in Settings.model_fields:
+        if name == "topics":
+            continue
+        value = env.get(ENV_PREFIX + name.upper())
+        if value is not None:
+            data[name] = value
+    for name in Topics.model_fields:
+        value = env.get(f"{ENV_PREFIX}TOPIC_{name.upper()}")
+        if value is not None:
+            topics[name] = value
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate({**data, "topics": topics})
+    except ValidationError as exc:
+        raise ClaimstreamError(f"invalid settings: {exc}") from exc
