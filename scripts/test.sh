@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
-echo "== ruff"; .venv/bin/ruff check streams tests
-.venv/bin/ruff format --check streams tests
+echo "== ruff"; .venv/bin/ruff check streams tests grafana
+.venv/bin/ruff format --check streams tests grafana
 echo "== mypy"; .venv/bin/mypy streams
 echo "== pytest"; .venv/bin/python -m pytest "$@"

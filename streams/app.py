@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import faust
+import faust.streams as faust_streams
 from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.serializers import codecs
 from faust.types import EventT, StreamT
@@ -232,13 +234,10 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         stream = cast("faust.Stream[bytes]", events)  # take_events is not on the StreamT protocol
         async for batch in stream.take_events(settings.batch_size, settings.batch_within_s):
             for event in batch:
-                # Table writes go to the changelog partition of the "current event"; in a batch
-                # that must be this record's own partition.
-                stream._set_current_event(event)
+                writing_for(event)
                 record = incoming(event)
                 handled = processor.process(record, states.get, alias_of)
                 await apply(handled, record.timestamp or 0.0)
-            stream._set_current_event(None)
 
     @app.agent(topic(topics.aliases), name="alias-feed")
     async def alias_feed(stream: StreamT[bytes]) -> None:
@@ -283,6 +282,16 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
 
     register_views(app, states, policy, schedule, outcome_counts)
     return Pipeline(app, settings, policy, metrics, processor, states, schedule)
+
+
+def writing_for(event: EventT[Any]) -> None:
+    """Make `event` the current event of this task for Faust's table stores.
+
+    A table write goes to the changelog partition (and RocksDB partition) of the current event,
+    which Faust's batch iterator leaves at the batch's last event. Only this task's context
+    variable is set: the stream object's own `current_event`, which the background buffer-filler
+    reads, must stay untouched."""
+    faust_streams._current_event.set(weakref.ref(event))
 
 
 def incoming(event: EventT[Any]) -> Incoming:

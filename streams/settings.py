@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from streams.core.errors import ClaimstreamError
 
@@ -76,6 +76,14 @@ class Settings(BaseModel):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     log_level: str = "warn"
+
+    @field_validator("broker")
+    @classmethod
+    def _with_scheme(cls, broker: str) -> str:
+        """`kafka:9092` and `kafka://kafka:9092` both work (Faust needs the scheme)."""
+        return ",".join(
+            part if "://" in part else f"kafka://{part}" for part in broker.strip().split(",")
+        )
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for SSL and SASL_SSL listeners, from the CA and client cert settings."""

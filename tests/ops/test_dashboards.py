@@ -1,0 +1,206 @@
+"""Grafana dashboards: committed JSON equals its generator, every target is complete, every query
+is valid PromQL (checked by promtool) and reads metrics the worker exposes."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ops.promql import (
+    DASHBOARDS,
+    all_dashboard_queries,
+    dashboard_queries,
+    iter_panels,
+    iter_targets,
+    load,
+    reads_history,
+    substitute,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+GENERATOR = REPO / "grafana" / "generate.py"
+DATASOURCES = REPO / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+METRICS = REPO / "streams" / "metrics.py"
+RULES = REPO / "deploy" / "prometheus" / "rules" / "claimstream.rules.yml"
+OVERVIEW = DASHBOARDS / "claimstream-overview.json"
+FIELD = DASHBOARDS / "claimstream-field.json"
+PATHS = sorted(DASHBOARDS.glob("*.json"))
+
+
+def generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("claimstream_grafana_generate", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def provisioned_uids() -> set[str]:
+    data = yaml.safe_load(DATASOURCES.read_text(encoding="utf-8"))
+    return {ds["uid"] for ds in data["datasources"] if ds["type"] == "prometheus"}
+
+
+def exposed_metrics() -> set[str]:
+    """Series names streams/metrics.py exposes (histograms as _bucket, _sum, _count)."""
+    text = METRICS.read_text(encoding="utf-8")
+    names = set(re.findall(r'"(claimstream_\w+)"', text))
+    histograms = set(re.findall(r'Histogram\(\s*"(claimstream_\w+)"', text))
+    for name in histograms:
+        names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return names - histograms
+
+
+def test_both_dashboards_are_committed() -> None:
+    assert {p.name for p in PATHS} == {"claimstream-overview.json", "claimstream-field.json"}
+
+
+def test_committed_json_is_the_generators_output() -> None:
+    built = generator().build()
+    assert set(built) == {p.name for p in PATHS}
+    for name, text in built.items():
+        assert (DASHBOARDS / name).read_text(encoding="utf-8") == text, (
+            f"{name} is stale: run python grafana/generate.py"
+        )
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_every_target_has_a_refid_and_a_provisioned_datasource(path: Path) -> None:
+    uids = provisioned_uids()
+    dashboard = load(path)
+    panels = list(iter_panels(dashboard))
+    assert panels
+    for panel in panels:
+        title = panel.get("title")
+        assert panel.get("targets"), f"{title}: no targets"
+        assert panel["datasource"]["uid"] in uids, title
+        refids = [t.get("refId") for t in panel["targets"]]
+        assert all(refids), f"{title}: empty refId"
+        assert len(set(refids)) == len(refids), f"{title}: duplicate refId"
+        for target in panel["targets"]:
+            assert target["datasource"]["type"] == "prometheus", title
+            assert target["datasource"]["uid"] in uids, title
+            assert target.get("expr", "").strip(), f"{title}: empty expr"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_panel_ids_and_grid_positions(path: Path) -> None:
+    dashboard = load(path)
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(set(ids)) == len(ids)
+    for panel in dashboard["panels"]:
+        pos = panel["gridPos"]
+        assert pos["w"] >= 1
+        assert pos["h"] >= 1
+        assert pos["x"] + pos["w"] <= 24
+
+
+def test_dashboard_uids_are_unique_and_linked() -> None:
+    overview, field = load(OVERVIEW), load(FIELD)
+    assert overview["uid"] != field["uid"]
+    assert any(link.get("url", "").startswith(f"/d/{field['uid']}") for link in overview["links"])
+    assert any(link.get("url", "").startswith(f"/d/{overview['uid']}") for link in field["links"])
+
+
+def test_field_drill_down_has_a_field_variable_from_the_decisions() -> None:
+    dashboard = load(FIELD)
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "field"]
+    assert variable["type"] == "query"
+    assert variable["definition"] == "label_values(claimstream_decisions_total, field)"
+    assert variable["query"]["query"] == "label_values(claimstream_decisions_total, field)"
+    assert variable["datasource"]["uid"] in provisioned_uids()
+    for panel, target in iter_targets(dashboard):
+        assert 'field="$field"' in target["expr"], panel["title"]
+
+
+def test_overview_has_the_required_panels() -> None:
+    titles = {panel["title"] for panel in iter_panels(load(OVERVIEW))}
+    assert {
+        "Claims in",
+        "Decisions by outcome",
+        "Conflict rate per field",
+        "Top conflicting fields",
+        "Rejected claims by reason",
+        "Open conflicts by field",
+        "Decision latency",
+        "Consumer lag by topic",
+        "Worker up",
+    } <= titles
+    exprs = " ".join(expr for _, expr in dashboard_queries(OVERVIEW))
+    assert "topk(" in exprs
+    assert "histogram_quantile(0.5," in exprs
+    assert "histogram_quantile(0.99," in exprs
+
+
+def test_drill_down_has_the_required_panels() -> None:
+    queries = dashboard_queries(FIELD)
+    titles = {title for title, _ in queries}
+    assert {
+        "Decisions by outcome",
+        "Claims by source",
+        "Losses per source",
+        "Open conflicts and oldest age",
+        "Conflict rate vs a day ago",
+    } <= titles
+    history = [expr for title, expr in queries if title == "Conflict rate vs a day ago"]
+    assert [reads_history(expr) for expr in history] == [False, True]
+
+
+def test_queries_have_no_template_variable_left() -> None:
+    for _, _, expr in all_dashboard_queries():
+        assert "$" not in expr, expr
+
+
+def test_substitute() -> None:
+    assert (
+        substitute('rate(x{field="$field"}[$__rate_interval])', field="a.b", interval="2m")
+        == 'rate(x{field="a.b"}[2m])'
+    )
+    assert (
+        substitute("increase(x[${__range}]) / $__range_s", range_="1h") == "increase(x[1h]) / 3600"
+    )
+    assert substitute('x{src=~"${source:regex}"}', variables={"source": "crm"}) == 'x{src=~"crm"}'
+    with pytest.raises(KeyError):
+        substitute('x{y="$unknown"}')
+
+
+def test_every_query_reads_metrics_the_worker_exposes() -> None:
+    exposed = exposed_metrics()
+    assert "claimstream_decisions_total" in exposed
+    assert "claimstream_decision_latency_seconds_bucket" in exposed
+    used = {
+        name
+        for _, _, expr in all_dashboard_queries()
+        for name in re.findall(r"(?<![\w:])claimstream_\w+", expr)
+    }
+    used |= set(re.findall(r"(?<![\w:])claimstream_\w+", RULES.read_text(encoding="utf-8")))
+    assert used - exposed == set()
+
+
+def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail(
+            "promtool is not installed: install the Debian package prometheus; .ci/run does",
+            pytrace=False,
+        )
+    queries = all_dashboard_queries()
+    rules: list[dict[str, Any]] = [
+        {"record": f"claimstream_dashboard_query_{index:03d}", "expr": expr}
+        for index, (_, _, expr) in enumerate(queries)
+    ]
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    result = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(queries)} rules found" in result.stdout

@@ -1,0 +1,202 @@
+"""Test support for the streaming tests: worker processes and topic readers on real brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from streams.brokers import free_port
+from streams.core.contracts import Decision
+from streams.registry import FolderRegistry, WireCodec
+from streams.settings import Topics
+
+REPO = Path(__file__).resolve().parents[2]
+CODEC = WireCodec(FolderRegistry())
+
+
+@dataclass
+class Deployment:
+    """One isolated pipeline on a shared broker: its own app id and topic names."""
+
+    bootstrap: str
+    workdir: Path
+    policy: Path
+    store: str = "memory://"
+    partitions: int = 4
+    guarantee: str = "at_least_once"
+    name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(**{k: f"{self.name}.{v}" for k, v in Topics().model_dump().items()})
+
+    def env(self, web_port: int, data_dir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "CLAIMSTREAM_BROKER": f"kafka://{self.bootstrap}",
+                "CLAIMSTREAM_APP_ID": self.name,
+                "CLAIMSTREAM_POLICY": str(self.policy),
+                "CLAIMSTREAM_STORE": self.store,
+                "CLAIMSTREAM_DATA_DIR": str(data_dir),
+                "CLAIMSTREAM_WEB_PORT": str(web_port),
+                "CLAIMSTREAM_PARTITIONS": str(self.partitions),
+                "CLAIMSTREAM_PROCESSING_GUARANTEE": self.guarantee,
+                "CLAIMSTREAM_LOG_LEVEL": "warn",
+                "CLAIMSTREAM_EXPIRY_INTERVAL_S": "0.5",
+            }
+        )
+        for name, topic in self.topics.model_dump().items():
+            env[f"CLAIMSTREAM_TOPIC_{name.upper()}"] = topic
+        return env
+
+    def worker(self, index: int = 0) -> WorkerProcess:
+        return WorkerProcess(self, self.workdir / f"worker-{index}")
+
+
+class WorkerProcess:
+    """A `claimstream worker` subprocess; stopped (or killed) only by the test that started it."""
+
+    def __init__(self, deployment: Deployment, data_dir: Path) -> None:
+        self.deployment = deployment
+        self.data_dir = data_dir
+        self.web_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.with_suffix(".log")
+
+    def start(self) -> WorkerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker"],
+            env=self.deployment.env(self.web_port, self.data_dir),
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{self.log_tail()}")
+            if self.get("/healthz", attempts=1) is not None:
+                return self
+            time.sleep(0.3)
+        raise RuntimeError(f"worker web API did not come up:\n{self.log_tail()}")
+
+    def get(self, path: str, attempts: int = 3) -> Any:
+        """GET a web API path; None if the worker does not answer (the web server shares the
+        worker's event loop, so a busy moment is retried)."""
+        for attempt in range(attempts):
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.web_port}{path}", timeout=10
+                ) as response:
+                    body = response.read()
+            except OSError:
+                if attempt + 1 < attempts:
+                    time.sleep(1)
+                continue
+            return body.decode() if path == "/metrics" else json.loads(body)
+        return None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+async def produce(
+    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None, list[Any]]]
+) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, value, key=key, headers=headers)
+            for key, value, headers in records
+        ]
+        await asyncio.gather(*futures)
+        return len(futures)
+    finally:
+        await producer.stop()
+
+
+async def read_topic(
+    bootstrap: str, topic: str, idle_s: float = 3.0, max_s: float = 60.0
+) -> list[Any]:
+    """Every record on `topic`, read until it has been quiet for `idle_s`."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    records: list[Any] = []
+    try:
+        started = last = time.monotonic()
+        while time.monotonic() - last < idle_s and time.monotonic() - started < max_s:
+            batch = await consumer.getmany(timeout_ms=500)
+            for messages in batch.values():
+                records.extend(messages)
+                last = time.monotonic()
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def wait_for_decisions(
+    bootstrap: str, topic: str, expected: dict[tuple[str, str], str], timeout_s: float = 120.0
+) -> tuple[dict[tuple[str, str], Decision], list[Decision]]:
+    """Follow the decisions topic until every key's latest decision id is the expected one."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    latest: dict[tuple[str, str], Decision] = {}
+    every: list[Decision] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for messages in batch.values():
+                for message in messages:
+                    decision = CODEC.decode(Decision, message.value)
+                    every.append(decision)
+                    latest[(decision.subject, decision.field)] = decision
+            if all(k in latest and latest[k].decision_id == v for k, v in expected.items()):
+                break
+    finally:
+        await consumer.stop()
+    return latest, every

@@ -1,0 +1,254 @@
+"""The pipeline on real brokers: what streams out equals what `claimstream replay` computes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from streams.brokers import KafkaBroker, TansuBroker
+from streams.core.contracts import Claim, Decision
+from streams.core.errors import ContractError
+from streams.core.intake import parse_claim
+from streams.core.keystate import state_key
+from streams.core.policy import load_policy
+from streams.core.replay import replay
+from streams.synthetic import generate_claims
+from tests.stream.support import CODEC, Deployment, produce, read_topic, wait_for_decisions
+
+pytestmark = pytest.mark.integration
+
+
+def publishable(count: int, seed: int, now: datetime) -> list[dict[str, Any]]:
+    """Generated claims that survive the Avro contract (policy-level faults stay in)."""
+    kept = []
+    for data in generate_claims(count, now, seed=seed, subjects=count // 6, epochs=True):
+        try:
+            parse_claim(data)
+        except ContractError:
+            continue
+        kept.append(data)
+    return kept
+
+
+def records(deployment: Deployment, claims: list[dict[str, Any]], rng: random.Random) -> list[Any]:
+    """Avro records; a third keyed by the producer's own scheme, so the worker must re-key them."""
+    out = []
+    for data in claims:
+        claim = Claim.model_validate(data)
+        key = state_key(claim.subject, claim.field).encode()
+        if rng.random() < 0.33:
+            key = claim.claim_id.encode()
+        out.append((key, CODEC.encode(deployment.topics.claims, claim), []))
+    return out
+
+
+def expected_decisions(
+    deployment: Deployment, claims: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str], str], int]:
+    policy = load_policy(deployment.policy)
+    result = replay((json.dumps(c) for c in claims), policy, datetime.now(UTC))
+    return {(d.subject, d.field): d.decision_id for d in result.decisions}, len(result.rejections)
+
+
+def metric_sum(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+@pytest.mark.parametrize(
+    ("broker_kind", "store"),
+    [("kafka", "memory://"), ("kafka", "rocksdb://"), ("tansu", "memory://")],
+)
+def test_streamed_decisions_equal_offline_replay(
+    request: pytest.FixtureRequest, deployment_factory: Any, broker_kind: str, store: str
+) -> None:
+    broker: KafkaBroker | TansuBroker = request.getfixturevalue(broker_kind)
+    deployment: Deployment = deployment_factory(broker.bootstrap, store=store)
+    worker = deployment.worker().start()
+    try:
+        claims = publishable(2400, seed=11, now=datetime.now(UTC))
+        sent = asyncio.run(
+            produce(
+                broker.bootstrap,
+                deployment.topics.claims,
+                records(deployment, claims, random.Random(5)),
+            )
+        )
+        expected, rejected = expected_decisions(deployment, claims)
+        latest, every = asyncio.run(
+            wait_for_decisions(broker.bootstrap, deployment.topics.decisions, expected)
+        )
+        mismatched = {
+            k: (latest.get(k), v)
+            for k, v in expected.items()
+            if k not in latest or latest[k].decision_id != v
+        }
+        assert not mismatched, (
+            f"{len(mismatched)} of {len(expected)} keys differ: {list(mismatched.items())[:3]}"
+        )
+        assert set(latest) == set(expected)
+        dead = asyncio.run(read_topic(broker.bootstrap, deployment.topics.dead_letters, idle_s=2))
+        accepted = metric_sum(worker.get("/metrics"), "claimstream_claims_accepted_total")
+        assert len(dead) == rejected
+        assert accepted + len(dead) == sent
+        print(
+            f"differential[{broker_kind},{store}]: sent={sent} keys={len(expected)} decisions={len(every)} dead_letters={len(dead)}"
+        )
+    finally:
+        worker.stop()
+    assert "Traceback" not in worker.log_tail(400), worker.log_tail()
+
+
+def bad_records(deployment: Deployment) -> list[tuple[str, bytes | None, bytes | None]]:
+    """Each kind of bad input, with the reason it must be dead-lettered for."""
+    topic = deployment.topics.claims
+    good = Claim(
+        claim_id="ok",
+        subject="inv:1",
+        field="order.payment_status",
+        status="present",
+        value="paid",
+        source="billing-api",
+        observed_at=datetime.now(UTC),
+    )
+    body = CODEC.encode(topic, good)
+    decision = Decision(
+        decision_id="d",
+        subject="s",
+        field="f",
+        outcome="insufficient",
+        action="block",
+        policy_version="v",
+        reason="r",
+        decided_at=datetime.now(UTC),
+    )
+
+    def variant(**changes: Any) -> bytes:
+        return CODEC.encode(
+            topic,
+            good.model_copy(
+                update={"claim_id": f"bad-{len(changes)}-{random.random()}", **changes}
+            ),
+        )
+
+    return [
+        ("malformed", b"k1", bytes(random.Random(1).randbytes(64))),
+        ("malformed", b"k2", b""),
+        ("malformed", b"k3", None),
+        ("malformed", b"k4", body[:-3]),
+        ("unknown_schema", b"k5", b"\x00\x7f\xff\xff\xff" + body[5:]),
+        ("unknown_schema", b"k6", CODEC.encode(topic, decision)),
+        ("unknown_source", b"k7", variant(source="mallory")),
+        ("invalid_value", b"k8", variant(value="settled")),
+        ("empty_value", b"k9", variant(value="")),
+        ("unit_mismatch", b"k10", variant(field="api.latency", value=3.0, unit="kg")),
+        ("invalid_value", b"k11", variant(field="api.latency", value=math.nan, unit="ms")),
+        ("type_mismatch", b"k12", variant(field="contract.seats", value="forty")),
+        ("future_observation", b"k13", variant(observed_at=datetime(2999, 1, 1, tzinfo=UTC))),
+        ("unknown_field", b"k14", variant(field="order.colour")),
+        ("malformed", b"k15", "not avro at all \udcff".encode("utf-8", "surrogateescape")),
+    ]
+
+
+@pytest.mark.parametrize("broker_kind", ["kafka", "tansu"])
+def test_bad_records_are_dead_lettered_and_the_worker_keeps_going(
+    request: pytest.FixtureRequest, deployment_factory: Any, broker_kind: str
+) -> None:
+    broker = request.getfixturevalue(broker_kind)
+    deployment: Deployment = deployment_factory(broker.bootstrap)
+    worker = deployment.worker().start()
+    try:
+        bad = bad_records(deployment)
+        now = datetime.now(UTC)
+        good = [
+            Claim(
+                claim_id=f"g{n}",
+                subject=f"inv:{n}",
+                field="order.payment_status",
+                status="present",
+                value="paid",
+                source="billing-api",
+                observed_at=now,
+            )
+            for n in range(len(bad))
+        ]
+        mixed: list[Any] = []
+        for (reason, key, value), claim in zip(bad, good, strict=True):
+            mixed.append((key, value, [("reason-expected", reason.encode())]))
+            mixed.append(
+                (
+                    state_key(claim.subject, claim.field).encode(),
+                    CODEC.encode(deployment.topics.claims, claim),
+                    [],
+                )
+            )
+        asyncio.run(produce(broker.bootstrap, deployment.topics.claims, mixed))
+        expected = {(c.subject, c.field): None for c in good}
+        started = time.monotonic()
+        latest, _ = asyncio.run(
+            wait_for_decisions(broker.bootstrap, deployment.topics.decisions, {}, timeout_s=2)
+        )
+        deadline = time.monotonic() + 90
+        while len(latest) < len(expected) and time.monotonic() < deadline:
+            more, _ = asyncio.run(
+                wait_for_decisions(broker.bootstrap, deployment.topics.decisions, {}, timeout_s=2)
+            )
+            latest.update(more)
+        assert set(latest) == set(expected), "every good claim between bad ones was decided"
+        assert all(d.outcome == "resolved" for d in latest.values())
+        dead = asyncio.run(read_topic(broker.bootstrap, deployment.topics.dead_letters, idle_s=2))
+        assert len(dead) == len(bad)
+        for message in dead:
+            headers = {k: v.decode() for k, v in message.headers}
+            assert headers["claimstream.error.reason"] == headers["reason-expected"], headers
+            assert headers["claimstream.error.topic"] == deployment.topics.claims
+            assert int(headers["claimstream.error.offset"]) >= 0
+            assert "claimstream.error.partition" in headers
+            assert headers["claimstream.error.detail"]
+        assert {m.value for m in dead} == {value for _, _, value in bad}
+        assert worker.alive
+        assert worker.get("/healthz")["status"] == "ok"
+        print(
+            f"dead letters[{broker_kind}]: {len(dead)} bad records in {time.monotonic() - started:.1f}s"
+        )
+    finally:
+        worker.stop()
+
+
+def test_two_workers_share_the_partitions(kafka: KafkaBroker, deployment_factory: Any) -> None:
+    deployment: Deployment = deployment_factory(kafka.bootstrap)
+    first, second = deployment.worker(0).start(), deployment.worker(1).start()
+    try:
+        time.sleep(8)  # let the group settle with both members
+        claims = publishable(1200, seed=23, now=datetime.now(UTC))
+        asyncio.run(
+            produce(
+                kafka.bootstrap,
+                deployment.topics.claims,
+                records(deployment, claims, random.Random(2)),
+            )
+        )
+        expected, _ = expected_decisions(deployment, claims)
+        latest, _ = asyncio.run(
+            wait_for_decisions(kafka.bootstrap, deployment.topics.decisions, expected)
+        )
+        assert {k: d.decision_id for k, d in latest.items()} == expected
+        shares = [
+            metric_sum(w.get("/metrics"), "claimstream_claims_accepted_total")
+            for w in (first, second)
+        ]
+        assert all(share > 0 for share in shares), shares
+        print(f"two workers: accepted {shares}")
+    finally:
+        first.stop()
+        second.stop()
