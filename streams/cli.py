@@ -135,7 +135,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from streams.runtime import run_dev
 
-    return run_dev(_settings(args), broker_kind=args.broker_kind, rounds=args.rounds)
+    return run_dev(
+        _settings(args),
+        broker_kind=args.broker_kind,
+        rounds=args.rounds,
+        round_seconds=args.round_seconds,
+    )
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -200,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dv.add_argument("--broker-kind", choices=["tansu", "kafka"], default="tansu")
     dv.add_argument("--rounds", type=int, default=0, help="stop after N demo rounds (0: run on)")
+    dv.add_argument("--round-seconds", type=float, default=20.0, help="pause between rounds")
     dv.set_defaults(handler=cmd_dev)
 
     pb = commands.add_parser("publish", parents=[connection], help="JSON claims in, Avro out")

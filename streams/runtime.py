@@ -53,7 +53,12 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     return 0
 
 
-def run_dev(settings: Settings, broker_kind: str = "tansu", rounds: int = 0) -> int:
+def run_dev(
+    settings: Settings,
+    broker_kind: str = "tansu",
+    rounds: int = 0,
+    round_seconds: float = DEMO_ROUND_S,
+) -> int:
     """The embedded default: a bundled broker, a worker, a demo feed and a decision printer."""
     broker = start_broker(broker_kind)
     print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
@@ -67,14 +72,14 @@ def run_dev(settings: Settings, broker_kind: str = "tansu", rounds: int = 0) -> 
         flush=True,
     )
     try:
-        return run_worker(settings, lambda p: add_demo(p, rounds))
+        return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
     finally:
         broker.stop()
         scratch.cleanup()
         print("dev: broker stopped", flush=True)
 
 
-def add_demo(pipeline: Pipeline, rounds: int) -> None:
+def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:
     app, settings = pipeline.app, pipeline.settings
 
     @app.task
@@ -96,7 +101,7 @@ def add_demo(pipeline: Pipeline, rounds: int) -> None:
                         await tools.resolve(Resolution.model_validate(data))
                     print("dev: published a person's resolution for globex", flush=True)
                 round_no += 1
-                await asyncio.sleep(DEMO_ROUND_S)
+                await asyncio.sleep(round_seconds)
         await asyncio.sleep(5)  # let the last decisions print
         os.kill(os.getpid(), signal.SIGTERM)  # stop this worker the way Ctrl-C would
 

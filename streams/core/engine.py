@@ -5,7 +5,8 @@ The rules run in a fixed order, each narrowing the claims that may still decide:
 1. duplicates (same claim_id) collapse to one claim;
 2. forbidden / unavailable / error are never evidence of absence: `excluded`; a period that starts
    after `now` is not evidence about now either: `excluded`;
-3. claims older than the field's freshness budget, or whose period ended, are `stale`;
+3. claims as old as the field's freshness budget or older, or whose period ended, are `stale`
+   (the budget is the instant a claim stops counting, so expiry timers fire exactly then);
 4. where some claims carry an epoch, claims without one are `quarantined` (missing provenance);
 5. only the newest epoch decides; a value that changed across the boundary is quarantined until a
    second observation in the new epoch confirms it (or the field accepts epoch changes);
@@ -144,7 +145,7 @@ def _usable_now(
         claim = admitted.claim
         if claim.status in _NO_EVIDENCE_STATUSES or (claim.valid_from and claim.valid_from > now):
             roles[claim.claim_id] = EvidenceRole.EXCLUDED
-        elif (rules.freshness is not None and now - claim.observed_at > rules.freshness) or (
+        elif (rules.freshness is not None and now - claim.observed_at >= rules.freshness) or (
             claim.valid_to is not None and claim.valid_to <= now
         ):
             roles[claim.claim_id] = EvidenceRole.STALE
