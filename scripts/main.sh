@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up a fresh machine and run the main job.
+# Set up a fresh machine and run the main job: `claimstream dev` starts the bundled broker
+# (Tansu, no JVM), a worker and a demo feed, prints decisions and serves the web API and
+# /metrics on http://127.0.0.1:6066/ until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
-exec .venv/bin/claimstream replay --policy examples/policy.yaml --now 2026-11-29T12:00:00Z \
-    --resolutions examples/resolutions.jsonl --rejected /dev/stderr examples/claims.jsonl "$@"
+exec .venv/bin/claimstream dev "$@"

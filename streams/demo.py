@@ -33,16 +33,18 @@ def scenario_claims(now: datetime, round_no: int = 0) -> list[dict[str, Any]]:
 
     pay = "order.payment_status"
     seats = "contract.seats"
+    # Each round brings new invoices (41, 141, 241...), so decisions keep flowing.
+    inv = [f"invoice:{n + 100 * round_no}" for n in (41, 42, 43)]
     live = [
         # A stale replica: the ledger owns payment status; the replica's "overdue" is contested.
-        c("inv41-a", "invoice:41", pay, "paid", "billing-api", 5, replica="eu-1"),
-        c("inv41-b", "invoice:41", pay, "overdue", "reporting-replica", 8),
+        c("inv41-a", inv[0], pay, "paid", "billing-api", 5, replica="eu-1"),
+        c("inv41-b", inv[0], pay, "overdue", "reporting-replica", 8),
         # Two systems of record split: a conflict that blocks, never a fall-through.
-        c("inv42-a", "invoice:42", pay, "paid", "billing-api", 4),
-        c("inv42-b", "invoice:42", pay, "overdue", "billing-export", 3),
+        c("inv42-a", inv[1], pay, "paid", "billing-api", 4),
+        c("inv42-b", inv[1], pay, "overdue", "billing-export", 3),
         # A user says they paid; the ledger says unpaid. The assertion stays as evidence.
-        c("inv43-a", "invoice:43", pay, "unpaid", "billing-api", 6),
-        c("inv43-b", "invoice:43", pay, "paid", "chat", 2, source_class="user"),
+        c("inv43-a", inv[2], pay, "unpaid", "billing-api", 6),
+        c("inv43-b", inv[2], pay, "paid", "chat", 2, source_class="user"),
     ]
     if round_no == 1:
         # The timeout observed again in epoch 7 confirms the change: the quarantine lifts.
