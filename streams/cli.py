@@ -158,6 +158,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return asyncio.run(tail(_settings(args), args.stream, args.count, args.timeout))
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from streams.bench import main as bench_main
+
+    return bench_main(args.claims, args.subjects, args.broker_kind, args.partitions, args.latency_s)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
@@ -221,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("--count", type=int, default=0, help="stop after N records (0: follow)")
     tl.add_argument("--timeout", type=float, default=0.0, help="stop after S idle seconds")
     tl.set_defaults(handler=cmd_tail)
+
+    bn = commands.add_parser(
+        "bench", help="claims/s, latency and state next to the raw aiokafka limit (prints JSON)"
+    )
+    bn.add_argument("--claims", type=int, default=100_000)
+    bn.add_argument("--subjects", type=int, default=12_000)
+    bn.add_argument("--broker-kind", choices=["kafka", "tansu"], default="kafka")
+    bn.add_argument("--partitions", type=int, default=4)
+    bn.add_argument("--latency-s", type=float, default=20.0, help="seconds of offered load")
+    bn.set_defaults(handler=cmd_bench)
     return parser
 
 

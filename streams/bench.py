@@ -1,0 +1,368 @@
+"""`claimstream bench`: claimstream next to the raw Kafka limit, on the same generated claims.
+
+One broker is started for the run. The same Avro claims (a realistic mix: many subjects, several
+fields, contended keys, stale claims, conflicts, bad records) are consumed twice:
+- the limit: a plain aiokafka consumer that decodes each claim and produces one record per claim;
+- claimstream: a real worker process arbitrating them end to end.
+Then a fixed offered load at half claimstream's rate measures claim-to-decision latency, and the
+pure engine is timed alone. The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streams.brokers import free_port, start_broker
+from streams.client import ensure_topics
+from streams.core.contracts import Claim, Decision
+from streams.core.engine import arbitrate
+from streams.core.errors import ContractError, RejectedInput
+from streams.core.intake import admit, parse_claim
+from streams.core.keystate import KeyState, Limits, add_claim, state_key
+from streams.core.policy import Policy, load_policy
+from streams.registry import FolderRegistry, WireCodec
+from streams.settings import REPO_ROOT, Settings, Topics
+from streams.synthetic import generate_claims
+
+CODEC = WireCodec(FolderRegistry())
+
+
+@dataclass(frozen=True)
+class Workload:
+    records: list[tuple[bytes, bytes]]
+    claims: list[Claim]
+
+
+def workload(count: int, subjects: int, seed: int, topic: str) -> Workload:
+    """Generated claims as (key, Avro value); claims the contract refuses become garbage bytes."""
+    now = datetime.now(UTC)
+    rng = random.Random(seed)
+    records, claims = [], []
+    for data in generate_claims(count, now, seed=seed, subjects=subjects, bad_share=0.02):
+        try:
+            claim = parse_claim(data)
+        except ContractError:
+            records.append((b"bad", rng.randbytes(40)))
+            continue
+        claims.append(claim)
+        records.append((state_key(claim.subject, claim.field).encode(), CODEC.encode(topic, claim)))
+    return Workload(records, claims)
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    finally:
+        await admin.close()
+
+
+async def fill(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=10, max_batch_size=512 * 1024, acks=1
+    )
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key) for key, value in records]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> float:
+    """Batched consume + Avro decode + one produced record per claim: claims per second."""
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=f"raw-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 * 1024, acks=1
+    )
+    await consumer.start()
+    await producer.start()
+    seen, started = 0, None
+    try:
+        while seen < expected:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            if started is None and batch:
+                started = time.perf_counter()
+            futures = []
+            for messages in batch.values():
+                for message in messages:
+                    try:
+                        claim = CODEC.decode(Claim, message.value)
+                        out = claim.claim_id.encode()
+                    except RejectedInput:
+                        out = b"dead"
+                    futures.append(await producer.send(sink, out, key=message.key))
+                    seen += 1
+            if futures:
+                await asyncio.gather(*futures)
+                await consumer.commit()
+        assert started is not None
+        return seen / (time.perf_counter() - started)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + "{", name + " "))
+    )
+
+
+class BenchWorker:
+    def __init__(self, settings: Settings, env: dict[str, str]) -> None:
+        self.settings = settings
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker"],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def metrics(self) -> str:
+        try:
+            url = f"http://127.0.0.1:{self.settings.web_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return str(response.read().decode())
+        except OSError:
+            return ""
+
+    def processed(self) -> float:
+        text = self.metrics()
+        return _metric(text, "claimstream_claims_accepted_total") + _metric(
+            text, "claimstream_claims_rejected_total"
+        )
+
+    def peak_rss(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> float:
+    """Claims per second from the first processed claim to the last (startup excluded)."""
+    deadline = time.monotonic() + timeout_s
+    first: tuple[float, float] | None = None
+    while time.monotonic() < deadline:
+        done = worker.processed()
+        now = time.perf_counter()
+        if first is None and done > 0:
+            first = (now, done)
+        if done >= expected and first is not None:
+            return (done - first[1]) / max(now - first[0], 1e-6)
+        time.sleep(0.2)
+    raise TimeoutError(f"worker processed {worker.processed():.0f} of {expected} claims")
+
+
+async def latency(bootstrap: str, topics: Topics, rate: float, seconds: float) -> list[float]:
+    """Offer `rate` claims/s on fresh keys (each one yields a decision); latency per decision."""
+    consumer = AIOKafkaConsumer(
+        topics.decisions, bootstrap_servers=bootstrap, auto_offset_reset="latest"
+    )
+    await consumer.start()
+    await asyncio.sleep(1.0)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
+    await producer.start()
+    tag = uuid.uuid4().hex[:6]
+    total = int(rate * seconds)
+    latencies: list[float] = []
+
+    async def offer() -> None:
+        started = time.perf_counter()
+        for n in range(total):
+            claim = Claim(
+                claim_id=f"lat-{tag}-{n}",
+                subject=f"lat-{tag}-{n}",
+                field="order.payment_status",
+                status="present",
+                value="paid",
+                source="billing-api",
+                observed_at=datetime.now(UTC),
+            )
+            key = state_key(claim.subject, claim.field).encode()
+            await producer.send(topics.claims, CODEC.encode(topics.claims, claim), key=key)
+            ahead = started + (n + 1) / rate - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+
+    async def collect() -> None:
+        deadline = time.monotonic() + seconds + 30
+        while len(latencies) < total and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            received = time.time()
+            for messages in batch.values():
+                for message in messages:
+                    decision = CODEC.decode(Decision, message.value)
+                    if decision.subject.startswith(f"lat-{tag}-"):
+                        latencies.append(received - decision.decided_at.timestamp())
+
+    try:
+        await asyncio.gather(offer(), collect())
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return latencies
+
+
+def engine_rate(policy: Policy, keys: int = 20000) -> float:
+    """The pure engine alone: decisions per second for keys of 3 claims."""
+    now = datetime.now(UTC)
+    rules = policy.rules_for("order.payment_status")
+    assert rules is not None
+    rng = random.Random(3)
+    sources = ["billing-api", "crm", "reporting-replica", "billing-cache"]
+    batches = []
+    for k in range(keys):
+        claims = [
+            Claim(
+                claim_id=f"e{k}-{i}",
+                subject=f"s{k}",
+                field="order.payment_status",
+                status="present",
+                value=rng.choice(["paid", "paid", "unpaid"]),
+                source=rng.choice(sources),
+                observed_at=now - timedelta(seconds=rng.randrange(90)),
+            )
+            for i in range(3)
+        ]
+        batches.append([admit(c, policy, now) for c in claims])
+    started = time.perf_counter()
+    for n, admitted in enumerate(batches):
+        arbitrate(f"s{n}", "order.payment_status", admitted, rules, policy.version, now)
+    return keys / (time.perf_counter() - started)
+
+
+def state_bytes_per_key(policy: Policy, claims: list[Claim]) -> float:
+    """Average serialized size of a key's state after the workload (what changelog and RocksDB
+    hold per key)."""
+    now = datetime.now(UTC)
+    states: dict[str, KeyState] = {}
+    for claim in claims:
+        rules = policy.rules_for(claim.field)
+        try:
+            admitted = admit(claim, policy, now)
+        except ContractError:
+            continue
+        assert rules is not None
+        key = state_key(claim.subject, claim.field)
+        step = add_claim(states.get(key), admitted, rules, policy.version, now, Limits())
+        states[key] = step.state
+    sizes = [len(state.model_dump_json()) for state in states.values()]
+    return statistics.fmean(sizes)
+
+
+def run(
+    claims: int, subjects: int, broker_kind: str, partitions: int, latency_s: float
+) -> dict[str, Any]:
+    policy = load_policy(REPO_ROOT / "examples" / "policy.yaml")
+    work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
+    name = f"bench{uuid.uuid4().hex[:6]}"
+    topics = Topics(**{k: f"{name}.{v}" for k, v in Topics().model_dump().items()})
+    broker = start_broker(broker_kind, partitions=partitions)
+    try:
+        settings = Settings(
+            app_id=name,
+            broker=f"kafka://{broker.bootstrap}",
+            partitions=partitions,
+            topics=topics,
+            web_port=free_port(),
+            data_dir=work_dir / "state",
+            log_level="error",
+        )
+        asyncio.run(ensure_topics(settings))
+        load = workload(claims, subjects, seed=1, topic=topics.claims)
+        print(f"bench: {len(load.records)} claims ({len(load.claims)} valid) on {broker_kind}")
+        raw_in, raw_out = f"{name}.raw-in", f"{name}.raw-out"
+        asyncio.run(create_topics(broker.bootstrap, [raw_in, raw_out], partitions))
+        asyncio.run(fill(broker.bootstrap, raw_in, load.records))
+        asyncio.run(fill(broker.bootstrap, topics.claims, load.records))
+        raw = asyncio.run(raw_limit(broker.bootstrap, raw_in, raw_out, len(load.records)))
+        print(f"bench: raw aiokafka {raw:,.0f} claims/s")
+
+        env = dict(os.environ)
+        env.update({f"CLAIMSTREAM_{k.upper()}": str(v) for k, v in _env_settings(settings).items()})
+        env.update({f"CLAIMSTREAM_TOPIC_{k.upper()}": v for k, v in topics.model_dump().items()})
+        worker = BenchWorker(settings, env)
+        try:
+            ours = claimstream_rate(worker, len(load.records), timeout_s=900)
+            print(f"bench: claimstream {ours:,.0f} claims/s")
+            lat = asyncio.run(latency(broker.bootstrap, topics, ours / 2, latency_s))
+            rss = worker.peak_rss()
+        finally:
+            worker.stop()
+    finally:
+        broker.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)
+    quantiles = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
+    engine = engine_rate(policy)
+    return {
+        "broker": broker_kind,
+        "claims": len(load.records),
+        "subjects": subjects,
+        "raw_claims_per_s": round(raw),
+        "claimstream_claims_per_s": round(ours),
+        "ratio": round(ours / raw, 3),
+        "latency_offered_per_s": round(ours / 2),
+        "latency_samples": len(lat),
+        "p50_ms": round(quantiles[49] * 1000, 1),
+        "p99_ms": round(quantiles[98] * 1000, 1),
+        "peak_rss_bytes": rss,
+        "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
+        "engine_decisions_per_s": round(engine),
+    }
+
+
+def _env_settings(settings: Settings) -> dict[str, object]:
+    return {
+        "app_id": settings.app_id,
+        "broker": settings.broker,
+        "partitions": settings.partitions,
+        "web_port": settings.web_port,
+        "data_dir": settings.data_dir,
+        "log_level": settings.log_level,
+    }
+
+
+def main(claims: int, subjects: int, broker_kind: str, partitions: int, latency_s: float) -> int:
+    result = run(claims, subjects, broker_kind, partitions, latency_s)
+    print(json.dumps(result, sort_keys=True))
+    return 0
