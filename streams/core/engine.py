@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from streams.core.contracts import (
     Action,
@@ -60,13 +61,106 @@ _CONFLICT_ACTIONS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
 class Arbitration:
-    """A decision and the events it implies."""
+    """What the engine decided: the decision id and roles at once, the full records on demand.
 
-    decision: Decision
-    epoch_change: EpochChange | None = None
-    reobserve: ReobserveRequest | None = None
+    Building a Decision with its evidence costs more than deciding; a stream emits only when the
+    belief changes, so the records are built only when someone reads them."""
+
+    def __init__(
+        self,
+        subject: str,
+        field: str,
+        claims: list[AdmittedClaim],
+        roles: dict[str, EvidenceRole],
+        verdict: _Verdict,
+        rules: FieldRules,
+        policy_version: str,
+        now: datetime,
+        supersedes: str | None,
+        change: _EpochShift | None,
+    ) -> None:
+        self.subject, self.field = subject, field
+        self.roles = roles
+        self.outcome = verdict.outcome
+        self._claims, self._verdict, self._rules = claims, verdict, rules
+        self._policy_version, self._now, self._supersedes = policy_version, now, supersedes
+        self._change = change
+        self.action = _action(verdict, rules)
+        resolved = verdict.outcome is Outcome.RESOLVED
+        self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
+        self.decision_id = decision_id(
+            {
+                "subject": subject,
+                "field": field,
+                "outcome": verdict.outcome.value,
+                "conflict_kind": verdict.kind.value if verdict.kind else None,
+                "status": verdict.status.value if verdict.status else None,
+                "value": _canonical(verdict.value),
+                "unit": self.unit,
+                "action": self.action.value,
+                "policy_version": policy_version,
+                "reason": verdict.reason,
+                "tiebreak": verdict.tiebreak,
+                "resolution_id": verdict.resolution_id,
+            }
+        )
+
+    @cached_property
+    def decision(self) -> Decision:
+        """Built without re-validation (`model_construct`): every part comes from validated
+        claims and the policy. Tests round-trip decisions through Avro and `model_validate`."""
+        verdict = self._verdict
+        return Decision.model_construct(
+            decision_id=self.decision_id,
+            subject=self.subject,
+            field=self.field,
+            outcome=verdict.outcome,
+            conflict_kind=verdict.kind,
+            status=verdict.status,
+            value=verdict.value,
+            unit=self.unit,
+            action=self.action,
+            policy_version=self._policy_version,
+            reason=verdict.reason,
+            tiebreak=verdict.tiebreak,
+            resolution_id=verdict.resolution_id,
+            evidence=tuple(_evidence(a, self.roles[a.claim.claim_id]) for a in self._claims),
+            decided_at=self._now,
+            supersedes=self._supersedes,
+        )
+
+    def restated(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
+        """The same decision as first emitted (for a redelivered input)."""
+        return Arbitration(
+            self.subject,
+            self.field,
+            self._claims,
+            self.roles,
+            self._verdict,
+            self._rules,
+            self._policy_version,
+            decided_at,
+            supersedes,
+            self._change,
+        )
+
+    @cached_property
+    def epoch_change(self) -> EpochChange | None:
+        return _epoch_event(self.decision, self._change)
+
+    @cached_property
+    def reobserve(self) -> ReobserveRequest | None:
+        return _reobserve_request(self.decision, self._claims, self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class _EpochShift:
+    from_epoch: int
+    to_epoch: int
+    previous_value: Value
+    new_value: Value
+    claim_ids: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +188,7 @@ def arbitrate(
     unique = _deduplicated(claims)
     roles: dict[str, EvidenceRole] = {}
     live = _usable_now(unique, rules, now, roles)
-    epoch_change: tuple[int, int, Value, Value, list[str]] | None = None
+    epoch_change: _EpochShift | None = None
     unanchored: list[AdmittedClaim] = []
 
     if not live:
@@ -110,12 +204,8 @@ def arbitrate(
         if verdict.outcome in (Outcome.CONFLICT, Outcome.QUARANTINED):
             verdict = _apply_resolution(verdict, live + unanchored, resolutions, rules, roles)
 
-    decision = _decision(subject, field, unique, roles, verdict, rules, policy_version, now)
-    decision = decision.model_copy(update={"supersedes": supersedes})
     return Arbitration(
-        decision=decision,
-        epoch_change=_epoch_event(decision, epoch_change),
-        reobserve=_reobserve_request(decision, unique, roles),
+        subject, field, unique, roles, verdict, rules, policy_version, now, supersedes, epoch_change
     )
 
 
@@ -176,7 +266,7 @@ def _split_unanchored(
 
 def _newest_epoch(
     live: list[AdmittedClaim], rules: FieldRules, roles: dict[str, EvidenceRole]
-) -> tuple[list[AdmittedClaim], tuple[int, int, Value, Value, list[str]] | None, bool]:
+) -> tuple[list[AdmittedClaim], _EpochShift | None, bool]:
     epochs = sorted({a.claim.epoch for a in live if a.claim.epoch is not None})
     if len(epochs) < 2:
         return live, None, False
@@ -187,7 +277,7 @@ def _newest_epoch(
     changed = _stated(current, rules.tolerance) != _stated(before, rules.tolerance)
     change = None
     if changed:
-        change = (
+        change = _EpochShift(
             previous,
             newest,
             _representative(before),
@@ -409,52 +499,6 @@ def _action(verdict: _Verdict, rules: FieldRules) -> Action:
     return action
 
 
-def _decision(
-    subject: str,
-    field: str,
-    claims: list[AdmittedClaim],
-    roles: dict[str, EvidenceRole],
-    verdict: _Verdict,
-    rules: FieldRules,
-    policy_version: str,
-    now: datetime,
-) -> Decision:
-    action = _action(verdict, rules)
-    resolved = verdict.outcome is Outcome.RESOLVED
-    unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
-    belief = {
-        "subject": subject,
-        "field": field,
-        "outcome": verdict.outcome.value,
-        "conflict_kind": verdict.kind.value if verdict.kind else None,
-        "status": verdict.status.value if verdict.status else None,
-        "value": _canonical(verdict.value),
-        "unit": unit,
-        "action": action.value,
-        "policy_version": policy_version,
-        "reason": verdict.reason,
-        "tiebreak": verdict.tiebreak,
-        "resolution_id": verdict.resolution_id,
-    }
-    return Decision(
-        decision_id=decision_id(belief),
-        subject=subject,
-        field=field,
-        outcome=verdict.outcome,
-        conflict_kind=verdict.kind,
-        status=verdict.status,
-        value=verdict.value,
-        unit=unit,
-        action=action,
-        policy_version=policy_version,
-        reason=verdict.reason,
-        tiebreak=verdict.tiebreak,
-        resolution_id=verdict.resolution_id,
-        evidence=tuple(_evidence(a, roles[a.claim.claim_id]) for a in claims),
-        decided_at=now,
-    )
-
-
 def decision_id(belief: dict[str, object]) -> str:
     """Hash of what was decided (not when, nor the evidence list, which grows as claims agree)."""
     digest = hashlib.sha256(json.dumps(belief, sort_keys=True).encode()).hexdigest()
@@ -463,7 +507,7 @@ def decision_id(belief: dict[str, object]) -> str:
 
 def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
     claim = admitted.claim
-    return Evidence(
+    return Evidence.model_construct(
         claim_id=claim.claim_id,
         source=claim.source,
         replica=claim.replica,
@@ -480,20 +524,17 @@ def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
     )
 
 
-def _epoch_event(
-    decision: Decision, change: tuple[int, int, Value, Value, list[str]] | None
-) -> EpochChange | None:
+def _epoch_event(decision: Decision, change: _EpochShift | None) -> EpochChange | None:
     if change is None:
         return None
-    from_epoch, to_epoch, previous_value, new_value, claim_ids = change
     return EpochChange(
         subject=decision.subject,
         field=decision.field,
-        from_epoch=from_epoch,
-        to_epoch=to_epoch,
-        previous_value=previous_value,
-        new_value=new_value,
-        claim_ids=tuple(claim_ids),
+        from_epoch=change.from_epoch,
+        to_epoch=change.to_epoch,
+        previous_value=change.previous_value,
+        new_value=change.new_value,
+        claim_ids=tuple(change.claim_ids),
         decision_id=decision.decision_id,
         detected_at=decision.decided_at,
     )

@@ -203,20 +203,15 @@ def _decide(
     if last is not None and now < last.decided_at:
         now = last.decided_at  # a key's clock never runs backwards
     arbitration = _arbitrate(state, rules, policy_version, now)
-    decision = arbitration.decision
-    roles = {e.claim_id: e.role for e in decision.evidence}
-    state = _evict(state, roles, limits)
+    state = _evict(state, arbitration.roles, limits)
 
     emitted: Arbitration | None = None
-    if last is None or decision.decision_id != last.decision_id:
-        state = _record(state, decision, now, limits)
+    if last is None or arbitration.decision_id != last.decision_id:
+        state = _record(state, arbitration, now, limits)
         emitted = arbitration
     elif trigger == "duplicate":
         # The same input again (a redelivery): repeat the decision exactly as first emitted.
-        repeated = decision.model_copy(
-            update={"decided_at": last.decided_at, "supersedes": last.supersedes}
-        )
-        emitted = Arbitration(repeated, arbitration.epoch_change, arbitration.reobserve)
+        emitted = arbitration.restated(last.decided_at, last.supersedes)
 
     escalation = None
     if (
@@ -224,14 +219,15 @@ def _decide(
         and not state.escalated
         and now - state.conflict_since >= rules.escalate_after
     ):
-        escalation = decision
+        escalation = arbitration.decision
         state = state.model_copy(update={"escalated": True})
     state = state.model_copy(update={"next_check_at": _next_check(state, rules, now)})
     return Step(state=state, emitted=emitted, escalation=escalation)
 
 
-def _record(state: KeyState, decision: Decision, now: datetime, limits: Limits) -> KeyState:
-    summary = DecisionSummary(
+def _record(state: KeyState, arbitration: Arbitration, now: datetime, limits: Limits) -> KeyState:
+    decision = arbitration.decision
+    summary = DecisionSummary.model_construct(
         decision_id=decision.decision_id,
         outcome=decision.outcome,
         conflict_kind=decision.conflict_kind,

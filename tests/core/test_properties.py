@@ -49,7 +49,8 @@ def test_permuting_and_duplicating_claims_never_changes_the_decision(
     shuffled = data.draw(st.permutations(claims))
     duplicated = shuffled + data.draw(st.lists(st.sampled_from(claims), max_size=4))
     again = decide(POLICY, *duplicated)
-    assert again == baseline
+    assert again.decision == baseline.decision
+    assert (again.epoch_change, again.reobserve) == (baseline.epoch_change, baseline.reobserve)
 
 
 @settings(max_examples=200, deadline=None)
@@ -92,4 +93,5 @@ def test_tolerance_grouping_does_not_depend_on_order(
         )
         for n, v in enumerate(values)
     ]
-    assert decide(POLICY, *claims) == decide(POLICY, *data.draw(st.permutations(claims)))
+    shuffled = data.draw(st.permutations(claims))
+    assert decide(POLICY, *claims).decision == decide(POLICY, *shuffled).decision
