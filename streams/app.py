@@ -145,6 +145,9 @@ def use_serializers(table: Any, key_serializer: str, value_serializer: str) -> N
     are raw `subject|field` bytes (the same bytes the input topics are keyed and partitioned by)."""
     table.key_serializer = key_serializer
     table.value_serializer = value_serializer
+    # The changelog topic was already built with the JSON defaults when the table registered
+    # itself; rebuild it, or recovery would decode raw keys as JSON.
+    table.changelog_topic = table._new_changelog_topic()
 
 
 def build(settings: Settings, policy: Policy | None = None) -> Pipeline:

@@ -156,11 +156,19 @@ async def produce(
 
 
 async def read_topic(
-    bootstrap: str, topic: str, idle_s: float = 3.0, max_s: float = 60.0
+    bootstrap: str,
+    topic: str,
+    idle_s: float = 3.0,
+    max_s: float = 60.0,
+    isolation_level: str = "read_uncommitted",
 ) -> list[Any]:
     """Every record on `topic`, read until it has been quiet for `idle_s`."""
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level=isolation_level,
     )
     await consumer.start()
     records: list[Any] = []
