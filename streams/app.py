@@ -29,7 +29,7 @@ from streams.core.keystate import KeyState, current_decision, split_key
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.metrics import Metrics
-from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.pipeline import Handled, Incoming, Outgoing, Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
@@ -175,6 +175,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
 
     inputs = app.topic(
         *topics.inputs(),
+        *principal_topics(policy, settings),
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",

@@ -631,7 +631,8 @@ class KafkaBroker(_Broker):
             return  # formatted by an earlier start: keep its cluster id and data
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         # Kafka 3.9 syntax; a static controller.quorum.voters needs no --standalone.
-        fmt = ["format", "--ignore-formatted", "-t", cluster_id, "-c", props_path]
+        # `=`: a base64url id may start with "-", which the tool would read as an option.
+        fmt = ["format", "--ignore-formatted", f"--cluster-id={cluster_id}", "-c", props_path]
         if self.secured:
             # KRaft keeps SCRAM credentials in the metadata log; writing them at format time means
             # the broker can authenticate its first client (and itself) without a bootstrap step.

@@ -42,12 +42,13 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-async def ensure_topics(settings: Settings) -> list[str]:
+async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[str]:
     """Create the pipeline's topics (idempotent); decisions are compacted. Returns those created."""
     topics = settings.topics
     configs = {topics.decisions: {"cleanup.policy": "compact"}}
     names = [
         *topics.inputs(),
+        *extra,
         topics.aliases,
         topics.decisions,
         topics.dead_letters,

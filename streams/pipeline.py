@@ -9,14 +9,16 @@ silently skipped, and the worker never stops on bad input.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from streams.core.authenticity import SourceKey, keyring, verify
 from streams.core.contracts import Claim, Decision, RejectReason, Resolution, SourceClass
 from streams.core.engine import Arbitration
-from streams.core.errors import RejectedInput
+from streams.core.errors import ClaimstreamError, ContractError, RejectedInput
 from streams.core.intake import admit, admit_resolution
 from streams.core.keystate import (
     KeyState,
@@ -82,6 +84,7 @@ class Processor:
         metrics: Metrics,
         group: str = "",
         wall_clock: Callable[[], float] = time.time,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
@@ -91,6 +94,7 @@ class Processor:
         self.group = group
         self.wall_clock = wall_clock
         self.limits = Limits(settings.max_claims_per_key, settings.decision_history_per_key)
+        self.keys = signing_keys(policy, env)
 
     def process(
         self,
@@ -149,10 +153,11 @@ class Processor:
         alias_of: Callable[[str], str | None],
     ) -> Handled:
         claim = self.codec.decode(Claim, record.value)
+        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
+        self._authenticate(record, claim.source, wall)
         canonical = alias_of(claim.subject)
         if canonical and canonical != claim.subject:
             claim = claim.model_copy(update={"subject": canonical})
-        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
         admitted = admit(claim, self.policy, wall, self._source_class(record))
         key = state_key(claim.subject, claim.field).encode()
         if record.key != key and record.topic != self.topics.rekeyed:
@@ -209,6 +214,39 @@ class Processor:
         due = datetime.fromisoformat(due_header.decode())
         step = advance(state, rules, self.policy.version, due, self.limits)
         return self._emit(record.key, step, record)
+
+    def _authenticate(self, record: Incoming, source: str, now: datetime) -> None:
+        """A claim's declared source must be proven: by the principal-only topic it arrived on
+        (broker ACLs), and/or by a signature from a key the policy binds to that source."""
+        prefix = self.settings.principal_topic_prefix
+        if prefix and record.topic != self.topics.rekeyed:
+            source_policy = self.policy.source_policy(source)
+            owner = source_policy.principal if source_policy else None
+            arrived_as = (
+                record.topic.removeprefix(prefix) if record.topic.startswith(prefix) else None
+            )
+            if owner is not None and arrived_as != owner:
+                raise ContractError(
+                    RejectReason.UNAUTHENTICATED,
+                    f"spoofed source: {source!r} publishes only as principal {owner!r} on "
+                    f"{prefix}{owner}, not on {record.topic}",
+                )
+            if arrived_as is not None and owner != arrived_as:
+                raise ContractError(
+                    RejectReason.UNAUTHENTICATED,
+                    f"spoofed source: principal {arrived_as!r} may not publish claims of {source!r}",
+                )
+        signing = self.policy.signing
+        if signing.keys or signing.required:
+            verify(
+                record.value or b"",
+                record.headers,
+                source,
+                self.keys,
+                now,
+                signing.max_age,
+                signing.required,
+            )
 
     def _forward(self, record: Incoming, key: bytes, kind: bytes) -> Handled:
         """Re-key to subject|field so the record reaches the worker that owns the key's state."""
@@ -302,6 +340,39 @@ class Processor:
             (ERROR_HEADER_PREFIX + name, value.encode()) for name, value in error_headers.items()
         )
         return Outgoing(self.topics.dead_letters, record.key, record.value, headers)
+
+
+def signing_keys(policy: Policy, env: Mapping[str, str] | None = None) -> dict[str, SourceKey]:
+    """The policy's signing keys with their HMAC secrets read from the environment."""
+    env = os.environ if env is None else env
+    keys = []
+    for key in policy.signing.keys:
+        secret = None
+        if key.secret_env is not None:
+            secret = env.get(key.secret_env)
+            if not secret:
+                raise ClaimstreamError(
+                    f"signing key {key.key_id!r}: environment variable {key.secret_env} is not set"
+                )
+        keys.append(
+            SourceKey(
+                key_id=key.key_id,
+                algorithm=key.algorithm,
+                secret=secret,
+                public_key=key.public_key,
+                sources=key.sources,
+            )
+        )
+    return keyring(keys)
+
+
+def principal_topics(policy: Policy, settings: Settings) -> list[str]:
+    """One input topic per publishing principal named in the policy (when configured)."""
+    prefix = settings.principal_topic_prefix
+    if not prefix:
+        return []
+    principals = {s.principal for s in policy.sources.values() if s.principal}
+    return [f"{prefix}{principal}" for principal in sorted(principals)]
 
 
 def _declared_source(record: Incoming, codec: WireCodec) -> str | None:

@@ -25,8 +25,9 @@ from streams.core.contracts import Claim, Decision, EpochChange, ReobserveReques
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.intake import parse_claim
+from streams.core.policy import load_policy
 from streams.demo import scenario_claims, scenario_resolutions
-from streams.pipeline import ERROR_HEADER_PREFIX
+from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
@@ -38,9 +39,10 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(ensure_topics(settings))
+    policy = load_policy(settings.policy)
+    loop.run_until_complete(ensure_topics(settings, principal_topics(policy, settings)))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    pipeline = build(settings)
+    pipeline = build(settings, policy)
     if customize is not None:
         customize(pipeline)
     worker = faust.Worker(

@@ -68,6 +68,11 @@ class Settings(BaseModel):
     expiry_interval_s: float = Field(default=1.0, gt=0)
     broker_session_timeout_s: float = 10.0
     broker_rebalance_timeout_s: float = 6.0
+    principal_topic_prefix: str | None = Field(
+        default=None,
+        description="e.g. claims.from.: sources with a policy principal publish only on "
+        "<prefix><principal>, a topic the broker's ACLs let only that principal write",
+    )
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None

@@ -10,7 +10,7 @@ import re
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -109,6 +109,32 @@ class SourcePolicy(_Strict):
         return self
 
 
+class SigningKeyPolicy(_Strict):
+    """A key that proves a claim's source; HMAC secrets come from the environment, never the file."""
+
+    key_id: str = Field(min_length=1)
+    algorithm: Literal["hmac-sha256", "ed25519"]
+    public_key: str | None = Field(default=None, description="ed25519: base64 raw public key")
+    secret_env: str | None = Field(default=None, description="hmac: env var holding the secret")
+    sources: tuple[str, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _material(self) -> SigningKeyPolicy:
+        if self.algorithm == "ed25519" and not self.public_key:
+            raise ValueError("an ed25519 key needs `public_key`")
+        if self.algorithm == "hmac-sha256" and not self.secret_env:
+            raise ValueError(
+                "an hmac-sha256 key needs `secret_env` (the secret stays out of files)"
+            )
+        return self
+
+
+class Signing(_Strict):
+    required: bool = False
+    max_age: BoundedDuration = timedelta(minutes=5)
+    keys: tuple[SigningKeyPolicy, ...] = ()
+
+
 class FieldPolicy(_Strict):
     type: FieldType
     values: tuple[str, ...] | None = None
@@ -164,9 +190,17 @@ class Policy(_Strict):
     defaults: Defaults = Defaults()
     sources: dict[str, SourcePolicy]
     fields: dict[str, FieldPolicy] = Field(min_length=1)
+    signing: Signing = Signing()
 
     @model_validator(mode="after")
     def _field_authorities_name_known_sources(self) -> Policy:
+        for name in self.fields:
+            if "|" in name:
+                raise ValueError(f"fields.{name}: a field name cannot contain '|'")
+        for key in self.signing.keys:
+            unknown = [s for s in key.sources if s not in self.sources]
+            if unknown:
+                raise ValueError(f"signing.keys.{key.key_id} names unknown sources {unknown}")
         for name, field_policy in self.fields.items():
             for source, authority in field_policy.authorities.items():
                 if source not in self.sources and CATCH_ALL not in self.sources:

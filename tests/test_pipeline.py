@@ -1,0 +1,150 @@
+"""The processor without a broker: authenticity, dead letters and re-keying of single records."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streams.core.authenticity import sign
+from streams.core.contracts import Claim
+from streams.core.keystate import KeyState, state_key
+from streams.core.policy import Policy, load_policy
+from streams.metrics import Metrics
+from streams.pipeline import Handled, Incoming, Processor
+from streams.registry import FolderRegistry, WireCodec
+from streams.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "s3cret-s3cret-s3cret-s3cret-s3cret!"
+CODEC = WireCodec(FolderRegistry())
+NOW = datetime.now(UTC)
+
+
+def secured_policy(tmp_path: Path) -> Policy:
+    data = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+    data["sources"]["billing-api"]["principal"] = "alice"
+    data["signing"] = {
+        "required": True,
+        "max_age": "5m",
+        "keys": [
+            {
+                "key_id": "billing-1",
+                "algorithm": "hmac-sha256",
+                "secret_env": "BILLING_KEY",
+                "sources": ["billing-api"],
+            },
+            {
+                "key_id": "crm-1",
+                "algorithm": "hmac-sha256",
+                "secret_env": "CRM_KEY",
+                "sources": ["crm"],
+            },
+        ],
+    }
+    path = tmp_path / "secured.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_policy(path)
+
+
+@pytest.fixture
+def processor(tmp_path: Path) -> Processor:
+    policy = secured_policy(tmp_path)
+    settings = Settings(principal_topic_prefix="claims.from.")
+    env = {"BILLING_KEY": SECRET, "CRM_KEY": SECRET[::-1]}
+    return Processor(settings, policy, CODEC, Metrics(policy), env=env)
+
+
+def claim(source: str = "billing-api") -> Claim:
+    return Claim(
+        claim_id=f"c-{source}",
+        subject="inv:9",
+        field="order.payment_status",
+        status="present",
+        value="paid",
+        source=source,
+        observed_at=NOW,
+    )
+
+
+def record(topic: str, value: bytes, headers: list[tuple[str, bytes]]) -> Incoming:
+    c = claim()
+    key = state_key(c.subject, c.field).encode()
+    return Incoming(topic, 0, 7, key, value, tuple(headers), NOW.timestamp())
+
+
+def run(processor: Processor, incoming: Incoming) -> Handled:
+    states: dict[bytes, KeyState] = {}
+    return processor.process(incoming, states.get, lambda subject: None)
+
+
+def reason(handled: Handled) -> str | None:
+    (out,) = [o for o in handled.outputs if o.topic == "claims.dead-letters"] or [None]
+    if out is None:
+        return None
+    return (
+        dict(out.headers)["claimstream.error.reason"].decode()
+        + ": "
+        + dict(out.headers)["claimstream.error.detail"].decode()
+    )
+
+
+def signed(
+    value: bytes, key_id: str = "billing-1", secret: str = SECRET, at: datetime = NOW
+) -> list[tuple[str, bytes]]:
+    return sign(value, key_id, "hmac-sha256", secret.encode(), at)
+
+
+def test_a_signed_claim_on_its_principal_topic_is_decided(processor: Processor) -> None:
+    value = CODEC.encode("claims.from.alice", claim())
+    handled = run(processor, record("claims.from.alice", value, signed(value)))
+    assert reason(handled) is None
+    assert [d.outcome for d in handled.decisions] == ["resolved"]
+
+
+@pytest.mark.parametrize(
+    ("case", "detail"),
+    [
+        ("unsigned", "unsigned claim"),
+        ("flipped bit", "bad signature"),
+        ("another source's key", "spoofed source"),
+        ("replayed", "replayed"),
+        ("wrong principal topic", "spoofed source"),
+        ("shared topic", "spoofed source"),
+    ],
+)
+def test_unproven_sources_are_dead_lettered_as_unauthenticated(
+    processor: Processor, case: str, detail: str
+) -> None:
+    topic = "claims.from.alice"
+    value = CODEC.encode(topic, claim())
+    headers = signed(value)
+    if case == "unsigned":
+        headers = []
+    elif case == "flipped bit":
+        at = value.index(b"inv:9") + 4  # still valid Avro: the subject reads inv:8
+        value = value[:at] + bytes([value[at] ^ 0x01]) + value[at + 1 :]
+    elif case == "another source's key":
+        headers = signed(value, key_id="crm-1", secret=SECRET[::-1])
+    elif case == "replayed":
+        headers = signed(value, at=NOW - timedelta(hours=1))
+    elif case == "wrong principal topic":
+        topic = "claims.from.mallory"
+    elif case == "shared topic":
+        topic = "claims.tools"
+    handled = run(processor, record(topic, value, headers))
+    found = reason(handled)
+    assert found is not None, case
+    assert found.startswith("unauthenticated: ")
+    assert detail in found
+    assert handled.decisions == []
+
+
+def test_a_missing_secret_is_a_startup_error(tmp_path: Path) -> None:
+    from streams.core.errors import ClaimstreamError
+
+    policy = secured_policy(tmp_path)
+    with pytest.raises(ClaimstreamError, match="BILLING_KEY"):
+        Processor(Settings(), policy, CODEC, Metrics(policy), env={})
