@@ -113,6 +113,10 @@ class WorkerProcess:
             return body.decode() if path == "/metrics" else json.loads(body)
         return None
 
+    def restarts(self) -> int:
+        """Agents Faust restarted after a crash (an agent that raised); 0 for a healthy worker."""
+        return self.log_tail(100000).count("Crashed reason=")
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -157,6 +157,10 @@ def bad_records(deployment: Deployment) -> list[tuple[str, bytes | None, bytes |
         ("future_observation", b"k13", variant(observed_at=datetime(2999, 1, 1, tzinfo=UTC))),
         ("unknown_field", b"k14", variant(field="order.colour")),
         ("malformed", b"k15", "not avro at all \udcff".encode("utf-8", "surrogateescape")),
+        ("invalid_value", b"k16", variant(field="api.latency", value=math.inf, unit="ms")),
+        ("invalid_value", b"k17", variant(observed_at=datetime(1960, 1, 1, tzinfo=UTC))),
+        ("invalid_value", b"k18", variant(field="customer.shipping_address", value="x" * 100_000)),
+        ("malformed", b"k19", body.replace(b"paid", b"pa\xff\xfe")),  # invalid UTF-8 inside Avro
     ]
 
 
@@ -168,6 +172,7 @@ def test_bad_records_are_dead_lettered_and_the_worker_keeps_going(
     deployment: Deployment = deployment_factory(broker.bootstrap)
     worker = deployment.worker().start()
     try:
+        warm_up(broker.bootstrap, deployment)
         bad = bad_records(deployment)
         now = datetime.now(UTC)
         good = [
@@ -192,8 +197,19 @@ def test_bad_records_are_dead_lettered_and_the_worker_keeps_going(
                     [],
                 )
             )
+        # A reused claim_id with a different payload, after the original.
+        reused = good[0].model_copy(update={"value": "overdue"})
+        mixed.append(
+            (
+                state_key(reused.subject, reused.field).encode(),
+                CODEC.encode(deployment.topics.claims, reused),
+                [("reason-expected", b"conflicting_duplicate")],
+            )
+        )
+        bad.append(("conflicting_duplicate", b"", mixed[-1][1]))
         asyncio.run(produce(broker.bootstrap, deployment.topics.claims, mixed))
         expected = {(c.subject, c.field): None for c in good}
+        expected[("warm-up", "order.payment_status")] = None
         started = time.monotonic()
         latest, _ = asyncio.run(
             wait_for_decisions(broker.bootstrap, deployment.topics.decisions, {}, timeout_s=2)
@@ -216,13 +232,57 @@ def test_bad_records_are_dead_lettered_and_the_worker_keeps_going(
             assert "claimstream.error.partition" in headers
             assert headers["claimstream.error.detail"]
         assert {m.value for m in dead} == {value for _, _, value in bad}
+        inputs = {
+            (m.partition, m.offset): m.timestamp
+            for m in asyncio.run(read_topic(broker.bootstrap, deployment.topics.claims, idle_s=1))
+        }
+        delays_ms = [
+            m.timestamp
+            - inputs[
+                (
+                    int(dict(m.headers)["claimstream.error.partition"]),
+                    int(dict(m.headers)["claimstream.error.offset"]),
+                )
+            ]
+            for m in dead
+        ]
+        assert max(delays_ms) < 1000, delays_ms  # each bad record dead-lettered within a second
         assert worker.alive
+        assert worker.restarts() == 0
         assert worker.get("/healthz")["status"] == "ok"
         print(
             f"dead letters[{broker_kind}]: {len(dead)} bad records in {time.monotonic() - started:.1f}s"
         )
     finally:
         worker.stop()
+
+
+def warm_up(bootstrap: str, deployment: Deployment) -> None:
+    """Wait until the worker owns its partitions, so timings measure processing, not joining."""
+    claim = Claim(
+        claim_id="warm-up",
+        subject="warm-up",
+        field="order.payment_status",
+        status="present",
+        value="paid",
+        source="billing-api",
+        observed_at=datetime.now(UTC),
+    )
+    key = state_key(claim.subject, claim.field).encode()
+    asyncio.run(
+        produce(
+            bootstrap,
+            deployment.topics.claims,
+            [(key, CODEC.encode(deployment.topics.claims, claim), [])],
+        )
+    )
+    deadline = time.monotonic() + 60
+    latest: dict[Any, Any] = {}
+    while ("warm-up", "order.payment_status") not in latest and time.monotonic() < deadline:
+        latest, _ = asyncio.run(
+            wait_for_decisions(bootstrap, deployment.topics.decisions, {}, timeout_s=1)
+        )
+    assert ("warm-up", "order.payment_status") in latest
 
 
 def test_two_workers_share_the_partitions(kafka: KafkaBroker, deployment_factory: Any) -> None:
