@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.authenticity import sign
 from streams.core.contracts import Claim
@@ -148,3 +150,67 @@ def test_a_missing_secret_is_a_startup_error(tmp_path: Path) -> None:
     policy = secured_policy(tmp_path)
     with pytest.raises(ClaimstreamError, match="BILLING_KEY"):
         Processor(Settings(), policy, CODEC, Metrics(policy), env={})
+
+
+plain_processor_policy = load_policy(REPO / "examples" / "policy.yaml")
+PLAIN = Processor(Settings(), plain_processor_policy, CODEC, Metrics(plain_processor_policy))
+FIELDS = [*sorted(plain_processor_policy.fields), "no.such.field"]
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=50),
+    st.sampled_from(["paid", "unpaid", "overdue", " PAID ", ""]),
+)
+fuzzed_claims = st.builds(
+    Claim,
+    claim_id=st.text(max_size=10),
+    subject=st.text(max_size=10),
+    field=st.sampled_from(FIELDS),
+    status=st.sampled_from(["present", "not_found", "forbidden", "unavailable", "error"]),
+    value=VALUES,
+    unit=st.none() | st.sampled_from(["ms", "s", "kg", "USD", ""]),
+    source=st.sampled_from(["billing-api", "crm", "chat", "nobody", ""]),
+    source_class=st.sampled_from(["observation", "user", "inference"]),
+    observed_at=st.datetimes(
+        min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+    ),
+    epoch=st.none() | st.integers(min_value=-5, max_value=5),
+    confidence=st.none() | st.floats(allow_nan=True),
+)
+
+
+def _exactly_one_outcome(handled: Handled) -> None:
+    dead = [o for o in handled.outputs if o.topic == "claims.dead-letters"]
+    if dead:
+        assert len(handled.outputs) == 1
+        assert dict(dead[0].headers)["claimstream.error.reason"]
+    else:
+        assert handled.state is not None or any(
+            o.topic == "claimstream-rekeyed" for o in handled.outputs
+        )
+
+
+@settings(max_examples=400, deadline=None)
+@given(claim=fuzzed_claims, rekey=st.booleans())
+def test_fuzzed_claims_are_decided_or_dead_lettered_never_raised(claim: Claim, rekey: bool) -> None:
+    value = CODEC.encode("claims.tools", claim)
+    key = b"other" if rekey else state_key(claim.subject, claim.field).encode()
+    handled = PLAIN.process(
+        Incoming("claims.tools", 0, 0, key, value, (), NOW.timestamp()),
+        {}.get,
+        lambda subject: None,
+    )
+    _exactly_one_outcome(handled)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.binary(max_size=300), cut=st.integers(min_value=0, max_value=300))
+def test_fuzzed_bytes_are_dead_lettered(data: bytes, cut: int) -> None:
+    valid = CODEC.encode("claims.tools", claim())
+    for value in (data, valid[:cut] + data[: len(valid) - cut]):
+        handled = PLAIN.process(
+            Incoming("claims.tools", 0, 0, b"k", value, (), NOW.timestamp()), {}.get, lambda s: None
+        )
+        _exactly_one_outcome(handled)
