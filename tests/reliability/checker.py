@@ -13,7 +13,6 @@ import asyncio
 import json
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -148,8 +147,15 @@ def check(
         problems.append(f"{len(missing_dead)} rejected claims are missing from the dead letters")
         lost_ids |= missing_dead & {c.claim_id for c in history.acked}
 
-    repeats = Counter((d.subject, d.field, d.decision_id) for d in decisions)
-    duplicates = sum(n - 1 for n in repeats.values() if n > 1)
+    # A duplicate is a decision that repeats the key's previous one (what consumers drop); a
+    # belief that returns later (A, B, A) is a change, not a duplicate. One key's decisions share
+    # a partition, so topic order is the emission order.
+    previous: dict[tuple[str, str], str] = {}
+    duplicates = 0
+    for d in decisions:
+        key = (d.subject, d.field)
+        duplicates += previous.get(key) == d.decision_id
+        previous[key] = d.decision_id
     beliefs: dict[str, set[str]] = {}
     for d in decisions:
         beliefs.setdefault(d.decision_id, set()).add(
