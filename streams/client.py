@@ -8,7 +8,6 @@ action is `block`, is not runnable.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -183,7 +182,3 @@ class DecisionFeed:
             elif decision.action is Action.BLOCK:
                 blocked[field] = "action is block"
         return GateVerdict(runnable=not blocked, blocked_by=blocked)
-
-
-def decision_line(decision: Decision) -> str:
-    return json.dumps(decision.model_dump(mode="json"), sort_keys=True)

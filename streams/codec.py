@@ -6,7 +6,6 @@ fastavro's errors are translated into CodecError here, so the rest of the code s
 from __future__ import annotations
 
 import io
-import json
 import os
 from functools import cache
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, TypeVar
 import fastavro
 from pydantic import BaseModel, ValidationError
 
-from streams.core.contracts import RECORD_MODELS, RejectReason
+from streams.core.contracts import RejectReason
 from streams.core.errors import CodecError
 
 NAMESPACE = "claimstream"
@@ -31,25 +30,23 @@ def schema_dir() -> Path:
 @cache
 def expanded_schema(name: str) -> dict[str, Any]:
     """Schema of record `name` (e.g. "Claim") with the named types of sibling files inlined."""
-    path = schema_dir() / f"{NAMESPACE}.{name}.avsc"
+    return load_expanded(schema_dir() / f"{NAMESPACE}.{name}.avsc")
+
+
+def load_expanded(path: Path) -> dict[str, Any]:
+    """One .avsc file with the named types it references (from sibling files) inlined."""
     try:
         schema = fastavro.schema.load_schema(str(path), _write_hint=False)
     except (OSError, fastavro.schema.SchemaParseException, ValueError) as exc:
         raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"cannot load schema {path}: {exc}") from exc
     if not isinstance(schema, dict):
-        raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"{path} does not define a record")
+        raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"{path} does not define a named type")
     return schema
 
 
 @cache
 def parsed_schema(name: str) -> Any:
     return fastavro.parse_schema(expanded_schema(name))
-
-
-@cache
-def schema_json(name: str) -> str:
-    """The expanded schema of `name` as JSON text, as a schema registry stores it."""
-    return json.dumps(expanded_schema(name), sort_keys=True)
 
 
 def record_name(model: type[BaseModel]) -> str:
@@ -98,7 +95,3 @@ def decode(model: type[M], body: bytes, writer_schema: Any | None = None) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise CodecError(RejectReason.MALFORMED, f"{model.__name__}: {exc}") from exc
-
-
-def record_names() -> list[str]:
-    return sorted(RECORD_MODELS)

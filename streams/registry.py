@@ -142,7 +142,7 @@ class FolderRegistry:
         if not paths:
             raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"no *.avsc schemas in {self.schema_dir}")
         for path in paths:
-            self._add(path.relative_to(self.schema_dir).as_posix(), _load_expanded(path))
+            self._add(path.relative_to(self.schema_dir).as_posix(), codec.load_expanded(path))
 
     def _add(self, label: str, schema: dict[str, Any]) -> None:
         text = canonical_json(schema)
@@ -189,17 +189,6 @@ class FolderRegistry:
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         for sid, schema in self._schemas.items():
             yield sid, copy.deepcopy(schema)
-
-
-def _load_expanded(path: Path) -> dict[str, Any]:
-    """Loaded as codec.expanded_schema loads it, so the ids match what the encoder registers."""
-    try:
-        schema = fastavro.schema.load_schema(str(path), _write_hint=False)
-    except (OSError, fastavro.schema.SchemaParseException, ValueError) as exc:
-        raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"cannot load schema {path}: {exc}") from exc
-    if not isinstance(schema, dict):
-        raise CodecError(RejectReason.UNKNOWN_SCHEMA, f"{path} does not define a named type")
-    return schema
 
 
 class HttpRegistry:

@@ -8,7 +8,6 @@ sending a decision can repeat a decision but never lose one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -277,7 +276,3 @@ def _next_check(state: KeyState, rules: FieldRules, now: datetime) -> datetime |
         moments.append(state.conflict_since + rules.escalate_after)
     future = [m for m in moments if m > now]
     return min(future, default=None)
-
-
-def keys_due(states: Sequence[KeyState], now: datetime) -> list[KeyState]:
-    return [s for s in states if s.next_check_at is not None and s.next_check_at <= now]
