@@ -25,7 +25,13 @@ from faust.types import EventT, StreamT
 from faust.web import Request, Response, View
 
 from streams.core.contracts import Decision, Outcome
-from streams.core.keystate import KeyState, current_decision, split_key
+from streams.core.keystate import (
+    KeyState,
+    current_decision,
+    decode_state,
+    encode_state,
+    split_key,
+)
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.metrics import Metrics
@@ -42,10 +48,10 @@ RESCAN_EVERY_S = 30.0
 
 class KeyStateCodec(codecs.Codec):
     def _dumps(self, obj: Any) -> bytes:
-        return bytes(obj.model_dump_json(), "utf-8")
+        return encode_state(obj)
 
     def _loads(self, s: bytes) -> Any:
-        return KeyState.model_validate_json(s)
+        return decode_state(s)
 
 
 codecs.register(KEYSTATE_CODEC, KeyStateCodec())

@@ -36,7 +36,7 @@ from streams.core.contracts import Claim, Decision
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError, RejectedInput
 from streams.core.intake import admit, parse_claim
-from streams.core.keystate import KeyState, Limits, add_claim, state_key
+from streams.core.keystate import KeyState, Limits, add_claim, encode_state, state_key
 from streams.core.policy import Policy, load_policy
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import REPO_ROOT, Settings, Topics
@@ -286,7 +286,7 @@ def state_bytes_per_key(policy: Policy, claims: list[Claim]) -> float:
         key = state_key(claim.subject, claim.field)
         step = add_claim(states.get(key), admitted, rules, policy.version, now, Limits())
         states[key] = step.state
-    sizes = [len(state.model_dump_json()) for state in states.values()]
+    sizes = [len(encode_state(state)) for state in states.values()]
     return statistics.fmean(sizes)
 
 

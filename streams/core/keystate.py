@@ -8,6 +8,7 @@ sending a decision can repeat a decision but never lose one.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -91,6 +92,23 @@ class KeyState(_Frozen):
     @property
     def current(self) -> DecisionSummary | None:
         return self.history[-1] if self.history else None
+
+
+# A stored claim's subject and field are the key's own: written once per state, not per claim.
+_PER_CLAIM_REDUNDANT = {"claims": {"__all__": {"claim": {"subject", "field"}}}}
+
+
+def encode_state(state: KeyState) -> bytes:
+    """Compact JSON for the changelog and RocksDB: defaults and per-claim key fields left out."""
+    return state.model_dump_json(exclude_defaults=True, exclude=_PER_CLAIM_REDUNDANT).encode()
+
+
+def decode_state(data: bytes) -> KeyState:
+    raw = json.loads(data)
+    for stored in raw.get("claims", ()):
+        stored["claim"]["subject"] = raw["subject"]
+        stored["claim"]["field"] = raw["field"]
+    return KeyState.model_validate(raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,111 @@
+"""Per-key state transitions and the compact state encoding."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.core.contracts import RejectReason
+from streams.core.errors import ContractError
+from streams.core.intake import admit
+from streams.core.keystate import (
+    KeyState,
+    Limits,
+    add_claim,
+    advance,
+    decode_state,
+    encode_state,
+    split_key,
+    state_key,
+)
+from streams.core.policy import Policy, load_policy
+from tests.core.conftest import NOW, REPO, claim
+
+POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
+RULES = POLICY.rules_for("order.payment_status")
+assert RULES is not None
+
+
+def grow(*claims: object, limits: Limits | None = None) -> tuple[KeyState | None, list[str]]:
+    limits = limits or Limits()
+    state: KeyState | None = None
+    emitted = []
+    for c in claims:
+        step = add_claim(state, admit(c, POLICY, NOW), RULES, POLICY.version, NOW, limits)  # type: ignore[arg-type]
+        state = step.state
+        if step.emitted is not None:
+            emitted.append(step.emitted.decision.outcome.value)
+    return state, emitted
+
+
+def test_a_decision_is_emitted_only_when_the_belief_changes() -> None:
+    state, emitted = grow(
+        claim(1), claim(2, source="crm"), claim(3, source="billing-export", value="overdue")
+    )
+    assert emitted == ["resolved", "conflict"]
+    assert state is not None
+    assert [s.outcome for s in state.history] == ["resolved", "conflict"]
+    assert state.history[1].supersedes == state.history[0].decision_id
+    assert state.conflict_since == NOW
+
+
+def test_a_redelivered_claim_repeats_the_decision_exactly_as_first_emitted() -> None:
+    state, _ = grow(claim(1))
+    assert state is not None
+    first = state.history[-1]
+    again = add_claim(
+        state, admit(claim(1), POLICY, NOW), RULES, POLICY.version, NOW + timedelta(seconds=5)
+    )
+    assert again.emitted is not None
+    assert again.emitted.decision.decision_id == first.decision_id
+    assert again.emitted.decision.decided_at == first.decided_at
+    assert again.state.history == state.history
+
+
+def test_a_reused_claim_id_with_another_payload_is_refused() -> None:
+    state, _ = grow(claim(1))
+    with pytest.raises(ContractError) as caught:
+        add_claim(state, admit(claim(1, value="overdue"), POLICY, NOW), RULES, POLICY.version, NOW)
+    assert caught.value.reason is RejectReason.CONFLICTING_DUPLICATE
+
+
+def test_time_alone_expires_and_the_next_check_is_the_expiry_instant() -> None:
+    state, _ = grow(claim(1))
+    assert state is not None
+    assert state.next_check_at == NOW - timedelta(seconds=1) + timedelta(seconds=60)
+    step = advance(state, RULES, POLICY.version, state.next_check_at)
+    assert step.emitted is not None
+    assert step.emitted.decision.outcome == "insufficient"
+    assert step.emitted.decision.decided_at == state.next_check_at
+
+
+def test_history_is_bounded_and_counting_claims_are_kept_first() -> None:
+    old = [claim(n, observed_at=NOW - timedelta(minutes=10), value="unpaid") for n in range(5)]
+    fresh = [claim(10 + n, source="crm") for n in range(3)]
+    state, _ = grow(*old, *fresh, limits=Limits(max_claims=4, max_history=2))
+    assert state is not None
+    assert len(state.claims) == 4
+    assert {s.claim.claim_id for s in state.claims} >= {"c10", "c11", "c12"}
+    assert len(state.history) <= 2
+
+
+def test_keys_split_on_the_last_separator() -> None:
+    assert split_key(state_key("a|b", "order.payment_status")) == ("a|b", "order.payment_status")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.sampled_from(["paid", "unpaid", "overdue"]), min_size=1, max_size=6),
+    sources=st.lists(st.sampled_from(["billing-api", "crm", "chat"]), min_size=6, max_size=6),
+)
+def test_state_encoding_round_trips(values: list[str], sources: list[str]) -> None:
+    claims = [
+        claim(n, value=v, source=sources[n], epoch=n % 2 or None) for n, v in enumerate(values)
+    ]
+    state, _ = grow(*claims)
+    assert state is not None
+    assert decode_state(encode_state(state)) == state
+    assert len(encode_state(state)) < len(state.model_dump_json())
