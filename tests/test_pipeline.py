@@ -56,7 +56,7 @@ def processor(tmp_path: Path) -> Processor:
     policy = secured_policy(tmp_path)
     settings = Settings(principal_topic_prefix="claims.from.")
     env = {"BILLING_KEY": SECRET, "CRM_KEY": SECRET[::-1]}
-    return Processor(settings, policy, CODEC, Metrics(policy), env=env)
+    return Processor(settings, policy, CODEC, Metrics(policy), env=env, wall_clock=NOW.timestamp)
 
 
 def claim(source: str = "billing-api") -> Claim:
@@ -153,7 +153,13 @@ def test_a_missing_secret_is_a_startup_error(tmp_path: Path) -> None:
 
 
 plain_processor_policy = load_policy(REPO / "examples" / "policy.yaml")
-PLAIN = Processor(Settings(), plain_processor_policy, CODEC, Metrics(plain_processor_policy))
+PLAIN = Processor(
+    Settings(),
+    plain_processor_policy,
+    CODEC,
+    Metrics(plain_processor_policy),
+    wall_clock=NOW.timestamp,
+)
 FIELDS = [*sorted(plain_processor_policy.fields), "no.such.field"]
 VALUES = st.one_of(
     st.none(),
