@@ -7,10 +7,12 @@ problem. `Policy.rules_for(field)` returns the effective, fully defaulted rules 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -213,9 +215,19 @@ class Policy(_Strict):
         return self
 
     def rules_for(self, field: str) -> FieldRules | None:
-        field_policy = self.fields.get(field)
-        if field_policy is None:
-            return None
+        return self._rules.get(field)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Policy:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("_rules", None)  # a copy with other fields must not reuse the cache
+        return copied
+
+    @cached_property
+    def _rules(self) -> dict[str, FieldRules]:
+        # Built once per (frozen) policy: every claim asks for its field's rules.
+        return {name: self._effective_rules(name, policy) for name, policy in self.fields.items()}
+
+    def _effective_rules(self, field: str, field_policy: FieldPolicy) -> FieldRules:
         d = self.defaults
         default_case = (
             StringCase.FOLD if field_policy.type is FieldType.ENUM else StringCase.PRESERVE
