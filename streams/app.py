@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -227,12 +228,15 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             key=record.key, value=record.value, headers=list(record.headers)
         )
 
-    async def apply(handled: Handled, received: float) -> None:
+    async def apply(handled: Handled, received: float, tallies: Counter[bytes]) -> None:
         if handled.key is not None and handled.state is not None:
             states[handled.key] = handled.state
             schedule.note(handled.key, handled.state)
         for record in handled.outputs:
-            await send(record)
+            if record.topic == topics.outcomes:
+                tallies[record.key or b""] += int(record.value or b"1")
+            else:
+                await send(record)
         now = time.time()
         for decision in handled.decisions:
             metrics.decided(decision, now)
@@ -243,11 +247,16 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     async def arbiter(events: StreamT[bytes]) -> None:
         stream = cast("faust.Stream[bytes]", events)  # take_events is not on the StreamT protocol
         async for batch in stream.take_events(settings.batch_size, settings.batch_within_s):
+            # Outcome counts are summed per batch: one record per field|outcome|kind, not one
+            # per decision, for the windowed counts.
+            tallies: Counter[bytes] = Counter()
             for event in batch:
                 writing_for(event)
                 record = incoming(event)
                 handled = processor.process(record, states.get, alias_of)
-                await apply(handled, record.timestamp or 0.0)
+                await apply(handled, record.timestamp or 0.0, tallies)
+            for key, count in tallies.items():
+                await send(Outgoing(topics.outcomes, key, str(count).encode()))
 
     @app.agent(topic(topics.aliases), name="alias-feed")
     async def alias_feed(stream: StreamT[bytes]) -> None:
@@ -263,8 +272,8 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     @app.agent(outputs[topics.outcomes], name="field-stats")
     async def field_stats(stream: StreamT[bytes]) -> None:
         async for event in stream.events():
-            if isinstance(event.key, bytes):
-                outcome_counts[event.key.decode()] += 1
+            if isinstance(event.key, bytes) and isinstance(event.value, bytes):
+                outcome_counts[event.key.decode()] += int(event.value)
 
     @app.timer(interval=settings.expiry_interval_s)
     async def due_keys() -> None:
@@ -399,7 +408,7 @@ def register_views(
         counts = {}
         for outcome in Outcome:
             for kind in ("none", "value", "existence", "semantic", "cross_epoch", "provenance"):
-                key = f"{field}|{outcome.value}|{kind}"
-                if key in outcome_counts:
-                    counts[f"{outcome.value}/{kind}"] = outcome_counts[key].now()
+                count = outcome_counts[f"{field}|{outcome.value}|{kind}"].now()
+                if count:
+                    counts[f"{outcome.value}/{kind}"] = count
         return web.json({"field": field, "worker_local": True, "window_s": 60, "counts": counts})
