@@ -257,6 +257,10 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
                 await apply(handled, record.timestamp or 0.0, tallies)
             for key, count in tallies.items():
                 await send(Outgoing(topics.outcomes, key, str(count).encode()))
+            # Table writes wait in Faust's producer buffer; hand them to the Kafka producer before
+            # this batch's offsets become committable. Under exactly_once Faust commits the
+            # transaction without draining that buffer, which split state from its offsets.
+            await app.producer.buffer.flush()
 
     @app.agent(topic(topics.aliases), name="alias-feed")
     async def alias_feed(stream: StreamT[bytes]) -> None:
