@@ -340,12 +340,6 @@ class WireCodec:
             header = self._headers[key] = _HEADER.pack(MAGIC_BYTE, sid)
         return header + codec.encode(record)
 
-    def schema_id_of(self, data: bytes | None) -> int:
-        """The schema id of a framed record (for dead-letter headers and diagnostics)."""
-        if data is None or len(data) < _HEADER.size or data[0] != MAGIC_BYTE:
-            raise _framing_error(data)
-        return int(_HEADER.unpack_from(data)[1])
-
     def decode(self, model: type[M], data: bytes | None) -> M:
         if data is None or len(data) < _HEADER.size or data[0] != MAGIC_BYTE:
             raise _framing_error(data)

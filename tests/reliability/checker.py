@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from streams.core.contracts import Claim, Decision
 from streams.core.keystate import state_key
 from streams.core.policy import Policy
-from streams.core.replay import replay
+from streams.core.replay import ReplayResult, replay
 from tests.stream.support import CODEC, read_topic
 
 
@@ -103,9 +103,16 @@ async def wait_for_final(
         await asyncio.sleep(2)
 
 
+def offline_replay(policy: Policy, stored: list[Claim]) -> ReplayResult:
+    """What `claimstream replay` decides for everything the broker holds."""
+    return replay(
+        (json.dumps(c.model_dump(mode="json")) for c in stored), policy, datetime.now(UTC)
+    )
+
+
 def check(
     scenario: str,
-    policy: Policy,
+    expected: ReplayResult,
     history: History,
     stored: list[Claim],
     decisions: list[Decision],
@@ -118,9 +125,6 @@ def check(
     if lost_ids:
         problems.append(f"{len(lost_ids)} acknowledged claims are not on the input topic")
 
-    expected = replay(
-        (json.dumps(c.model_dump(mode="json")) for c in stored), policy, datetime.now(UTC)
-    )
     latest: dict[tuple[str, str], Decision] = {}
     for decision in decisions:
         latest[(decision.subject, decision.field)] = decision

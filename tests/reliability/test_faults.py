@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 import urllib.parse
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,11 @@ import pytest
 from streams.brokers import KafkaBroker
 from streams.core.contracts import Claim, Decision
 from streams.core.policy import load_policy
-from streams.core.replay import replay
 from tests.reliability.checker import (
     History,
     Verdict,
     check,
+    offline_replay,
     publish_steadily,
     wait_for_final,
     workload,
@@ -64,9 +62,7 @@ def judge(
     ]
     policy = load_policy(deployment.policy)
 
-    expected = replay(
-        (json.dumps(c.model_dump(mode="json")) for c in stored), policy, datetime.now(UTC)
-    )
+    expected = offline_replay(policy, stored)
     wanted = {(d.subject, d.field): d.decision_id for d in expected.decisions}
     asyncio.run(wait_for_final(bootstrap, deployment.topics.decisions, wanted, timeout_s=150))
     recovery_s = time.monotonic() - recovery_started
@@ -77,7 +73,7 @@ def judge(
     )
     decisions = [CODEC.decode(Decision, r.value) for r in decisions_raw]
     dead = asyncio.run(read_topic(bootstrap, deployment.topics.dead_letters, idle_s=2))
-    verdict = check(scenario, policy, history, stored, decisions, dead, recovery_s)
+    verdict = check(scenario, expected, history, stored, decisions, dead, recovery_s)
     print(verdict.line())
     return verdict
 
