@@ -1,92 +1,42 @@
-"""The one module that wires topics, tables, agents, timers and web views (the Faust shell).
+"""The one module that wires topics, tables, agents, the arbiter, timers and web views.
 
-Agents read state, call the core through `Processor`, write state and send; nothing else.
-Per-key state lives in a Faust table co-partitioned with the input topics (all keyed by
-`subject|field`, all with the same partition count). Time-driven re-decisions (freshness expiry,
-escalation) travel as self-addressed tick records through the re-key topic, so every state write
-happens inside stream iteration on the partition that owns the key, as Faust's stores require.
+The arbiter (`streams.arbiter`) is the hot path: a batched loop over the input topics that owns
+per-key state, its changelog and the input offsets, and calls the core through `Processor`. Faust
+keeps what it is good at: the subject-alias GlobalTable, the windowed outcome counts, the web API
+and the worker's lifecycle. Faust's own parts run at least once whatever the configured guarantee:
+aliases are idempotent and outcome counts are statistics; the guarantee that matters, decisions
+and state committed with their input, belongs to the arbiter.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-import weakref
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
+import aiohttp
 import faust
-import faust.streams as faust_streams
 from faust.sensors.prometheus import setup_prometheus_sensors
-from faust.serializers import codecs
-from faust.types import EventT, StreamT
+from faust.types import StreamT
 from faust.web import Request, Response, View
 
+from streams.arbiter import Arbiter
 from streams.core.contracts import Decision, Outcome
-from streams.core.keystate import (
-    KeyState,
-    current_decision,
-    decode_state,
-    encode_state,
-    split_key,
-)
+from streams.core.keystate import current_decision, split_key
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.metrics import Metrics
-from streams.pipeline import Handled, Incoming, Outgoing, Processor, principal_topics
+from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
-log = logging.getLogger(__name__)
-
-KEYSTATE_CODEC = "claimstream-keystate"
-OPEN = (Outcome.CONFLICT, Outcome.QUARANTINED)
-RESCAN_EVERY_S = 30.0
-
-
-class KeyStateCodec(codecs.Codec):
-    def _dumps(self, obj: Any) -> bytes:
-        return encode_state(obj)
-
-    def _loads(self, s: bytes) -> Any:
-        return decode_state(s)
-
-
-codecs.register(KEYSTATE_CODEC, KeyStateCodec())
+ROUTED_HEADER = "x-claimstream-routed"
 
 
 def alias_key(subject: str) -> str:
     """Aliases match regardless of case and spacing: `ACME  Corp` finds `acme corp`."""
     return normalize_string(subject, StringCase.FOLD)
-
-
-@dataclass
-class Schedule:
-    """This worker's in-memory view of its keys: when each may change by time alone, and which
-    are open conflicts. Rebuilt from the table after rebalances; the table stays the truth."""
-
-    due: dict[bytes, datetime] = field(default_factory=dict)
-    open_since: dict[bytes, tuple[str, datetime]] = field(default_factory=dict)
-
-    def note(self, key: bytes, state: KeyState) -> None:
-        if state.next_check_at is None:
-            self.due.pop(key, None)
-        else:
-            self.due[key] = state.next_check_at
-        current = state.current
-        if current is not None and current.outcome in OPEN and state.conflict_since is not None:
-            self.open_since[key] = (state.field, state.conflict_since)
-        else:
-            self.open_since.pop(key, None)
-
-    def take_due(self, now: datetime) -> list[tuple[bytes, datetime]]:
-        ready = [(key, due) for key, due in self.due.items() if due <= now]
-        for key, _ in ready:
-            del self.due[key]
-        return ready
 
 
 @dataclass
@@ -98,8 +48,7 @@ class Pipeline:
     policy: Policy
     metrics: Metrics
     processor: Processor
-    states: Any
-    schedule: Schedule
+    arbiter: Arbiter
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -110,7 +59,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "web_bind": settings.web_host,
         "web_host": settings.web_host,
         "web_port": settings.web_port,
-        "processing_guarantee": settings.processing_guarantee.value,
+        "processing_guarantee": "at_least_once",
         "topic_partitions": settings.partitions,
         "topic_replication_factor": settings.replication_factor,
         "broker_session_timeout": settings.broker_session_timeout_s,
@@ -147,16 +96,6 @@ def broker_credentials(settings: Settings) -> Any:
     return None
 
 
-def use_serializers(table: Any, key_serializer: str, value_serializer: str) -> None:
-    """Faust tables derive changelog serializers from model types and fall back to JSON; our keys
-    are raw `subject|field` bytes (the same bytes the input topics are keyed and partitioned by)."""
-    table.key_serializer = key_serializer
-    table.value_serializer = value_serializer
-    # The changelog topic was already built with the JSON defaults when the table registered
-    # itself; rebuild it, or recovery would decode raw keys as JSON.
-    table.changelog_topic = table._new_changelog_topic()
-
-
 def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     policy = policy or load_policy(settings.policy)
     metrics = Metrics(policy)
@@ -165,11 +104,10 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         app, "/metrics", registry=metrics.registry, name_prefix="claimstream_faust"
     )
     codec = WireCodec(registry_from_url(settings.schema_registry))
-    processor = Processor(settings, policy, codec, metrics, group=settings.app_id)
-    schedule = Schedule()
+    processor = Processor(settings, policy, codec, metrics, group=f"{settings.app_id}-arbiter")
     topics = settings.topics
 
-    def topic(name: str, **extra: Any) -> Any:
+    def topic(name: str) -> Any:
         return app.topic(
             name,
             partitions=settings.partitions,
@@ -177,35 +115,8 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
-            **extra,
         )
 
-    inputs = app.topic(
-        *topics.inputs(),
-        *principal_topics(policy, settings),
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-    )
-    outputs = {
-        name: topic(name, compacting=name == topics.decisions)
-        for name in (
-            topics.decisions,
-            topics.dead_letters,
-            topics.epoch_changes,
-            topics.reobserve,
-            topics.escalations,
-            topics.rekeyed,
-            topics.outcomes,
-        )
-    }
-    states = app.Table(
-        "key-state",
-        partitions=settings.partitions,
-        help="Per subject|field: bounded claims, resolutions and decision history.",
-    )
-    use_serializers(states, "raw", KEYSTATE_CODEC)
     aliases = app.GlobalTable(
         "subject-aliases",
         partitions=settings.partitions,
@@ -223,44 +134,15 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         found: str | None = aliases.get(alias_key(subject))
         return found
 
-    async def send(record: Outgoing) -> None:
-        await outputs[record.topic].send(
-            key=record.key, value=record.value, headers=list(record.headers)
-        )
-
-    async def apply(handled: Handled, received: float, tallies: Counter[bytes]) -> None:
-        if handled.key is not None and handled.state is not None:
-            states[handled.key] = handled.state
-            schedule.note(handled.key, handled.state)
-        for record in handled.outputs:
-            if record.topic == topics.outcomes:
-                tallies[record.key or b""] += int(record.value or b"1")
-            else:
-                await send(record)
-        now = time.time()
-        for decision in handled.decisions:
-            metrics.decided(decision, now)
-            if received > 0:
-                metrics.decision_latency.observe(max(0.0, now - received))
-
-    @app.agent(inputs, name="arbiter")
-    async def arbiter(events: StreamT[bytes]) -> None:
-        stream = cast("faust.Stream[bytes]", events)  # take_events is not on the StreamT protocol
-        async for batch in stream.take_events(settings.batch_size, settings.batch_within_s):
-            # Outcome counts are summed per batch: one record per field|outcome|kind, not one
-            # per decision, for the windowed counts.
-            tallies: Counter[bytes] = Counter()
-            for event in batch:
-                writing_for(event)
-                record = incoming(event)
-                handled = processor.process(record, states.get, alias_of)
-                await apply(handled, record.timestamp or 0.0, tallies)
-            for key, count in tallies.items():
-                await send(Outgoing(topics.outcomes, key, str(count).encode()))
-            # Table writes wait in Faust's producer buffer; hand them to the Kafka producer before
-            # this batch's offsets become committable. Under exactly_once Faust commits the
-            # transaction without draining that buffer, which split state from its offsets.
-            await app.producer.buffer.flush()
+    arbiter = Arbiter(
+        settings,
+        processor,
+        metrics,
+        alias_of,
+        [*topics.inputs(), *principal_topics(policy, settings)],
+        loop=app.loop,
+        beacon=app.beacon,
+    )
 
     @app.agent(topic(topics.aliases), name="alias-feed")
     async def alias_feed(stream: StreamT[bytes]) -> None:
@@ -273,79 +155,19 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             else:
                 aliases.pop(alias, None)
 
-    @app.agent(outputs[topics.outcomes], name="field-stats")
+    @app.agent(topic(topics.outcomes), name="field-stats")
     async def field_stats(stream: StreamT[bytes]) -> None:
         async for event in stream.events():
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
-    @app.timer(interval=settings.expiry_interval_s)
-    async def due_keys() -> None:
-        now = datetime.now(UTC)
-        for key, due in schedule.take_due(now):
-            await send(processor.tick(key, due))
-        ages: dict[str, list[float]] = {}
-        for field_name, since in schedule.open_since.values():
-            ages.setdefault(field_name, []).append((now - since).total_seconds())
-        metrics.set_open_conflicts(ages)
-        await record_lag(app, metrics, topics.inputs())
-
-    @app.timer(interval=RESCAN_EVERY_S)
-    async def rescan() -> None:
-        """Pick up keys restored from the changelog or assigned in a rebalance."""
-        schedule.due.clear()
-        schedule.open_since.clear()
-        for key, state in list(states.items()):
-            schedule.note(key, state)
-
     @app.task
-    async def started() -> None:
+    async def start_arbiter() -> None:
+        await app.add_runtime_dependency(arbiter)
         metrics.up.set(1)
-        await rescan()
 
-    register_views(app, states, policy, schedule, outcome_counts)
-    return Pipeline(app, settings, policy, metrics, processor, states, schedule)
-
-
-def writing_for(event: EventT[Any]) -> None:
-    """Make `event` the current event of this task for Faust's table stores.
-
-    A table write goes to the changelog partition (and RocksDB partition) of the current event,
-    which Faust's batch iterator leaves at the batch's last event. Only this task's context
-    variable is set: the stream object's own `current_event`, which the background buffer-filler
-    reads, must stay untouched."""
-    faust_streams._current_event.set(weakref.ref(event))
-
-
-def incoming(event: EventT[Any]) -> Incoming:
-    message = event.message
-    headers: Any = message.headers or []
-    pairs: Iterable[tuple[str, bytes]] = (
-        headers.items() if isinstance(headers, Mapping) else headers
-    )
-    return Incoming(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        key=message.key,
-        value=message.value,
-        headers=tuple((k, bytes(v or b"")) for k, v in pairs),
-        timestamp=message.timestamp,
-    )
-
-
-async def record_lag(app: faust.App, metrics: Metrics, topics: Sequence[str]) -> None:
-    consumer = app.consumer
-    lag: dict[str, int] = dict.fromkeys(topics, 0)
-    for tp in consumer.assignment():
-        if tp.topic not in lag:
-            continue
-        position = await consumer.position(tp)
-        highwater = consumer.highwater(tp)
-        if position is not None and highwater is not None:
-            lag[tp.topic] += max(0, highwater - position)
-    for name, value in lag.items():
-        metrics.consumer_lag.labels(name).set(value)
+    register_views(app, arbiter, policy, outcome_counts)
+    return Pipeline(app, settings, policy, metrics, processor, arbiter)
 
 
 def decision_json(decision: Decision) -> dict[str, Any]:
@@ -353,38 +175,61 @@ def decision_json(decision: Decision) -> dict[str, Any]:
     return data
 
 
-def register_views(
-    app: faust.App, states: Any, policy: Policy, schedule: Schedule, outcome_counts: Any
-) -> None:
+def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
+    async def at_owner(
+        web: View, request: Request, key: str, answer: Callable[[], Response]
+    ) -> Response:
+        """Answer for a key this worker owns, or forward the request to the worker that does."""
+        local, owner = arbiter.owner_url(key.encode())
+        if local:
+            return answer()
+        if owner is None or request.headers.get(ROUTED_HEADER):
+            return web.json(
+                {"error": f"no worker owns {key!r} right now (rebalancing?); retry"}, status=503
+            )
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(owner + str(request.rel_url), headers={ROUTED_HEADER: "1"}) as reply,
+        ):
+            return web.bytes(
+                await reply.read(), content_type=reply.content_type, status=reply.status
+            )
+
     @app.page("/api/decisions/{key}")
-    @app.table_route(table=states, match_info="key")
     async def decision_view(web: View, request: Request, key: str) -> Response:
-        state: KeyState | None = states.get(key.encode())
-        rules = policy.rules_for(split_key(key)[1])
-        if state is None or rules is None:
-            return web.json({"error": f"no claims for {key!r}"}, status=404)
-        decision = current_decision(state, rules, policy.version, datetime.now(UTC))
-        return web.json(
-            {
-                "decision": decision_json(decision),
-                "last_emitted": state.current.model_dump(mode="json") if state.current else None,
-            }
-        )
+        def answer() -> Response:
+            state = arbiter.state_of(key.encode())
+            rules = policy.rules_for(split_key(key)[1])
+            if state is None or rules is None:
+                return web.json({"error": f"no claims for {key!r}"}, status=404)
+            decision = current_decision(state, rules, policy.version, datetime.now(UTC))
+            return web.json(
+                {
+                    "decision": decision_json(decision),
+                    "last_emitted": state.current.model_dump(mode="json")
+                    if state.current
+                    else None,
+                }
+            )
+
+        return await at_owner(web, request, key, answer)
 
     @app.page("/api/decisions/{key}/history")
-    @app.table_route(table=states, match_info="key")
     async def history_view(web: View, request: Request, key: str) -> Response:
-        state: KeyState | None = states.get(key.encode())
-        if state is None:
-            return web.json({"error": f"no claims for {key!r}"}, status=404)
-        return web.json(
-            {
-                "key": key,
-                "decisions": [s.model_dump(mode="json") for s in state.history],
-                "claims": [s.claim.model_dump(mode="json") for s in state.claims],
-                "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
-            }
-        )
+        def answer() -> Response:
+            state = arbiter.state_of(key.encode())
+            if state is None:
+                return web.json({"error": f"no claims for {key!r}"}, status=404)
+            return web.json(
+                {
+                    "key": key,
+                    "decisions": [s.model_dump(mode="json") for s in state.history],
+                    "claims": [s.claim.model_dump(mode="json") for s in state.claims],
+                    "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
+                }
+            )
+
+        return await at_owner(web, request, key, answer)
 
     @app.page("/api/conflicts")
     async def conflicts_view(web: View, request: Request) -> Response:
@@ -397,7 +242,7 @@ def register_views(
                 "open_since": since.isoformat(),
                 "age_s": (now - since).total_seconds(),
             }
-            for key, (field_name, since) in sorted(schedule.open_since.items())
+            for key, (field_name, since) in sorted(arbiter.schedule.open_since.items())
             if wanted is None or field_name == wanted
         ]
         return web.json({"worker_local": True, "open_conflicts": rows})

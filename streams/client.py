@@ -44,8 +44,13 @@ def client_options(settings: Settings) -> dict[str, Any]:
 async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[str]:
     """Create the pipeline's topics (idempotent); decisions are compacted. Returns those created."""
     topics = settings.topics
-    configs = {topics.decisions: {"cleanup.policy": "compact"}}
+    changelog = settings.changelog_topic
+    configs = {
+        topics.decisions: {"cleanup.policy": "compact"},
+        changelog: {"cleanup.policy": "compact"},
+    }
     names = [
+        changelog,
         *topics.inputs(),
         *extra,
         topics.aliases,

@@ -100,6 +100,11 @@ class Metrics:
             "Unix time of the last claim this worker admitted.",
             registry=r,
         )
+        self.state_keys = Gauge(
+            "claimstream_state_keys",
+            "Subject|field keys whose state this worker holds (its tasks' keys).",
+            registry=r,
+        )
         self.up = Gauge(
             "claimstream_worker_up", "1 while the worker's pipeline is running.", registry=r
         )

@@ -65,6 +65,7 @@ class Outgoing:
     key: bytes | None
     value: bytes | None
     headers: Headers = ()
+    partition: int | None = None  # None: the key's partition under the default partitioner
 
 
 @dataclass(slots=True)

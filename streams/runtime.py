@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -30,11 +29,10 @@ from streams.core.policy import load_policy
 from streams.demo import scenario_claims, scenario_resolutions
 from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
 from streams.registry import WireCodec, registry_from_url
-from streams.settings import Guarantee, Settings
+from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 DEMO_ROUND_S = 20.0
-CLEAN_SHUTDOWN = "clean-shutdown"
 
 
 def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
@@ -45,25 +43,16 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     loop.run_until_complete(ensure_topics(settings, principal_topics(policy, settings)))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     pipeline = build(settings, policy)
-    clean_marker = settings.data_dir / CLEAN_SHUTDOWN
-    if settings.processing_guarantee is Guarantee.EXACTLY_ONCE and not clean_marker.exists():
-        # Local RocksDB state may hold writes of transactions that were aborted when the worker
-        # died; only the changelog's committed records are the truth, so rebuild from it.
-        shutil.rmtree(pipeline.app.conf.tabledir, ignore_errors=True)
-    clean_marker.unlink(missing_ok=True)
     if customize is not None:
         customize(pipeline)
     worker = faust.Worker(
         pipeline.app, loop=loop, loglevel=settings.log_level, redirect_stdouts=False
     )
-    code = 0
     try:
         worker.execute_from_commandline()
     except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    if code == 0:
-        clean_marker.touch()
-    return code
+        return int(exit_.code or 0)
+    return 0
 
 
 def run_dev(

@@ -104,6 +104,11 @@ class Settings(BaseModel):
         return context
 
     @property
+    def changelog_topic(self) -> str:
+        """The compacted topic that journals the arbiter's per-key state."""
+        return f"{self.app_id}-key-state-changelog"
+
+    @property
     def bootstrap(self) -> str:
         """host:port list without the kafka:// scheme, for plain aiokafka clients."""
         return ",".join(part.split("://", 1)[-1] for part in self.broker.split(","))
