@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from operator import attrgetter
 
 from streams.core.contracts import (
     Action,
@@ -39,19 +40,25 @@ from streams.core.contracts import (
     EpochChange,
     Evidence,
     EvidenceRole,
-    Money,
     Outcome,
     ReobserveRequest,
     Resolution,
     Value,
 )
 from streams.core.intake import AdmittedClaim
-from streams.core.normalize import values_agree
+from streams.core.normalize import canonical_value, values_agree
 from streams.core.policy import EpochChangeRule, FieldRules, OnConflict
 
 _NO_EVIDENCE_STATUSES = frozenset(
     {ClaimStatus.FORBIDDEN, ClaimStatus.UNAVAILABLE, ClaimStatus.ERROR}
 )
+
+_RECENCY = attrgetter("recency")
+_STATEMENT = attrgetter("statement")
+# sort_keys: the id must not depend on how the belief was put together.
+_BELIEF_JSON = json.JSONEncoder(sort_keys=True)
+
+_ASSERTED_RANK = Authority.ASSERTED.rank
 
 _CONFLICT_ACTIONS = {
     OnConflict.BLOCK: Action.BLOCK,
@@ -96,7 +103,7 @@ class Arbitration:
                 "outcome": verdict.outcome.value,
                 "conflict_kind": verdict.kind.value if verdict.kind else None,
                 "status": verdict.status.value if verdict.status else None,
-                "value": _canonical(verdict.value),
+                "value": canonical_value(verdict.value),
                 "unit": self.unit,
                 "action": self.action.value,
                 "policy_version": policy_version,
@@ -217,7 +224,7 @@ def _deduplicated(claims: Iterable[AdmittedClaim]) -> list[AdmittedClaim]:
         # the choice must still not depend on arrival order.
         if seen is None or (seen != admitted and _fingerprint(admitted) < _fingerprint(seen)):
             by_id[admitted.claim.claim_id] = admitted
-    return sorted(by_id.values(), key=lambda a: (a.claim.observed_at, a.claim.claim_id))
+    return sorted(by_id.values(), key=_RECENCY)
 
 
 def _fingerprint(admitted: AdmittedClaim) -> str:
@@ -300,13 +307,13 @@ def _newest_epoch(
 def _stated(claims: Sequence[AdmittedClaim], tolerance: float) -> list[object]:
     """What a group of claims says: its distinct (status, value) statements, canonically."""
     return [
-        (status, _canonical(value))
-        for (status, value), _ in _clusters([(_key(a), a) for a in claims], tolerance)
+        (group[0].claim.status, canonical_value(group[0].value))
+        for group in _clusters(claims, tolerance)
     ]
 
 
 def _representative(claims: Sequence[AdmittedClaim]) -> Value:
-    return max(claims, key=lambda a: (a.claim.observed_at, a.claim.claim_id)).value
+    return max(claims, key=_RECENCY).value
 
 
 def _confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
@@ -321,16 +328,16 @@ def _by_authority(
     now: datetime,
     roles: dict[str, EvidenceRole],
 ) -> _Verdict:
-    top_rank = min(a.authority.rank for a in live)
-    if top_rank >= Authority.ASSERTED.rank:
+    top_rank = min(a.rank for a in live)
+    if top_rank >= _ASSERTED_RANK:
         # Assertions and inferences are evidence, never proof of state.
         for admitted in live:
             roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
         return _Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims")
-    top = [a for a in live if a.authority.rank == top_rank]
+    top = [a for a in live if a.rank == top_rank]
     top, live = _supersede_periods(top, live, now, roles)
     top = _latest_per_lineage(top, rules.tolerance, roles)
-    lower = [a for a in live if a.authority.rank != top_rank]
+    lower = [a for a in live if a.rank != top_rank]
     top_authority = top[0].authority
 
     scopes = {a.claim.scope for a in top if a.claim.scope is not None}
@@ -340,20 +347,23 @@ def _by_authority(
     if len(statuses) > 1:
         return _conflict(top, lower, roles, ConflictKind.EXISTENCE, "existence_conflict")
 
-    groups = _clusters([(_key(a), a) for a in top], rules.tolerance)
+    groups = _clusters(top, rules.tolerance)
     tiebreak = None
     if len(groups) > 1:
         latest = max(a.claim.observed_at for a in top)
-        latest_groups = [g for g in groups if any(a.claim.observed_at == latest for a in g[1])]
+        latest_groups = [g for g in groups if any(a.claim.observed_at == latest for a in g)]
         if rules.on_conflict is not OnConflict.MOST_RECENT or len(latest_groups) > 1:
             return _conflict(top, lower, roles, ConflictKind.VALUE, "authority_conflict")
         tiebreak = OnConflict.MOST_RECENT.value
         groups = latest_groups
-    agreeing = groups[0][1]
-    winner = max(agreeing, key=lambda a: (a.claim.observed_at, a.claim.claim_id))
-    for admitted in top:
-        if admitted not in agreeing:
-            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+    agreeing = groups[0]
+    winner = max(agreeing, key=_RECENCY)
+    if len(agreeing) < len(top):
+        # Claim ids are unique here (deduplicated), and cheaper to compare than claims.
+        agreeing_ids = {a.claim.claim_id for a in agreeing}
+        for admitted in top:
+            if admitted.claim.claim_id not in agreeing_ids:
+                roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
     corroborating = _assign_agreement(
         [a for a in top + lower if a is not winner], winner, rules.tolerance, roles
     )
@@ -401,14 +411,19 @@ def _latest_per_lineage(
     top: list[AdmittedClaim], tolerance: float, roles: dict[str, EvidenceRole]
 ) -> list[AdmittedClaim]:
     """Within one lineage a newer observation replaces an older one that says otherwise."""
+    lineages: dict[str, list[AdmittedClaim]] = {}
+    for admitted in top:
+        lineages.setdefault(admitted.lineage, []).append(admitted)
+    if len(lineages) == len(top):
+        return top  # one claim per lineage: nothing to supersede
     kept = []
-    for lineage in sorted({a.lineage for a in top}):
-        members = [a for a in top if a.lineage == lineage]
+    for members in lineages.values():
         latest = max(a.claim.observed_at for a in members)
         newest = [a for a in members if a.claim.observed_at == latest]
         for admitted in members:
-            agrees = any(_agrees(admitted, n, tolerance) for n in newest)
-            if admitted.claim.observed_at == latest or agrees:
+            if admitted.claim.observed_at == latest or any(
+                _agrees(admitted, n, tolerance) for n in newest
+            ):
                 kept.append(admitted)
             else:
                 roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
@@ -501,7 +516,7 @@ def _action(verdict: _Verdict, rules: FieldRules) -> Action:
 
 def decision_id(belief: dict[str, object]) -> str:
     """Hash of what was decided (not when, nor the evidence list, which grows as claims agree)."""
-    digest = hashlib.sha256(json.dumps(belief, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(_BELIEF_JSON.encode(belief).encode()).hexdigest()
     return f"dec_{digest[:24]}"
 
 
@@ -559,42 +574,17 @@ def _reobserve_request(
     )
 
 
-def _key(admitted: AdmittedClaim) -> tuple[str, Value]:
-    return (admitted.claim.status.value, admitted.value)
-
-
 def _agrees(a: AdmittedClaim, b: AdmittedClaim, tolerance: float) -> bool:
     return a.claim.status == b.claim.status and values_agree(a.value, b.value, tolerance)
 
 
-def _canonical(value: Value) -> object:
-    if isinstance(value, Money):
-        return {"amount_minor": value.amount_minor, "currency": value.currency}
-    if isinstance(value, float):
-        return repr(value)
-    return value
-
-
-def _clusters(
-    items: Sequence[tuple[tuple[str, Value], AdmittedClaim]], tolerance: float
-) -> list[tuple[tuple[str, Value], list[AdmittedClaim]]]:
+def _clusters(claims: Sequence[AdmittedClaim], tolerance: float) -> list[list[AdmittedClaim]]:
     """Group claims by status and value; floats within `tolerance` of a group's smallest member
     join it. Sorting first makes the grouping independent of arrival order."""
-    groups: list[tuple[tuple[str, Value], list[AdmittedClaim]]] = []
-    for key, item in sorted(items, key=lambda pair: (_sort_key(pair[0]), pair[1].claim.claim_id)):
-        if (
-            groups
-            and groups[-1][0][0] == key[0]
-            and values_agree(groups[-1][0][1], key[1], tolerance)
-        ):
-            groups[-1][1].append(item)
+    groups: list[list[AdmittedClaim]] = []
+    for admitted in sorted(claims, key=_STATEMENT):
+        if groups and _agrees(groups[-1][0], admitted, tolerance):
+            groups[-1].append(admitted)
         else:
-            groups.append((key, [item]))
+            groups.append([admitted])
     return groups
-
-
-def _sort_key(key: tuple[str, Value]) -> tuple[str, str, float, str]:
-    status, value = key
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return (status, "number", float(value), "")
-    return (status, type(value).__name__, 0.0, json.dumps(_canonical(value), sort_keys=True))

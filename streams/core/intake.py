@@ -5,7 +5,7 @@ rejected with a reason. Authority comes from the policy and the arrival channel,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
@@ -20,7 +20,7 @@ from streams.core.contracts import (
     Value,
 )
 from streams.core.errors import ContractError
-from streams.core.normalize import normalize_value
+from streams.core.normalize import normalize_value, statement_order
 from streams.core.policy import FieldRules, Policy
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -29,12 +29,31 @@ _CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE:
 
 @dataclass(frozen=True, slots=True)
 class AdmittedClaim:
-    """A claim the policy accepted: its authority, normalized value and independence key."""
+    """A claim the policy accepted: its authority, normalized value and independence key.
+
+    A key's claims are arbitrated again on every new claim, so the orderings the engine sorts by
+    are computed once here rather than on every arbitration."""
 
     claim: Claim
     authority: Authority
     value: Value
     lineage: str
+    rank: int = field(init=False, compare=False, repr=False)
+    """`authority.rank`: lower is stronger."""
+    recency: tuple[datetime, str] = field(init=False, compare=False, repr=False)
+    """(observed_at, claim_id): later sorts last, ties broken by id."""
+    statement: tuple[tuple[str, str, float, str], str] = field(
+        init=False, compare=False, repr=False
+    )
+    """Status and value in `statement_order`, then claim_id: how the engine clusters claims."""
+
+    def __post_init__(self) -> None:
+        claim = self.claim
+        # A frozen dataclass sets its own fields the same way.
+        object.__setattr__(self, "rank", self.authority.rank)
+        object.__setattr__(self, "recency", (claim.observed_at, claim.claim_id))
+        statement = (statement_order(claim.status.value, self.value), claim.claim_id)
+        object.__setattr__(self, "statement", statement)
 
 
 def admit(

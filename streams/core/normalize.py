@@ -17,6 +17,7 @@ A value that cannot be normalized raises ContractError with a reason; it is neve
 
 from __future__ import annotations
 
+import json
 import math
 import unicodedata
 from datetime import UTC, datetime
@@ -238,3 +239,20 @@ def values_agree(a: Value, b: Value, tolerance: float) -> bool:
         slack = tolerance + _RELATIVE_EPSILON * max(1.0, abs(a), abs(b))
         return abs(a - b) <= slack
     return type(a) is type(b) and a == b
+
+
+def canonical_value(value: Value) -> object:
+    """A normalized value as plain JSON data, floats spelled exactly (their repr)."""
+    if isinstance(value, Money):
+        return {"amount_minor": value.amount_minor, "currency": value.currency}
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def statement_order(status: str, value: Value) -> tuple[str, str, float, str]:
+    """A total order on (status, value) statements that puts numbers in numeric order, so that
+    values within a tolerance of each other sort next to each other."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (status, "number", float(value), "")
+    return (status, type(value).__name__, 0.0, json.dumps(canonical_value(value), sort_keys=True))
