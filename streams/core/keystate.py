@@ -9,9 +9,9 @@ sending a decision can repeat a decision but never lose one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,6 +21,7 @@ from streams.core.contracts import (
     ConflictKind,
     Decision,
     EvidenceRole,
+    Money,
     Outcome,
     RejectReason,
     Resolution,
@@ -29,6 +30,7 @@ from streams.core.contracts import (
 from streams.core.engine import Arbitration, arbitrate
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim
+from streams.core.normalize import canonical_value, format_timestamp
 from streams.core.policy import FieldRules
 
 KEY_SEPARATOR = "|"
@@ -46,30 +48,9 @@ def split_key(key: str) -> tuple[str, str]:
     return subject, field
 
 
-class _Frozen(BaseModel):
+class DecisionSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class StoredClaim(_Frozen):
-    claim: Claim
-    authority: Authority
-    value: Value = None
-    lineage: str
-
-    def admitted(self) -> AdmittedClaim:
-        return AdmittedClaim(self.claim, self.authority, self.value, self.lineage)
-
-    @classmethod
-    def of(cls, admitted: AdmittedClaim) -> StoredClaim:
-        return cls(
-            claim=admitted.claim,
-            authority=admitted.authority,
-            value=admitted.value,
-            lineage=admitted.lineage,
-        )
-
-
-class DecisionSummary(_Frozen):
     decision_id: str
     outcome: Outcome
     conflict_kind: ConflictKind | None = None
@@ -79,10 +60,14 @@ class DecisionSummary(_Frozen):
     supersedes: str | None = None
 
 
-class KeyState(_Frozen):
+@dataclass(frozen=True, slots=True)
+class KeyState:
+    """One key's claims (as admitted, so re-deciding re-uses their precomputed orderings), the
+    resolutions for it and the decisions emitted so far."""
+
     subject: str
     field: str
-    claims: tuple[StoredClaim, ...] = ()
+    claims: tuple[AdmittedClaim, ...] = ()
     resolutions: tuple[Resolution, ...] = ()
     history: tuple[DecisionSummary, ...] = ()
     conflict_since: datetime | None = None
@@ -94,21 +79,124 @@ class KeyState(_Frozen):
         return self.history[-1] if self.history else None
 
 
-# A stored claim's subject and field are the key's own: written once per state, not per claim.
-_PER_CLAIM_REDUNDANT = {"claims": {"__all__": {"claim": {"subject", "field"}}}}
+# The stored form of a claim: the claim's own fields under short names, without the subject and
+# field that the key already holds, and what admission added under capitals (A: authority,
+# V: normalized value, when it differs from the claim's own, L: lineage, when not the default).
+_STATE_VERSION = 2
+_CLAIM_NAMES = {
+    "claim_id": "id",
+    "status": "st",
+    "value": "v",
+    "unit": "u",
+    "source": "src",
+    "replica": "rep",
+    "source_class": "cls",
+    "observed_at": "at",
+    "valid_from": "from",
+    "valid_to": "to",
+    "epoch": "ep",
+    "lineage": "lin",
+    "scope": "sc",
+    "confidence": "cf",
+    "trace_id": "tr",
+    "producer": "pr",
+    "attributes": "attr",
+}
+_CLAIM_FIELDS = {short: name for name, short in _CLAIM_NAMES.items()}
+_KEY_FIELDS = {"subject", "field"}
 
 
 def encode_state(state: KeyState) -> bytes:
     """Compact JSON for the changelog and RocksDB: defaults and per-claim key fields left out."""
-    return state.model_dump_json(exclude_defaults=True, exclude=_PER_CLAIM_REDUNDANT).encode()
+    encoded: dict[str, Any] = {
+        "version": _STATE_VERSION,
+        "subject": state.subject,
+        "field": state.field,
+        "claims": [_encode_claim(admitted) for admitted in state.claims],
+        "resolutions": [
+            r.model_dump(mode="json", exclude_defaults=True, exclude=_KEY_FIELDS)
+            for r in state.resolutions
+        ],
+        "history": [s.model_dump(mode="json", exclude_defaults=True) for s in state.history],
+        "conflict_since": state.conflict_since and format_timestamp(state.conflict_since),
+        "escalated": state.escalated,
+        "next_check_at": state.next_check_at and format_timestamp(state.next_check_at),
+    }
+    compact = {name: value for name, value in encoded.items() if value}
+    return json.dumps(compact, separators=(",", ":")).encode()
 
 
 def decode_state(data: bytes) -> KeyState:
+    """Reads this encoding and the earlier one (no version: claims stored as nested records)."""
     raw = json.loads(data)
-    for stored in raw.get("claims", ()):
-        stored["claim"]["subject"] = raw["subject"]
-        stored["claim"]["field"] = raw["field"]
-    return KeyState.model_validate(raw)
+    subject, field = raw["subject"], raw["field"]
+    decode_claim = _decode_claim if raw.get("version") == _STATE_VERSION else _decode_v1_claim
+    return KeyState(
+        subject=subject,
+        field=field,
+        claims=tuple(decode_claim(stored, subject, field) for stored in raw.get("claims", ())),
+        resolutions=tuple(
+            Resolution.model_validate({**r, "subject": subject, "field": field})
+            for r in raw.get("resolutions", ())
+        ),
+        history=tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ())),
+        conflict_since=_timestamp(raw.get("conflict_since")),
+        escalated=raw.get("escalated", False),
+        next_check_at=_timestamp(raw.get("next_check_at")),
+    )
+
+
+def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
+    claim = admitted.claim
+    own = claim.model_dump(mode="json", exclude_defaults=True, exclude=_KEY_FIELDS)
+    stored: dict[str, Any] = {_CLAIM_NAMES[name]: value for name, value in own.items()}
+    stored["A"] = admitted.authority.value
+    if not _same_value(admitted.value, claim.value):
+        stored["V"] = _json_value(admitted.value)
+    if admitted.lineage != _default_lineage(claim):
+        stored["L"] = admitted.lineage
+    return stored
+
+
+def _decode_claim(stored: dict[str, Any], subject: str, field: str) -> AdmittedClaim:
+    own = {_CLAIM_FIELDS[short]: value for short, value in stored.items() if short.islower()}
+    claim = Claim.model_validate({**own, "subject": subject, "field": field})
+    value = _value(stored["V"]) if "V" in stored else claim.value
+    return AdmittedClaim(
+        claim, Authority(stored["A"]), value, stored.get("L") or _default_lineage(claim)
+    )
+
+
+def _decode_v1_claim(stored: dict[str, Any], subject: str, field: str) -> AdmittedClaim:
+    claim = Claim.model_validate({**stored["claim"], "subject": subject, "field": field})
+    return AdmittedClaim(
+        claim, Authority(stored["authority"]), _value(stored.get("value")), stored["lineage"]
+    )
+
+
+def _default_lineage(claim: Claim) -> str:
+    """The lineage a claim has unless the policy names one for its source."""
+    return claim.lineage or f"source:{claim.source}"
+
+
+def _same_value(a: Value, b: Value) -> bool:
+    """Equal and of one type, floats to the bit (their repr): what makes V safe to leave out."""
+    return type(a) is type(b) and canonical_value(a) == canonical_value(b)
+
+
+def _json_value(value: Value) -> object:
+    return value.model_dump() if isinstance(value, Money) else value
+
+
+def _value(data: object) -> Value:
+    if isinstance(data, dict):
+        return Money.model_validate(data)
+    assert data is None or isinstance(data, bool | int | float | str)
+    return data
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +236,7 @@ def add_claim(
                 f"claim_id {claim.claim_id!r} was already used for a different claim",
             )
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    grown = state.model_copy(update={"claims": (*state.claims, StoredClaim.of(admitted))})
+    grown = replace(state, claims=(*state.claims, admitted))
     return _decide(grown, rules, policy_version, now, "claim", limits)
 
 
@@ -165,12 +253,7 @@ def add_resolution(
         return _decide(state, rules, policy_version, now, "duplicate", limits)
     kept = (*state.resolutions, resolution)[-limits.max_history :]
     return _decide(
-        state.model_copy(update={"resolutions": kept}),
-        rules,
-        policy_version,
-        now,
-        "resolution",
-        limits,
+        replace(state, resolutions=kept), rules, policy_version, now, "resolution", limits
     )
 
 
@@ -199,7 +282,7 @@ def _arbitrate(
     return arbitrate(
         state.subject,
         state.field,
-        [stored.admitted() for stored in state.claims],
+        state.claims,
         rules,
         policy_version,
         now,
@@ -220,11 +303,16 @@ def _decide(
     if last is not None and now < last.decided_at:
         now = last.decided_at  # a key's clock never runs backwards
     arbitration = _arbitrate(state, rules, policy_version, now)
-    state = _evict(state, arbitration.roles, limits)
+    claims = _evicted(state.claims, arbitration.roles, limits)
+    history, conflict_since, escalated = state.history, state.conflict_since, state.escalated
 
     emitted: Arbitration | None = None
     if last is None or arbitration.decision_id != last.decision_id:
-        state = _record(state, arbitration, now, limits)
+        history = (*history, _summary(arbitration.decision))[-limits.max_history :]
+        was_open = last is not None and last.outcome in _OPEN
+        is_open = arbitration.outcome in _OPEN
+        conflict_since = (conflict_since if was_open else now) if is_open else None
+        escalated = escalated and was_open and is_open
         emitted = arbitration
     elif trigger == "duplicate":
         # The same input again (a redelivery): repeat the decision exactly as first emitted.
@@ -232,19 +320,28 @@ def _decide(
 
     escalation = None
     if (
-        state.conflict_since is not None
-        and not state.escalated
-        and now - state.conflict_since >= rules.escalate_after
+        conflict_since is not None
+        and not escalated
+        and now - conflict_since >= rules.escalate_after
     ):
         escalation = arbitration.decision
-        state = state.model_copy(update={"escalated": True})
-    state = state.model_copy(update={"next_check_at": _next_check(state, rules, now)})
+        escalated = True
+    next_check_at = _next_check(claims, conflict_since, escalated, rules, now)
+    state = KeyState(
+        state.subject,
+        state.field,
+        claims,
+        state.resolutions,
+        history,
+        conflict_since,
+        escalated,
+        next_check_at,
+    )
     return Step(state=state, emitted=emitted, escalation=escalation)
 
 
-def _record(state: KeyState, arbitration: Arbitration, now: datetime, limits: Limits) -> KeyState:
-    decision = arbitration.decision
-    summary = DecisionSummary.model_construct(
+def _summary(decision: Decision) -> DecisionSummary:
+    return DecisionSummary.model_construct(
         decision_id=decision.decision_id,
         outcome=decision.outcome,
         conflict_kind=decision.conflict_kind,
@@ -253,44 +350,40 @@ def _record(state: KeyState, arbitration: Arbitration, now: datetime, limits: Li
         decided_at=decision.decided_at,
         supersedes=decision.supersedes,
     )
-    was_open = state.current is not None and state.current.outcome in _OPEN
-    is_open = decision.outcome in _OPEN
-    conflict_since = (state.conflict_since if was_open else now) if is_open else None
-    return state.model_copy(
-        update={
-            "history": (*state.history, summary)[-limits.max_history :],
-            "conflict_since": conflict_since,
-            "escalated": state.escalated and was_open and is_open,
-        }
-    )
 
 
-def _evict(state: KeyState, roles: dict[str, EvidenceRole], limits: Limits) -> KeyState:
+def _evicted(
+    claims: tuple[AdmittedClaim, ...], roles: dict[str, EvidenceRole], limits: Limits
+) -> tuple[AdmittedClaim, ...]:
     """Bound the per-key history: drop claims that no longer count (oldest first), then the oldest.
 
     Dropped claims stay in the decisions that cited them and in the input topics."""
-    excess = len(state.claims) - limits.max_claims
+    excess = len(claims) - limits.max_claims
     if excess <= 0:
-        return state
+        return claims
     ranked = sorted(
-        state.claims,
-        key=lambda s: (roles.get(s.claim.claim_id) not in _EVICT_FIRST, s.claim.observed_at),
+        claims,
+        key=lambda a: (roles.get(a.claim.claim_id) not in _EVICT_FIRST, a.claim.observed_at),
     )
-    dropped = {s.claim.claim_id for s in ranked[:excess]}
-    return state.model_copy(
-        update={"claims": tuple(s for s in state.claims if s.claim.claim_id not in dropped)}
-    )
+    dropped = {a.claim.claim_id for a in ranked[:excess]}
+    return tuple(a for a in claims if a.claim.claim_id not in dropped)
 
 
-def _next_check(state: KeyState, rules: FieldRules, now: datetime) -> datetime | None:
+def _next_check(
+    claims: tuple[AdmittedClaim, ...],
+    conflict_since: datetime | None,
+    escalated: bool,
+    rules: FieldRules,
+    now: datetime,
+) -> datetime | None:
     """The earliest instant at which time alone could change this key's decision."""
     moments: list[datetime] = []
-    for stored in state.claims:
-        claim = stored.claim
+    for admitted in claims:
+        claim = admitted.claim
         if rules.freshness is not None:
             moments.append(claim.observed_at + rules.freshness)
         moments += [m for m in (claim.valid_from, claim.valid_to) if m is not None]
-    if state.conflict_since is not None and not state.escalated:
-        moments.append(state.conflict_since + rules.escalate_after)
+    if conflict_since is not None and not escalated:
+        moments.append(conflict_since + rules.escalate_after)
     future = [m for m in moments if m > now]
     return min(future, default=None)
