@@ -96,16 +96,17 @@ class Arbitration:
         self.action = _action(verdict, rules)
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
+        # The enums are StrEnums: JSON writes them as their values.
         self.decision_id = decision_id(
             {
                 "subject": subject,
                 "field": field,
-                "outcome": verdict.outcome.value,
-                "conflict_kind": verdict.kind.value if verdict.kind else None,
-                "status": verdict.status.value if verdict.status else None,
+                "outcome": verdict.outcome,
+                "conflict_kind": verdict.kind,
+                "status": verdict.status,
                 "value": canonical_value(verdict.value),
                 "unit": self.unit,
-                "action": self.action.value,
+                "action": self.action,
                 "policy_version": policy_version,
                 "reason": verdict.reason,
                 "tiebreak": verdict.tiebreak,
@@ -201,8 +202,10 @@ def arbitrate(
     if not live:
         verdict = _nothing_usable(unique, roles)
     else:
-        live, unanchored = _split_unanchored(live, roles)
-        live, epoch_change, quarantined = _newest_epoch(live, rules, roles)
+        quarantined = False
+        if any(a.claim.epoch is not None for a in live):
+            live, unanchored = _split_unanchored(live, roles)
+            live, epoch_change, quarantined = _newest_epoch(live, rules, roles)
         if quarantined:
             verdict = _Verdict(Outcome.QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
         else:
@@ -238,11 +241,13 @@ def _usable_now(
     roles: dict[str, EvidenceRole],
 ) -> list[AdmittedClaim]:
     live = []
+    # Observed at or before this instant means as old as the freshness budget or older.
+    too_old = now - rules.freshness if rules.freshness is not None else None
     for admitted in claims:
         claim = admitted.claim
         if claim.status in _NO_EVIDENCE_STATUSES or (claim.valid_from and claim.valid_from > now):
             roles[claim.claim_id] = EvidenceRole.EXCLUDED
-        elif (rules.freshness is not None and now - claim.observed_at >= rules.freshness) or (
+        elif (too_old is not None and claim.observed_at <= too_old) or (
             claim.valid_to is not None and claim.valid_to <= now
         ):
             roles[claim.claim_id] = EvidenceRole.STALE
@@ -418,6 +423,9 @@ def _latest_per_lineage(
         return top  # one claim per lineage: nothing to supersede
     kept = []
     for members in lineages.values():
+        if len(members) == 1:
+            kept.append(members[0])
+            continue
         latest = max(a.claim.observed_at for a in members)
         newest = [a for a in members if a.claim.observed_at == latest]
         for admitted in members:

@@ -163,7 +163,10 @@ def _decode_claim(stored: dict[str, Any], subject: str, field: str) -> AdmittedC
     claim = Claim.model_validate({**own, "subject": subject, "field": field})
     value = _value(stored["V"]) if "V" in stored else claim.value
     return AdmittedClaim(
-        claim, Authority(stored["A"]), value, stored.get("L") or _default_lineage(claim)
+        claim,
+        Authority(stored["A"]),
+        value,
+        stored["L"] if "L" in stored else _default_lineage(claim),
     )
 
 
