@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from streams.core.contracts import (
     Authority,
     Claim,
+    ClaimStatus,
     ConflictKind,
     Decision,
     EvidenceRole,
@@ -80,9 +81,13 @@ class KeyState:
 
 
 # The stored form of a claim: the claim's own fields under short names, without the subject and
-# field that the key already holds, and what admission added under capitals (A: authority,
-# V: normalized value, when it differs from the claim's own, L: lineage, when not the default).
+# field that the key already holds, status left out when present, times in microseconds since
+# the epoch; and what admission added under capitals (A: authority, V: normalized value when it
+# differs from the claim's own, L: lineage when not the default).
 _STATE_VERSION = 2
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 _CLAIM_NAMES = {
     "claim_id": "id",
     "status": "st",
@@ -103,6 +108,14 @@ _CLAIM_NAMES = {
     "attributes": "attr",
 }
 _CLAIM_FIELDS = {short: name for name, short in _CLAIM_NAMES.items()}
+_CLAIM_TIMES = {"observed_at", "valid_from", "valid_to"}
+# Claim fields left out at these values (and at None).
+_CLAIM_USUAL: dict[str, object] = {
+    name: default
+    for name, info in Claim.model_fields.items()
+    if not info.is_required()
+    and (default := info.get_default(call_default_factory=True)) is not None
+} | {"status": ClaimStatus.PRESENT}
 _KEY_FIELDS = {"subject", "field"}
 
 
@@ -123,7 +136,7 @@ def encode_state(state: KeyState) -> bytes:
         "next_check_at": state.next_check_at and format_timestamp(state.next_check_at),
     }
     compact = {name: value for name, value in encoded.items() if value}
-    return json.dumps(compact, separators=(",", ":")).encode()
+    return _COMPACT_JSON.encode(compact).encode()
 
 
 def decode_state(data: bytes) -> KeyState:
@@ -148,9 +161,15 @@ def decode_state(data: bytes) -> KeyState:
 
 def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
     claim = admitted.claim
-    own = claim.model_dump(mode="json", exclude_defaults=True, exclude=_KEY_FIELDS)
-    stored: dict[str, Any] = {_CLAIM_NAMES[name]: value for name, value in own.items()}
-    stored["A"] = admitted.authority.value
+    stored: dict[str, Any] = {}
+    # A model's fields are its __dict__; read directly, as model_dump() costs more than the rest.
+    for name, value in vars(claim).items():
+        if value is None or name in _KEY_FIELDS or value == _CLAIM_USUAL.get(name):
+            continue
+        if name in _CLAIM_TIMES:
+            value = (value - _EPOCH) // _MICROSECOND
+        stored[_CLAIM_NAMES[name]] = _json_value(value)
+    stored["A"] = admitted.authority  # StrEnums: JSON writes their values
     if not _same_value(admitted.value, claim.value):
         stored["V"] = _json_value(admitted.value)
     if admitted.lineage != _default_lineage(claim):
@@ -160,6 +179,9 @@ def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
 
 def _decode_claim(stored: dict[str, Any], subject: str, field: str) -> AdmittedClaim:
     own = {_CLAIM_FIELDS[short]: value for short, value in stored.items() if short.islower()}
+    for name in _CLAIM_TIMES.intersection(own):
+        own[name] = _EPOCH + own[name] * _MICROSECOND
+    own.setdefault("status", ClaimStatus.PRESENT)
     claim = Claim.model_validate({**own, "subject": subject, "field": field})
     value = _value(stored["V"]) if "V" in stored else claim.value
     return AdmittedClaim(

@@ -139,3 +139,32 @@ def _first_encoding(state: KeyState) -> bytes:
         "next_check_at": state.next_check_at and state.next_check_at.isoformat(),
     }
     return json.dumps({k: v for k, v in encoded.items() if v}, separators=(",", ":")).encode()
+
+
+def test_a_claim_with_every_field_set_round_trips_through_the_state_encoding() -> None:
+    rules = POLICY.rules_for("api.latency")
+    assert rules is not None
+    full = claim(
+        1,
+        field="api.latency",
+        value=1,
+        unit="s",
+        replica="eu-1",
+        source_class="observation",
+        valid_from=NOW - timedelta(hours=1),
+        valid_to=NOW + timedelta(hours=1),
+        epoch=3,
+        lineage="ledger",
+        scope="checkout",
+        confidence=0.5,
+        trace_id="t-1",
+        producer="probe",
+        attributes={"region": "eu"},
+    )
+    admitted = admit(full, POLICY, NOW)
+    assert admitted.value != full.value  # the normalized value is stored beside the claim's own
+    absent = admit(claim(2, field="api.latency", status="not_found", value=None), POLICY, NOW)
+    state = add_claim(None, admitted, rules, POLICY.version, NOW).state
+    state = add_claim(state, absent, rules, POLICY.version, NOW).state
+    assert decode_state(encode_state(state)) == state
+    assert decode_state(encode_state(state)).claims[0].value == admitted.value
