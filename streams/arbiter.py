@@ -181,6 +181,7 @@ class Arbiter(Service):
         self._producer: AIOKafkaProducer | None = None
         self._restorer: AIOKafkaConsumer | None = None
         self._last_scan = 0.0
+        self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -233,22 +234,30 @@ class Arbiter(Service):
                 if fetched:
                     await self._batch(fetched)
                 await self._scan()
+            if any(tp.partition not in self.tasks for tp in fetched):
+                await asyncio.sleep(0.05)  # a rebalance is preparing this worker's tasks
 
     # -- batches ---------------------------------------------------------------------------------
 
     async def _batch(self, fetched: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
         work: dict[int, TaskBatch] = {}
         tallies: Counter[bytes] = Counter()
         for tp, messages in fetched.items():
             task = self.tasks.get(tp.partition)
-            if task is None:  # revoked after the fetch: the new owner reads these again
+            if task is None:
+                # Fetched before this worker's task for the partition is ready (a rebalance is
+                # under way): read the records again once it is, or let the new owner read them.
+                if tp in consumer.assignment():
+                    consumer.seek(tp, messages[0].offset)
                 continue
             batch = work.setdefault(tp.partition, TaskBatch())
             for message in messages:
                 record = incoming(message)
                 handled = self.processor.process(record, task.states.get, self.alias_of)
                 self._apply(task, batch, handled, record.timestamp or 0.0, tallies)
-            batch.offsets[tp] = messages[-1].offset + 1
+            batch.offsets[tp] = self.reached[tp] = messages[-1].offset + 1
         tally_records = [
             Outgoing(self.settings.topics.outcomes, key, str(count).encode())
             for key, count in tallies.items()
@@ -262,8 +271,8 @@ class Arbiter(Service):
             else:
                 await self._send_all(self._producer, self._journaled(work) + tally_records)
                 offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
-                assert self._consumer is not None
-                await self._consumer.commit(offsets)
+                if offsets:
+                    await consumer.commit(offsets)
         except Exception as exc:
             log.warning(
                 "arbiter: batch of %d tasks failed to commit (%s: %s); rewinding them",
@@ -367,16 +376,18 @@ class Arbiter(Service):
         for field_name, since in self.schedule.open_since.values():
             ages.setdefault(field_name, []).append((now - since).total_seconds())
         self.metrics.set_open_conflicts(ages)
-        await self._record_lag()
+        self._record_lag()
 
-    async def _record_lag(self) -> None:
+    def _record_lag(self) -> None:
+        # From the offsets this loop has reached, not `consumer.position()`: that may wait on
+        # the group coordinator, which during a rebalance waits on this loop's turn.
         consumer = self._consumer
         assert consumer is not None
         lag: dict[str, int] = dict.fromkeys(self.inputs, 0)
         for tp in consumer.assignment():
-            highwater = consumer.highwater(tp)
-            if highwater is not None:
-                lag[tp.topic] += max(0, highwater - await consumer.position(tp))
+            highwater, reached = consumer.highwater(tp), self.reached.get(tp)
+            if highwater is not None and reached is not None:
+                lag[tp.topic] += max(0, highwater - reached)
         for name, value in lag.items():
             self.metrics.consumer_lag.labels(name).set(value)
 

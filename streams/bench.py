@@ -163,8 +163,17 @@ class BenchWorker:
         )
 
     def peak_rss(self) -> int:
+        return self._status_bytes("VmHWM:")
+
+    def rss(self) -> int:
+        return self._status_bytes("VmRSS:")
+
+    def state_keys(self) -> int:
+        return int(_metric(self.metrics(), "claimstream_state_keys"))
+
+    def _status_bytes(self, field: str) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) * 1024
         return 0
 
@@ -248,6 +257,48 @@ async def latency(
     return latencies, len(latencies) / max(finished - started, 1e-6)
 
 
+async def soak(
+    bootstrap: str, topics: Topics, worker: BenchWorker, rate: float, seconds: float, keys: int
+) -> list[tuple[float, int, int]]:
+    """Offer claims at a steady `rate`/s for `seconds` on `keys` keys, each claim newer than
+    the last for its key: with bounded history, memory must level off. Samples (elapsed s,
+    worker RSS, tracked keys) every 30 s."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+    await producer.start()
+    rng = random.Random(5)
+    sources = ["billing-api", "crm", "reporting-replica", "billing-cache"]
+    samples: list[tuple[float, int, int]] = []
+    started = time.perf_counter()
+    next_sample, sent = started, 0
+    try:
+        while (elapsed := time.perf_counter() - started) < seconds:
+            claim = Claim(
+                claim_id=f"soak-{sent}",
+                subject=f"soak-{sent % keys}",
+                field="order.payment_status",
+                status="present",
+                value=rng.choice(["paid", "paid", "unpaid"]),
+                source=rng.choice(sources),
+                observed_at=datetime.now(UTC),
+            )
+            key = state_key(claim.subject, claim.field).encode()
+            await producer.send(topics.claims, CODEC.encode(topics.claims, claim), key=key)
+            sent += 1
+            if time.perf_counter() >= next_sample:
+                samples.append((round(elapsed), worker.rss(), worker.state_keys()))
+                print(f"bench: soak t={elapsed:.0f}s rss={samples[-1][1]} keys={samples[-1][2]}")
+                next_sample += 30
+            ahead = started + sent / rate - time.perf_counter()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        await producer.flush()
+        await asyncio.sleep(2)
+        samples.append((round(time.perf_counter() - started), worker.rss(), worker.state_keys()))
+    finally:
+        await producer.stop()
+    return samples
+
+
 def engine_rate(policy: Policy, keys: int = 20000) -> float:
     """The pure engine alone: decisions per second for keys of 3 claims."""
     now = datetime.now(UTC)
@@ -296,7 +347,12 @@ def state_bytes_per_key(policy: Policy, claims: list[Claim]) -> float:
 
 
 def run(
-    claims: int, subjects: int, broker_kind: str, partitions: int, latency_s: float
+    claims: int,
+    subjects: int,
+    broker_kind: str,
+    partitions: int,
+    latency_s: float,
+    soak_s: float = 0.0,
 ) -> dict[str, Any]:
     policy = load_policy(REPO_ROOT / "examples" / "policy.yaml")
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
@@ -338,11 +394,27 @@ def run(
                 latency(broker.bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
             )
             rss = worker.peak_rss()
+            if soak_s > 0:
+                samples = asyncio.run(
+                    soak(broker.bootstrap, topics, worker, saturated / 4, soak_s, keys=5000)
+                )
         finally:
             worker.stop()
     finally:
         broker.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
+    soaked: dict[str, Any] = {}
+    if soak_s > 0:
+        # Growth is measured from the first sample after a fifth of the run (the keyspace full).
+        settled = next(s for s in samples if s[0] >= soak_s / 5)
+        soaked = {
+            "soak_s": soak_s,
+            "soak_offered_per_s": round(saturated / 4),
+            "soak_rss_settled_bytes": settled[1],
+            "soak_rss_end_bytes": samples[-1][1],
+            "soak_rss_growth_pct": round((samples[-1][1] / settled[1] - 1) * 100, 1),
+            "soak_keys_end": samples[-1][2],
+        }
     quantiles = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
     engine = engine_rate(policy)
     return {
@@ -360,6 +432,7 @@ def run(
         "peak_rss_bytes": rss,
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
         "engine_decisions_per_s": round(engine),
+        **soaked,
     }
 
 
@@ -374,7 +447,14 @@ def _env_settings(settings: Settings) -> dict[str, object]:
     }
 
 
-def main(claims: int, subjects: int, broker_kind: str, partitions: int, latency_s: float) -> int:
-    result = run(claims, subjects, broker_kind, partitions, latency_s)
+def main(
+    claims: int,
+    subjects: int,
+    broker_kind: str,
+    partitions: int,
+    latency_s: float,
+    soak_s: float = 0.0,
+) -> int:
+    result = run(claims, subjects, broker_kind, partitions, latency_s, soak_s)
     print(json.dumps(result, sort_keys=True))
     return 0

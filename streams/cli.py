@@ -161,7 +161,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from streams.bench import main as bench_main
 
-    return bench_main(args.claims, args.subjects, args.broker_kind, args.partitions, args.latency_s)
+    return bench_main(
+        args.claims, args.subjects, args.broker_kind, args.partitions, args.latency_s, args.soak_s
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,6 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--broker-kind", choices=["kafka", "tansu"], default="kafka")
     bn.add_argument("--partitions", type=int, default=4)
     bn.add_argument("--latency-s", type=float, default=20.0, help="seconds of offered load")
+    bn.add_argument(
+        "--soak-s",
+        type=float,
+        default=0.0,
+        help="then a steady run of this many seconds sampling memory (600 for the 10-min check)",
+    )
     bn.set_defaults(handler=cmd_bench)
     return parser
 

@@ -217,27 +217,23 @@ def histories(worker: WorkerProcess, key: str) -> Any:
     return worker.get(f"/api/decisions/{urllib.parse.quote(key, safe='')}/history")
 
 
-@pytest.mark.xfail(
-    reason="known defect: with processing_guarantee=exactly_once the worker restarted after a "
-    "SIGKILL crashes in table recovery (Faust ConsistencyError: persisted changelog offset above "
-    "the topic's highwater), so it stops deciding; repeats are gone since table writes are "
-    "flushed into the batch's transaction. The at-least-once default is what the other "
-    "scenarios prove",
-    strict=False,
-)
-def test_exactly_once_loses_nothing_after_crashes_and_should_not_repeat(
+def test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances(
     kafka: KafkaBroker, tmp_path: Path
 ) -> None:
+    """Two workers; one is killed twice mid-stream, so its tasks move to the other and back.
+    A read_committed reader must see every decision once: each task's transactional producer
+    fences the task's previous owner, and aborted batches are replayed from committed state."""
     deployment = deployment_on(kafka.bootstrap, tmp_path, guarantee="exactly_once")
-    worker = deployment.worker(0).start()
+    survivor, victim = deployment.worker(0).start(), deployment.worker(1).start()
     history = History()
     restarted = [time.monotonic()]
 
     async def crash() -> None:
         for _ in range(2):
             await asyncio.sleep(3)
-            worker.kill()
-            await asyncio.to_thread(worker.start)
+            victim.kill()
+            await asyncio.sleep(1)
+            await asyncio.to_thread(victim.start)
             restarted[0] = time.monotonic()
 
     async def run() -> None:
@@ -255,7 +251,8 @@ def test_exactly_once_loses_nothing_after_crashes_and_should_not_repeat(
             "exactly-once-sigkill-x2", deployment, history, restarted[0], "read_committed"
         )
     finally:
-        worker.stop()
+        survivor.stop()
+        victim.stop()
     assert verdict.lost == 0, verdict.problems
     assert not verdict.problems
     assert verdict.duplicates == 0
