@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -35,8 +36,21 @@ log = logging.getLogger(__name__)
 DEMO_ROUND_S = 20.0
 
 
+def freeze_survivors(phase: str, info: dict[str, int]) -> None:
+    """After a full collection, move what survived out of the collector's reach.
+
+    A worker's key state is hundreds of thousands of long-lived objects; every full collection
+    walked all of them (262 ms for 5k keys), and those pauses were the decision latency's p99.
+    Frozen objects are still freed by reference counting; only reference cycles among them
+    would be kept, and state records have none."""
+    if phase == "stop" and info.get("generation") == 2:
+        gc.freeze()
+
+
 def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
+    if freeze_survivors not in gc.callbacks:
+        gc.callbacks.append(freeze_survivors)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     policy = load_policy(settings.policy)
@@ -48,6 +62,9 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     worker = faust.Worker(
         pipeline.app, loop=loop, loglevel=settings.log_level, redirect_stdouts=False
     )
+    # Faust's startup spinner sets the root logger to DEBUG so it can spin on every record: every
+    # debug call in aiokafka's hot path then builds a LogRecord (measured: ~15% of the worker).
+    worker.spinner = None
     try:
         worker.execute_from_commandline()
     except SystemExit as exit_:
