@@ -46,6 +46,9 @@ class AdmittedClaim:
         init=False, compare=False, repr=False
     )
     """Status and value in `statement_order`, then claim_id: how the engine clusters claims."""
+    journaled: str | None = field(default=None, init=False, compare=False, repr=False)
+    """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
+    is written again on every change, and its older claims never change."""
 
     def __post_init__(self) -> None:
         claim = self.claim

@@ -120,12 +120,11 @@ _KEY_FIELDS = {"subject", "field"}
 
 
 def encode_state(state: KeyState) -> bytes:
-    """Compact JSON for the changelog and RocksDB: defaults and per-claim key fields left out."""
+    """Compact JSON for the changelog: defaults and per-claim key fields left out."""
     encoded: dict[str, Any] = {
         "version": _STATE_VERSION,
         "subject": state.subject,
         "field": state.field,
-        "claims": [_encode_claim(admitted) for admitted in state.claims],
         "resolutions": [
             r.model_dump(mode="json", exclude_defaults=True, exclude=_KEY_FIELDS)
             for r in state.resolutions
@@ -135,8 +134,11 @@ def encode_state(state: KeyState) -> bytes:
         "escalated": state.escalated,
         "next_check_at": state.next_check_at and format_timestamp(state.next_check_at),
     }
-    compact = {name: value for name, value in encoded.items() if value}
-    return _COMPACT_JSON.encode(compact).encode()
+    text = _COMPACT_JSON.encode({name: value for name, value in encoded.items() if value})
+    if state.claims:
+        claims = ",".join(_claim_json(admitted) for admitted in state.claims)
+        text = f'{text[:-1]},"claims":[{claims}]}}'
+    return text.encode()
 
 
 def decode_state(data: bytes) -> KeyState:
@@ -157,6 +159,14 @@ def decode_state(data: bytes) -> KeyState:
         escalated=raw.get("escalated", False),
         next_check_at=_timestamp(raw.get("next_check_at")),
     )
+
+
+def _claim_json(admitted: AdmittedClaim) -> str:
+    if admitted.journaled is None:
+        # Frozen: set the way the dataclass sets its own fields.
+        object.__setattr__(admitted, "journaled", _COMPACT_JSON.encode(_encode_claim(admitted)))
+    assert admitted.journaled is not None
+    return admitted.journaled
 
 
 def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
