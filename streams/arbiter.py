@@ -23,6 +23,7 @@ rest (aliases, outcome windows, web, lifecycle):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -39,6 +40,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
+from aiokafka.errors import ProducerFenced
 from aiokafka.partitioner import murmur2
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
@@ -182,6 +184,7 @@ class Arbiter(Service):
         self._restorer: AIOKafkaConsumer | None = None
         self._last_scan = 0.0
         self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
+        self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -214,6 +217,7 @@ class Arbiter(Service):
 
     async def on_stop(self) -> None:
         async with self.turn:
+            await self._settled_commit()
             for client in (self._consumer, self._restorer, self._producer):
                 if client is not None:
                     await client.stop()
@@ -253,6 +257,10 @@ class Arbiter(Service):
                     consumer.seek(tp, messages[0].offset)
                 continue
             batch = work.setdefault(tp.partition, TaskBatch())
+            # A seek on assignment can deliver again records a fetch already returned.
+            messages = [m for m in messages if m.offset >= self.reached.get(tp, 0)]
+            if not messages:
+                continue
             for message in messages:
                 record = incoming(message)
                 handled = self.processor.process(record, task.states.get, self.alias_of)
@@ -262,25 +270,22 @@ class Arbiter(Service):
             Outgoing(self.settings.topics.outcomes, key, str(count).encode())
             for key, count in tallies.items()
         ]
-        try:
-            if self.exactly_once:
-                await asyncio.gather(
-                    *(self._commit_transaction(self.tasks[p], b) for p, b in work.items())
-                )
-                await self._send_all(self._producer, tally_records)
-            else:
+        if self.exactly_once:
+            await self._commit_transactions(work)
+            await self._send_all(self._producer, tally_records)
+        else:
+            try:
                 await self._send_all(self._producer, self._journaled(work) + tally_records)
+            except Exception as exc:
+                self._failed(len(work), exc)
+                await self._rewind(list(work))
+            else:
                 offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
                 if offsets:
-                    await consumer.commit(offsets)
-        except Exception as exc:
-            log.warning(
-                "arbiter: batch of %d tasks failed to commit (%s: %s); rewinding them",
-                len(work),
-                type(exc).__name__,
-                exc,
-            )
-            await self._rewind(list(work))
+                    # Commits are cumulative: the next batch need not wait for this one. A lost
+                    # commit only means a later one (or the new owner) re-reads a little more.
+                    await self._settled_commit()
+                    self._commit = asyncio.ensure_future(consumer.commit(offsets))
         self.metrics.state_keys.set(sum(len(t.states) for t in self.tasks.values()))
 
     def _apply(
@@ -307,6 +312,15 @@ class Arbiter(Service):
             if received > 0:
                 self.metrics.decision_latency.observe(max(0.0, now - received))
 
+    async def _settled_commit(self) -> None:
+        commit, self._commit = self._commit, None
+        if commit is None:
+            return
+        try:
+            await commit
+        except Exception as exc:
+            log.warning("arbiter: offset commit failed (%s: %s)", type(exc).__name__, exc)
+
     def _journaled(self, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
         """The batch's outputs, then one changelog record per changed key."""
         records: list[Outgoing] = []
@@ -317,6 +331,36 @@ class Arbiter(Service):
                 for key, state in batch.changed.items()
             ]
         return records
+
+    async def _commit_transactions(self, work: Mapping[int, TaskBatch]) -> None:
+        results = await asyncio.gather(
+            *(self._commit_transaction(self.tasks[p], batch) for p, batch in work.items()),
+            return_exceptions=True,
+        )
+        for partition, result in zip(work, results, strict=True):
+            if isinstance(result, ProducerFenced):
+                # Another worker opened this task: it is the owner now, and reopening the task
+                # here would fence it in turn. Drop it; the rebalance under way takes it away.
+                log.warning("arbiter: task %d was fenced by its new owner; dropping it", partition)
+                await self._drop(partition)
+            elif isinstance(result, Exception):
+                self._failed(1, result)
+                await self._rewind([partition])
+
+    def _failed(self, tasks: int, exc: Exception) -> None:
+        log.warning(
+            "arbiter: batch of %d tasks failed to commit (%s: %s); rewinding them",
+            tasks,
+            type(exc).__name__,
+            exc,
+        )
+
+    async def _drop(self, partition: int) -> None:
+        task = self.tasks.pop(partition)
+        self.schedule.forget(task.states)
+        if task.producer is not None:
+            with contextlib.suppress(Exception):
+                await task.producer.stop()
 
     async def _commit_transaction(self, task: Task, batch: TaskBatch) -> None:
         producer = task.producer
@@ -345,23 +389,29 @@ class Arbiter(Service):
 
     async def _rewind(self, partitions: list[int]) -> None:
         """Forget what the failed batch did: reload its tasks and re-read from the last commit."""
-        consumer = self._consumer
-        assert consumer is not None
         for partition in partitions:
             task = self.tasks.get(partition)
             if task is None:
                 continue
             self.schedule.forget(task.states)
-            if task.producer is not None:
-                await task.producer.stop()
-            self.tasks[partition] = await self._open_task(Task(partition))
+            # The task keeps its producer (its failed transaction was aborted): opening a new
+            # one would fence whichever worker owns the task, were it no longer this one.
+            reloaded = Task(partition, producer=task.producer)
+            self.tasks[partition] = await self._open_task(reloaded)
+        await self._seek_to_committed(set(partitions))
+
+    async def _seek_to_committed(self, partitions: set[int]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
         for tp in consumer.assignment():
             if tp.partition in partitions:
                 committed = await consumer.committed(tp)
+                log.info("arbiter: %s resumes at committed offset %s", tp, committed)
                 if committed is None:
                     await consumer.seek_to_beginning(tp)
                 else:
                     consumer.seek(tp, committed)
+                self.reached[tp] = committed or 0
 
     async def _scan(self) -> None:
         """Send due ticks to the keys whose decision may change by time alone; refresh gauges."""
@@ -395,6 +445,11 @@ class Arbiter(Service):
 
     async def revoked(self, partitions: set[int]) -> None:
         async with self.turn:
+            await self._settled_commit()
+            # Where this worker stopped says nothing about where the next owner stops.
+            self.reached = {
+                tp: o for tp, o in self.reached.items() if tp.partition not in partitions
+            }
             for partition in partitions & set(self.tasks):
                 task = self.tasks.pop(partition)
                 self.schedule.forget(task.states)
@@ -406,10 +461,15 @@ class Arbiter(Service):
     async def assigned(self, partitions: set[int]) -> None:
         async with self.turn:
             started = time.monotonic()
-            for partition in sorted(partitions - set(self.tasks)):
+            opened = partitions - set(self.tasks)
+            for partition in sorted(opened):
                 task = self.standby.pop(partition, None) or Task(partition)
                 self.tasks[partition] = await self._open_task(task)
             self.standby.clear()  # the partitions went elsewhere; their state is another's now
+            if self.exactly_once:
+                # The offsets the consumer fetched on assignment may predate the previous
+                # owner's last transaction, which opening the task has only now settled.
+                await self._seek_to_committed(opened)
             log.info(
                 "arbiter: tasks %s ready in %.2fs (%d keys)",
                 sorted(self.tasks),
@@ -418,16 +478,18 @@ class Arbiter(Service):
             )
 
     async def _open_task(self, task: Task) -> Task:
-        await self._catch_up(task)
-        for key, state in task.states.items():
-            self.schedule.note(key, state)
-        if self.exactly_once:
+        if self.exactly_once and task.producer is None:
             task.producer = AIOKafkaProducer(
                 **client_options(self.settings),
                 **self._producer_options(),
                 transactional_id=f"{self.group}-{task.partition}",
             )
-            await task.producer.start()  # fences the task's previous owner
+            # Fences the task's previous owner and settles its open transaction (committed or
+            # aborted), so the changelog read next ends where that transaction left it.
+            await task.producer.start()
+        await self._catch_up(task)
+        for key, state in task.states.items():
+            self.schedule.note(key, state)
         return task
 
     async def _catch_up(self, task: Task) -> None:
@@ -450,10 +512,17 @@ class Arbiter(Service):
             if not fetched and await restorer.position(tp) >= end:
                 break
         task.changelog_offset = await restorer.position(tp)
+        log.info(
+            "arbiter: task %d caught up to changelog offset %d (end %d)",
+            task.partition,
+            task.changelog_offset,
+            end,
+        )
 
     def _producer_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
-            "linger_ms": 5,
+            # A batch's records are all enqueued before the loop waits for them: nothing to linger for.
+            "linger_ms": 0,
             "max_batch_size": 256 * 1024,
             "acks": "all",
         }
