@@ -47,10 +47,11 @@ from mode import Service
 
 from streams.client import client_options
 from streams.core.contracts import Outcome
-from streams.core.keystate import KeyState, decode_state, encode_state
+from streams.core.keystate import KeyState
 from streams.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Outgoing, Processor
 from streams.settings import Guarantee, Settings
+from streams.statestore import StateCache, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Task:
     """Partition `partition` of every input topic, and the state of the keys they carry."""
 
     partition: int
-    states: dict[bytes, KeyState] = field(default_factory=dict)
+    states: TaskStore
     changelog_offset: int = 0  # next changelog offset this task has not yet seen
     producer: AIOKafkaProducer | None = None  # transactional, exactly_once only
 
@@ -149,7 +150,7 @@ class TaskBatch:
     """What one batch did to one task: records to send, keys to journal, offsets to commit."""
 
     outputs: list[Outgoing] = field(default_factory=list)
-    changed: dict[bytes, KeyState] = field(default_factory=dict)
+    changed: dict[bytes, bytes] = field(default_factory=dict)  # key -> encoded state
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -177,6 +178,7 @@ class Arbiter(Service):
         self.assignor = RoutingAssignor(advertised_url(settings))
         self.tasks: dict[int, Task] = {}
         self.standby: dict[int, Task] = {}  # revoked tasks, kept to catch up if they come back
+        self.cache = StateCache(settings.state_cache_keys)
         self.schedule = Schedule()
         self.turn = asyncio.Lock()  # a batch and a rebalance never interleave
         self._consumer: AIOKafkaConsumer | None = None
@@ -287,6 +289,7 @@ class Arbiter(Service):
                     await self._settled_commit()
                     self._commit = asyncio.ensure_future(consumer.commit(offsets))
         self.metrics.state_keys.set(sum(len(t.states) for t in self.tasks.values()))
+        self.metrics.state_bytes.set(sum(t.states.encoded_bytes for t in self.tasks.values()))
 
     def _apply(
         self,
@@ -297,8 +300,7 @@ class Arbiter(Service):
         tallies: Counter[bytes],
     ) -> None:
         if handled.key is not None and handled.state is not None:
-            task.states[handled.key] = handled.state
-            batch.changed[handled.key] = handled.state
+            batch.changed[handled.key] = task.states.put(handled.key, handled.state)
             self.schedule.note(handled.key, handled.state)
         for record in handled.outputs:
             if record.topic == self.settings.topics.outcomes:
@@ -327,8 +329,8 @@ class Arbiter(Service):
         for partition, batch in work.items():
             records += batch.outputs
             records += [
-                Outgoing(self.changelog, key, encode_state(state), partition=partition)
-                for key, state in batch.changed.items()
+                Outgoing(self.changelog, key, data, partition=partition)
+                for key, data in batch.changed.items()
             ]
         return records
 
@@ -396,7 +398,8 @@ class Arbiter(Service):
             self.schedule.forget(task.states)
             # The task keeps its producer (its failed transaction was aborted): opening a new
             # one would fence whichever worker owns the task, were it no longer this one.
-            reloaded = Task(partition, producer=task.producer)
+            task.states.evict()
+            reloaded = Task(partition, TaskStore(self.cache), producer=task.producer)
             self.tasks[partition] = await self._open_task(reloaded)
         await self._seek_to_committed(set(partitions))
 
@@ -453,6 +456,7 @@ class Arbiter(Service):
             for partition in partitions & set(self.tasks):
                 task = self.tasks.pop(partition)
                 self.schedule.forget(task.states)
+                task.states.evict()
                 if task.producer is not None:
                     await task.producer.stop()
                     task.producer = None
@@ -463,7 +467,7 @@ class Arbiter(Service):
             started = time.monotonic()
             opened = partitions - set(self.tasks)
             for partition in sorted(opened):
-                task = self.standby.pop(partition, None) or Task(partition)
+                task = self.standby.pop(partition, None) or Task(partition, TaskStore(self.cache))
                 self.tasks[partition] = await self._open_task(task)
             self.standby.clear()  # the partitions went elsewhere; their state is another's now
             if self.exactly_once:
@@ -488,8 +492,10 @@ class Arbiter(Service):
             # aborted), so the changelog read next ends where that transaction left it.
             await task.producer.start()
         await self._catch_up(task)
-        for key, state in task.states.items():
-            self.schedule.note(key, state)
+        for key in task.states:
+            state = task.states.get(key)
+            if state is not None:
+                self.schedule.note(key, state)
         return task
 
     async def _catch_up(self, task: Task) -> None:
@@ -505,10 +511,7 @@ class Arbiter(Service):
         while True:
             fetched = await restorer.getmany(tp, timeout_ms=CAUGHT_UP_IDLE_MS, max_records=10000)
             for message in fetched.get(tp, []):
-                if message.value is None:
-                    task.states.pop(message.key, None)
-                else:
-                    task.states[message.key] = decode_state(message.value)
+                task.states.load(message.key, message.value)
             if not fetched and await restorer.position(tp) >= end:
                 break
         task.changelog_offset = await restorer.position(tp)

@@ -105,6 +105,11 @@ class Metrics:
             "Subject|field keys whose state this worker holds (its tasks' keys).",
             registry=r,
         )
+        self.state_bytes = Gauge(
+            "claimstream_state_bytes",
+            "Encoded size of the key state this worker holds (what its changelog partitions hold).",
+            registry=r,
+        )
         self.up = Gauge(
             "claimstream_worker_up", "1 while the worker's pipeline is running.", registry=r
         )

@@ -64,6 +64,11 @@ class Settings(BaseModel):
     batch_within_s: float = Field(default=0.01, gt=0)
     max_claims_per_key: int = Field(default=16, ge=2)
     decision_history_per_key: int = Field(default=10, ge=1)
+    state_cache_keys: int = Field(
+        default=100_000,
+        ge=1,
+        description="decoded key states a worker keeps in memory; others stay encoded (~1 KB)",
+    )
     retry_attempts: int = Field(default=3, ge=1)
     expiry_interval_s: float = Field(default=1.0, gt=0)
     broker_session_timeout_s: float = 10.0

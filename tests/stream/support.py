@@ -37,6 +37,7 @@ class Deployment:
     store: str = "memory://"
     partitions: int = 4
     guarantee: str = "at_least_once"
+    state_cache_keys: int = 100_000
     name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
 
     @property
@@ -57,6 +58,7 @@ class Deployment:
                 "CLAIMSTREAM_PROCESSING_GUARANTEE": self.guarantee,
                 "CLAIMSTREAM_LOG_LEVEL": "warn",
                 "CLAIMSTREAM_EXPIRY_INTERVAL_S": "0.5",
+                "CLAIMSTREAM_STATE_CACHE_KEYS": str(self.state_cache_keys),
             }
         )
         for name, topic in self.topics.model_dump().items():

@@ -67,14 +67,25 @@ def metric_sum(text: str, name: str) -> float:
 
 
 @pytest.mark.parametrize(
-    ("broker_kind", "store"),
-    [("kafka", "memory://"), ("kafka", "rocksdb://"), ("tansu", "memory://")],
+    ("broker_kind", "store", "cache"),
+    [
+        ("kafka", "memory://", 100_000),
+        # A state cache far smaller than the 400 keys: most keys are decoded again on use.
+        ("kafka", "rocksdb://", 32),
+        ("tansu", "memory://", 100_000),
+    ],
 )
 def test_streamed_decisions_equal_offline_replay(
-    request: pytest.FixtureRequest, deployment_factory: Any, broker_kind: str, store: str
+    request: pytest.FixtureRequest,
+    deployment_factory: Any,
+    broker_kind: str,
+    store: str,
+    cache: int,
 ) -> None:
     broker: KafkaBroker | TansuBroker = request.getfixturevalue(broker_kind)
-    deployment: Deployment = deployment_factory(broker.bootstrap, store=store)
+    deployment: Deployment = deployment_factory(
+        broker.bootstrap, store=store, state_cache_keys=cache
+    )
     worker = deployment.worker().start()
     try:
         claims = publishable(2400, seed=11, now=datetime.now(UTC))
@@ -103,7 +114,7 @@ def test_streamed_decisions_equal_offline_replay(
         assert len(dead) == rejected
         assert accepted + len(dead) == sent
         print(
-            f"differential[{broker_kind},{store}]: sent={sent} keys={len(expected)} decisions={len(every)} dead_letters={len(dead)}"
+            f"differential[{broker_kind},{store},cache={cache}]: sent={sent} keys={len(expected)} decisions={len(every)} dead_letters={len(dead)}"
         )
     finally:
         worker.stop()

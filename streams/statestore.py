@@ -1,0 +1,90 @@
+"""Where a worker keeps its keys' state: compact for every key, decoded for the keys in use.
+
+A decoded KeyState (pydantic claims, datetimes, precomputed orderings) takes several KB; its
+encoded form, what the changelog holds, about 1 KB. So every key is kept encoded, and the decoded
+states of the most recently used keys sit in a cache of bounded size shared by the worker's tasks:
+memory grows by the encoded size per key once the cache is full, and a key outside the cache
+costs one decode when it is next touched.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from streams.core.keystate import KeyState, decode_state, encode_state
+
+
+class StateCache:
+    """Decoded states of recently used keys, least recently used evicted first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._states: OrderedDict[bytes, KeyState] = OrderedDict()
+
+    def get(self, key: bytes) -> KeyState | None:
+        state = self._states.get(key)
+        if state is not None:
+            self._states.move_to_end(key)
+        return state
+
+    def put(self, key: bytes, state: KeyState) -> None:
+        self._states[key] = state
+        self._states.move_to_end(key)
+        while len(self._states) > self.capacity:
+            self._states.popitem(last=False)
+
+    def discard(self, key: bytes) -> None:
+        self._states.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+class TaskStore:
+    """One task's keys: each key's encoded state, decoded on demand through the shared cache."""
+
+    def __init__(self, cache: StateCache) -> None:
+        self.cache = cache
+        self._encoded: dict[bytes, bytes] = {}
+        self.encoded_bytes = 0
+
+    def get(self, key: bytes) -> KeyState | None:
+        state = self.cache.get(key)
+        if state is None:
+            data = self._encoded.get(key)
+            if data is None:
+                return None
+            state = decode_state(data)
+            self.cache.put(key, state)
+        return state
+
+    def put(self, key: bytes, state: KeyState) -> bytes:
+        """Keep `state` for `key`; returns its encoded form (what to journal)."""
+        data = encode_state(state)
+        self._keep(key, data)
+        self.cache.put(key, state)
+        return data
+
+    def load(self, key: bytes, data: bytes | None) -> None:
+        """Take a key's state as the changelog has it (None: the key was deleted)."""
+        self.cache.discard(key)
+        if data is None:
+            self.encoded_bytes -= len(self._encoded.pop(key, b""))
+        else:
+            self._keep(key, data)
+
+    def _keep(self, key: bytes, data: bytes) -> None:
+        self.encoded_bytes += len(data) - len(self._encoded.get(key, b""))
+        self._encoded[key] = data
+
+    def evict(self) -> None:
+        """Drop this task's keys from the shared cache (the task is moving elsewhere)."""
+        for key in self._encoded:
+            self.cache.discard(key)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._encoded)
+
+    def __len__(self) -> int:
+        return len(self._encoded)

@@ -1,0 +1,99 @@
+"""The worker's state store: every key encoded, recently used keys decoded, nothing lost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.core.contracts import Claim
+from streams.core.intake import admit
+from streams.core.keystate import KeyState, Limits, add_claim, encode_state
+from streams.core.policy import load_policy
+from streams.settings import Settings
+from streams.statestore import StateCache, TaskStore
+
+POLICY = load_policy(Settings().policy)
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+FIELD = "order.payment_status"
+
+
+def state_of(subject: str, values: list[str]) -> KeyState:
+    rules = POLICY.rules_for(FIELD)
+    assert rules is not None
+    state = None
+    for n, value in enumerate(values):
+        claim = Claim(
+            claim_id=f"{subject}-{n}",
+            subject=subject,
+            field=FIELD,
+            status="present",
+            value=value,
+            source="billing-api",
+            observed_at=NOW - timedelta(seconds=len(values) - n),
+        )
+        step = add_claim(state, admit(claim, POLICY, NOW), rules, POLICY.version, NOW, Limits())
+        state = step.state
+    assert state is not None
+    return state
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.lists(st.sampled_from(["paid", "unpaid"]), min_size=1)),
+        max_size=20,
+    ),
+    st.integers(1, 3),
+)
+def test_a_key_reads_back_its_last_state_whether_cached_or_not(
+    writes: list[tuple[int, list[str]]], capacity: int
+) -> None:
+    store = TaskStore(StateCache(capacity))
+    latest: dict[bytes, KeyState] = {}
+    for subject, values in writes:
+        key = f"s{subject}|{FIELD}".encode()
+        state = state_of(f"s{subject}", values)
+        assert store.put(key, state) == encode_state(state)
+        latest[key] = state
+    assert len(store.cache) <= capacity
+    assert sorted(store) == sorted(latest)
+    for key, state in latest.items():
+        assert encode_state(store.get(key) or state_of("x", ["paid"])) == encode_state(state)
+    assert store.encoded_bytes == sum(len(encode_state(s)) for s in latest.values())
+
+
+def test_the_cache_keeps_the_most_recently_used_keys() -> None:
+    cache = StateCache(2)
+    states = {k: state_of(k, ["paid"]) for k in ("a", "b", "c")}
+    cache.put(b"a", states["a"])
+    cache.put(b"b", states["b"])
+    assert cache.get(b"a") is states["a"]  # a is now the most recent
+    cache.put(b"c", states["c"])
+    assert cache.get(b"b") is None
+    assert cache.get(b"a") is states["a"]
+    assert cache.get(b"c") is states["c"]
+
+
+def test_changelog_records_replace_cached_states_and_tombstones_delete() -> None:
+    cache = StateCache(10)
+    store = TaskStore(cache)
+    old, new = state_of("a", ["paid"]), state_of("a", ["paid", "unpaid"])
+    store.put(b"a", old)
+    store.load(b"a", encode_state(new))
+    assert encode_state(store.get(b"a") or old) == encode_state(new)
+    store.load(b"a", None)
+    assert store.get(b"a") is None
+    assert store.encoded_bytes == 0
+
+
+def test_a_moving_task_leaves_the_shared_cache() -> None:
+    cache = StateCache(10)
+    moving, staying = TaskStore(cache), TaskStore(cache)
+    moving.put(b"a", state_of("a", ["paid"]))
+    staying.put(b"b", state_of("b", ["paid"]))
+    moving.evict()
+    assert cache.get(b"a") is None
+    assert cache.get(b"b") is not None
+    assert moving.get(b"a") is not None  # still there, decoded again on demand
