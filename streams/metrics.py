@@ -44,8 +44,9 @@ class Metrics:
         )
         self.losses = Counter(
             "claimstream_claim_losses_total",
-            "Claims that lost to a stronger one (contested in a resolved decision): "
-            "the lagging-replica signal.",
+            "Claims that lost to a stronger one (contested in a resolved decision), counted with "
+            "each emitted decision and when an arriving claim loses without changing the "
+            "decision: the lagging-replica signal.",
             ["field", "source"],
             registry=r,
         )
@@ -144,7 +145,10 @@ class Metrics:
         self.last_decision_time.set(when)
         if decision.outcome is Outcome.RESOLVED:
             for source in _losers(decision.evidence):
-                self.losses.labels(field, self.source_label(source)).inc()
+                self.lost(decision.field, source)
+
+    def lost(self, field: str, source: str) -> None:
+        self.losses.labels(self.field_label(field), self.source_label(source)).inc()
 
     def set_open_conflicts(self, ages_by_field: dict[str, list[float]]) -> None:
         for field in self._fields:

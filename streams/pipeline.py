@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from streams.core.authenticity import SourceKey, keyring, verify
-from streams.core.contracts import Claim, Decision, RejectReason, Resolution, SourceClass
+from streams.core.contracts import (
+    Claim,
+    Decision,
+    EvidenceRole,
+    Outcome,
+    RejectReason,
+    Resolution,
+    SourceClass,
+)
 from streams.core.engine import Arbitration
 from streams.core.errors import ClaimstreamError, ContractError, RejectedInput
 from streams.core.intake import admit, admit_resolution
@@ -174,6 +182,14 @@ class Processor:
             self.limits,
         )
         self.metrics.accepted(claim.field, claim.source, wall.timestamp())
+        decided = step.arbitration
+        if (
+            step.emitted is None
+            and decided.outcome is Outcome.RESOLVED
+            and decided.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
+        ):
+            # Arrived late and lost: the decision stands, but the loss is the signal.
+            self.metrics.lost(claim.field, claim.source)
         return self._emit(key, step, record)
 
     def _on_resolution(

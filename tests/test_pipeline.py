@@ -220,3 +220,30 @@ def test_fuzzed_bytes_are_dead_lettered(data: bytes, cut: int) -> None:
             Incoming("claims.tools", 0, 0, b"k", value, (), NOW.timestamp()), {}.get, lambda s: None
         )
         _exactly_one_outcome(handled)
+
+
+def test_a_late_claim_that_loses_counts_as_a_loss_even_when_the_decision_stands() -> None:
+    policy = load_policy(REPO / "examples" / "policy.yaml")
+    metrics = Metrics(policy)
+    processor = Processor(Settings(), policy, CODEC, metrics, wall_clock=NOW.timestamp)
+    states: dict[bytes, KeyState] = {}
+    truth = claim("billing-api")
+    lagging = truth.model_copy(
+        update={"claim_id": "c-replica", "source": "reporting-replica", "value": "unpaid"}
+    )
+    decisions = []
+    for n, arriving in enumerate((truth, lagging)):
+        key = state_key(arriving.subject, arriving.field).encode()
+        value = CODEC.encode("claims.tools", arriving)
+        incoming = Incoming("claims.tools", 0, n, key, value, (), NOW.timestamp())
+        handled = processor.process(incoming, states.get, lambda subject: None)
+        assert handled.key is not None
+        assert handled.state is not None
+        states[handled.key] = handled.state
+        decisions += handled.decisions
+    assert [d.value for d in decisions] == ["paid"]  # the lagging claim changed nothing...
+    losses = metrics.registry.get_sample_value(
+        "claimstream_claim_losses_total",
+        {"field": "order.payment_status", "source": "reporting-replica"},
+    )
+    assert losses == 1.0  # ...but it lost, and that is the signal

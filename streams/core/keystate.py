@@ -242,9 +242,11 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """The new state and what to send: a decision (with its events) and/or an escalation."""
+    """The new state and what to send: a decision (with its events) and/or an escalation.
+    `arbitration` is what the key decided this step, emitted or not (the belief may not change)."""
 
     state: KeyState
+    arbitration: Arbitration
     emitted: Arbitration | None = None
     escalation: Decision | None = None
 
@@ -372,7 +374,7 @@ def _decide(
         escalated,
         next_check_at,
     )
-    return Step(state=state, emitted=emitted, escalation=escalation)
+    return Step(state=state, arbitration=arbitration, emitted=emitted, escalation=escalation)
 
 
 def _summary(decision: Decision) -> DecisionSummary:
