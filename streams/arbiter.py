@@ -260,9 +260,11 @@ class Arbiter(Service):
                 continue
             batch = work.setdefault(tp.partition, TaskBatch())
             # A seek on assignment can deliver again records a fetch already returned.
-            messages = [m for m in messages if m.offset >= self.reached.get(tp, 0)]
-            if not messages:
-                continue
+            resume = self.reached.get(tp, 0)
+            if messages[0].offset < resume:
+                messages = [m for m in messages if m.offset >= resume]
+                if not messages:
+                    continue
             for message in messages:
                 record = incoming(message)
                 handled = self.processor.process(record, task.states.get, self.alias_of)
@@ -344,7 +346,7 @@ class Arbiter(Service):
                 # Another worker opened this task: it is the owner now, and reopening the task
                 # here would fence it in turn. Drop it; the rebalance under way takes it away.
                 log.warning("arbiter: task %d was fenced by its new owner; dropping it", partition)
-                await self._drop(partition)
+                await self._close(partition)
             elif isinstance(result, Exception):
                 self._failed(1, result)
                 await self._rewind([partition])
@@ -357,12 +359,16 @@ class Arbiter(Service):
             exc,
         )
 
-    async def _drop(self, partition: int) -> None:
+    async def _close(self, partition: int, keep_producer: bool = False) -> Task:
+        """Take a task out of service: off the schedule and out of the shared cache."""
         task = self.tasks.pop(partition)
         self.schedule.forget(task.states)
-        if task.producer is not None:
-            with contextlib.suppress(Exception):
+        task.states.evict()
+        if task.producer is not None and not keep_producer:
+            with contextlib.suppress(Exception):  # a fenced producer may fail to stop cleanly
                 await task.producer.stop()
+            task.producer = None
+        return task
 
     async def _commit_transaction(self, task: Task, batch: TaskBatch) -> None:
         producer = task.producer
@@ -392,14 +398,12 @@ class Arbiter(Service):
     async def _rewind(self, partitions: list[int]) -> None:
         """Forget what the failed batch did: reload its tasks and re-read from the last commit."""
         for partition in partitions:
-            task = self.tasks.get(partition)
-            if task is None:
+            if partition not in self.tasks:
                 continue
-            self.schedule.forget(task.states)
             # The task keeps its producer (its failed transaction was aborted): opening a new
             # one would fence whichever worker owns the task, were it no longer this one.
-            task.states.evict()
-            reloaded = Task(partition, TaskStore(self.cache), producer=task.producer)
+            failed = await self._close(partition, keep_producer=True)
+            reloaded = Task(partition, TaskStore(self.cache), producer=failed.producer)
             self.tasks[partition] = await self._open_task(reloaded)
         await self._seek_to_committed(set(partitions))
 
@@ -454,13 +458,7 @@ class Arbiter(Service):
                 tp: o for tp, o in self.reached.items() if tp.partition not in partitions
             }
             for partition in partitions & set(self.tasks):
-                task = self.tasks.pop(partition)
-                self.schedule.forget(task.states)
-                task.states.evict()
-                if task.producer is not None:
-                    await task.producer.stop()
-                    task.producer = None
-                self.standby[partition] = task
+                self.standby[partition] = await self._close(partition)
 
     async def assigned(self, partitions: set[int]) -> None:
         async with self.turn:

@@ -43,6 +43,38 @@ from streams.settings import REPO_ROOT, Settings, Topics
 from streams.synthetic import generate_claims
 
 CODEC = WireCodec(FolderRegistry())
+PAID = "order.payment_status"  # the field the latency, soak and engine phases use
+SOURCES = ["billing-api", "crm", "reporting-replica", "billing-cache"]
+
+
+def payment(
+    claim_id: str,
+    subject: str,
+    observed_at: datetime,
+    value: str = "paid",
+    source: str = "billing-api",
+) -> Claim:
+    return Claim(
+        claim_id=claim_id,
+        subject=subject,
+        field=PAID,
+        status="present",
+        value=value,
+        source=source,
+        observed_at=observed_at,
+    )
+
+
+async def offer(producer: AIOKafkaProducer, topic: str, claim: Claim) -> None:
+    key = state_key(claim.subject, claim.field).encode()
+    await producer.send(topic, CODEC.encode(topic, claim), key=key)
+
+
+async def keep_pace(started: float, sent: int, rate: float) -> None:
+    """Sleep until the `sent`-th record is due at `rate` per second from `started`."""
+    ahead = started + sent / rate - time.perf_counter()
+    if ahead > 0:
+        await asyncio.sleep(ahead)
 
 
 @dataclass(frozen=True)
@@ -219,22 +251,11 @@ async def latency(
     started = time.perf_counter()
     finished = started
 
-    async def offer() -> None:
+    async def send_all() -> None:
         for n in range(total):
-            claim = Claim(
-                claim_id=f"lat-{tag}-{n}",
-                subject=f"lat-{tag}-{n}",
-                field="order.payment_status",
-                status="present",
-                value="paid",
-                source="billing-api",
-                observed_at=datetime.now(UTC),
-            )
-            key = state_key(claim.subject, claim.field).encode()
-            await producer.send(topics.claims, CODEC.encode(topics.claims, claim), key=key)
-            ahead = started + (n + 1) / rate - time.perf_counter()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
+            fresh = payment(f"lat-{tag}-{n}", f"lat-{tag}-{n}", datetime.now(UTC))
+            await offer(producer, topics.claims, fresh)
+            await keep_pace(started, n + 1, rate)
 
     async def collect() -> None:
         nonlocal finished
@@ -250,7 +271,7 @@ async def latency(
                         finished = time.perf_counter()
 
     try:
-        await asyncio.gather(offer(), collect())
+        await asyncio.gather(send_all(), collect())
     finally:
         await producer.stop()
         await consumer.stop()
@@ -266,31 +287,25 @@ async def soak(
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
     await producer.start()
     rng = random.Random(5)
-    sources = ["billing-api", "crm", "reporting-replica", "billing-cache"]
     samples: list[tuple[float, int, int]] = []
     started = time.perf_counter()
     next_sample, sent = started, 0
     try:
         while (elapsed := time.perf_counter() - started) < seconds:
-            claim = Claim(
-                claim_id=f"soak-{sent}",
-                subject=f"soak-{sent % keys}",
-                field="order.payment_status",
-                status="present",
+            claim = payment(
+                f"soak-{sent}",
+                f"soak-{sent % keys}",
+                datetime.now(UTC),
                 value=rng.choice(["paid", "paid", "unpaid"]),
-                source=rng.choice(sources),
-                observed_at=datetime.now(UTC),
+                source=rng.choice(SOURCES),
             )
-            key = state_key(claim.subject, claim.field).encode()
-            await producer.send(topics.claims, CODEC.encode(topics.claims, claim), key=key)
+            await offer(producer, topics.claims, claim)
             sent += 1
             if time.perf_counter() >= next_sample:
                 samples.append((round(elapsed), worker.rss(), worker.state_keys()))
                 print(f"bench: soak t={elapsed:.0f}s rss={samples[-1][1]} keys={samples[-1][2]}")
                 next_sample += 30
-            ahead = started + sent / rate - time.perf_counter()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
+            await keep_pace(started, sent, rate)
         await producer.flush()
         await asyncio.sleep(2)
         samples.append((round(time.perf_counter() - started), worker.rss(), worker.state_keys()))
@@ -302,28 +317,25 @@ async def soak(
 def engine_rate(policy: Policy, keys: int = 20000) -> float:
     """The pure engine alone: decisions per second for keys of 3 claims."""
     now = datetime.now(UTC)
-    rules = policy.rules_for("order.payment_status")
+    rules = policy.rules_for(PAID)
     assert rules is not None
     rng = random.Random(3)
-    sources = ["billing-api", "crm", "reporting-replica", "billing-cache"]
     batches = []
     for k in range(keys):
         claims = [
-            Claim(
-                claim_id=f"e{k}-{i}",
-                subject=f"s{k}",
-                field="order.payment_status",
-                status="present",
+            payment(
+                f"e{k}-{i}",
+                f"s{k}",
+                now - timedelta(seconds=rng.randrange(90)),
                 value=rng.choice(["paid", "paid", "unpaid"]),
-                source=rng.choice(sources),
-                observed_at=now - timedelta(seconds=rng.randrange(90)),
+                source=rng.choice(SOURCES),
             )
             for i in range(3)
         ]
         batches.append([admit(c, policy, now) for c in claims])
     started = time.perf_counter()
     for n, admitted in enumerate(batches):
-        arbitrate(f"s{n}", "order.payment_status", admitted, rules, policy.version, now)
+        arbitrate(f"s{n}", PAID, admitted, rules, policy.version, now)
     return keys / (time.perf_counter() - started)
 
 

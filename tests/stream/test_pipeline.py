@@ -58,6 +58,21 @@ def expected_decisions(
     return {(d.subject, d.field): d.decision_id for d in result.decisions}, len(result.rejections)
 
 
+def publish_and_follow(
+    bootstrap: str, deployment: Deployment, claims: list[dict[str, Any]], rng: random.Random
+) -> tuple[int, dict[tuple[str, str], str], int, dict[tuple[str, str], Decision], list[Decision]]:
+    """Publish `claims`, then follow the decisions until every key reaches the replay's final
+    one: (sent, expected ids, rejected, latest decisions, every decision)."""
+    sent = asyncio.run(
+        produce(bootstrap, deployment.topics.claims, records(deployment, claims, rng))
+    )
+    expected, rejected = expected_decisions(deployment, claims)
+    latest, every = asyncio.run(
+        wait_for_decisions(bootstrap, deployment.topics.decisions, expected)
+    )
+    return sent, expected, rejected, latest, every
+
+
 def metric_sum(text: str, name: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
@@ -89,16 +104,8 @@ def test_streamed_decisions_equal_offline_replay(
     worker = deployment.worker().start()
     try:
         claims = publishable(2400, seed=11, now=datetime.now(UTC))
-        sent = asyncio.run(
-            produce(
-                broker.bootstrap,
-                deployment.topics.claims,
-                records(deployment, claims, random.Random(5)),
-            )
-        )
-        expected, rejected = expected_decisions(deployment, claims)
-        latest, every = asyncio.run(
-            wait_for_decisions(broker.bootstrap, deployment.topics.decisions, expected)
+        sent, expected, rejected, latest, every = publish_and_follow(
+            broker.bootstrap, deployment, claims, random.Random(5)
         )
         mismatched = {
             k: (latest.get(k), v)
@@ -303,16 +310,8 @@ def test_two_workers_share_the_partitions(kafka: KafkaBroker, deployment_factory
     try:
         time.sleep(8)  # let the group settle with both members
         claims = publishable(1200, seed=23, now=datetime.now(UTC))
-        asyncio.run(
-            produce(
-                kafka.bootstrap,
-                deployment.topics.claims,
-                records(deployment, claims, random.Random(2)),
-            )
-        )
-        expected, _ = expected_decisions(deployment, claims)
-        latest, _ = asyncio.run(
-            wait_for_decisions(kafka.bootstrap, deployment.topics.decisions, expected)
+        _, expected, _, latest, _ = publish_and_follow(
+            kafka.bootstrap, deployment, claims, random.Random(2)
         )
         assert {k: d.decision_id for k, d in latest.items()} == expected
         shares = [
