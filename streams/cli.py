@@ -153,7 +153,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from streams.runtime import run_dev
+    from streams.devkit.dev import run_dev
 
     return run_dev(
         _settings(args),
@@ -179,7 +179,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from streams.bench import main as bench_main
+    from streams.devkit.bench import main as bench_main
 
     return bench_main(
         args.claims, args.subjects, args.broker_kind, args.partitions, args.latency_s, args.soak_s
