@@ -63,6 +63,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "topic_partitions": settings.partitions,
         "topic_replication_factor": settings.replication_factor,
         "broker_session_timeout": settings.broker_session_timeout_s,
+        "consumer_group_instance_id": settings.instance_id,
         "broker_rebalance_timeout": settings.broker_rebalance_timeout_s,
         "broker_heartbeat_interval": min(3.0, settings.broker_session_timeout_s / 3),
         "stream_buffer_maxsize": 262144,

@@ -15,9 +15,14 @@ rest (aliases, outcome windows, web, lifecycle):
   once all of that is acknowledged (at least once), or inside the same Kafka transaction (exactly
   once, one transactional producer per task, so a task's new owner fences the old one).
 - **Rebalances.** A revoked task stops before its partitions move (the batch in flight finishes
-  and commits first). A task assigned again catches up from the changelog offset it last saw
-  instead of reloading everything. A batch that fails to commit rewinds: its tasks reload from the
-  changelog and re-read from the last committed offsets.
+  and commits first). The assignment callback only records the new partitions and pauses them:
+  aiokafka heartbeats only once that callback returns, so a callback that restores state would
+  outlast the rebalance timeout and get the member evicted (two members can evict each other in
+  a loop). Restoring runs as its own task instead, all new partitions at once, and each resumes
+  as soon as its changelog partition is read to its end offset. A task assigned again catches up
+  from the changelog offset it last saw instead of reloading everything. A revocation cancels a
+  restore under way. A batch that fails to commit rewinds: its tasks reload from the changelog and
+  re-read from the last committed offsets.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.partitioner import murmur2
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
@@ -56,7 +61,9 @@ from streams.statestore import StateCache, TaskStore
 log = logging.getLogger(__name__)
 
 OPEN = (Outcome.CONFLICT, Outcome.QUARANTINED)
-CAUGHT_UP_IDLE_MS = 200
+RESTORE_FETCH_MS = 500  # getmany returns as soon as records arrive; this only bounds an idle wait
+RESTORE_RETRY_S = 1.0
+SCHEDULE_YIELD_KEYS = 500  # keys scheduled between yields, so restoring never starves heartbeats
 
 
 def partition_of(key: bytes, partitions: int) -> int:
@@ -184,6 +191,9 @@ class Arbiter(Service):
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._restorer: AIOKafkaConsumer | None = None
+        self._restoring_lock = asyncio.Lock()  # one reader of the changelog at a time
+        self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
+        self.assigned_partitions: set[int] = set()
         self._last_scan = 0.0
         self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
         self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
@@ -207,6 +217,8 @@ class Arbiter(Service):
             auto_offset_reset="earliest",
             isolation_level=isolation,
             partition_assignment_strategy=(self.assignor,),
+            # Static membership: a restart within the session timeout keeps the assignment.
+            group_instance_id=settings.instance_id,
             session_timeout_ms=int(settings.broker_session_timeout_s * 1000),
             heartbeat_interval_ms=int(min(3.0, settings.broker_session_timeout_s / 3) * 1000),
             rebalance_timeout_ms=int(settings.broker_rebalance_timeout_s * 1000),
@@ -218,6 +230,7 @@ class Arbiter(Service):
         self._consumer.subscribe(self.inputs, listener=_Rebalance(self))
 
     async def on_stop(self) -> None:
+        await self._cancel_restore()
         async with self.turn:
             await self._settled_commit()
             for client in (self._consumer, self._restorer, self._producer):
@@ -364,10 +377,8 @@ class Arbiter(Service):
         task = self.tasks.pop(partition)
         self.schedule.forget(task.states)
         task.states.evict()
-        if task.producer is not None and not keep_producer:
-            with contextlib.suppress(Exception):  # a fenced producer may fail to stop cleanly
-                await task.producer.stop()
-            task.producer = None
+        if not keep_producer:
+            await _release_producer(task)
         return task
 
     async def _commit_transaction(self, task: Task, batch: TaskBatch) -> None:
@@ -397,14 +408,15 @@ class Arbiter(Service):
 
     async def _rewind(self, partitions: list[int]) -> None:
         """Forget what the failed batch did: reload its tasks and re-read from the last commit."""
+        reloaded = []
         for partition in partitions:
             if partition not in self.tasks:
                 continue
             # The task keeps its producer (its failed transaction was aborted): opening a new
             # one would fence whichever worker owns the task, were it no longer this one.
             failed = await self._close(partition, keep_producer=True)
-            reloaded = Task(partition, TaskStore(self.cache), producer=failed.producer)
-            self.tasks[partition] = await self._open_task(reloaded)
+            reloaded.append(Task(partition, TaskStore(self.cache), producer=failed.producer))
+        await self._restore_tasks(reloaded)
         await self._seek_to_committed(set(partitions))
 
     async def _seek_to_committed(self, partitions: set[int]) -> None:
@@ -451,6 +463,8 @@ class Arbiter(Service):
     # -- rebalances ------------------------------------------------------------------------------
 
     async def revoked(self, partitions: set[int]) -> None:
+        await self._cancel_restore()
+        self.assigned_partitions -= partitions
         async with self.turn:
             await self._settled_commit()
             # Where this worker stopped says nothing about where the next owner stops.
@@ -461,64 +475,133 @@ class Arbiter(Service):
                 self.standby[partition] = await self._close(partition)
 
     async def assigned(self, partitions: set[int]) -> None:
-        async with self.turn:
-            started = time.monotonic()
-            opened = partitions - set(self.tasks)
-            for partition in sorted(opened):
-                task = self.standby.pop(partition, None) or Task(partition, TaskStore(self.cache))
-                self.tasks[partition] = await self._open_task(task)
-            self.standby.clear()  # the partitions went elsewhere; their state is another's now
-            if self.exactly_once:
-                # The offsets the consumer fetched on assignment may predate the previous
-                # owner's last transaction, which opening the task has only now settled.
-                await self._seek_to_committed(opened)
-            log.info(
-                "arbiter: tasks %s ready in %.2fs (%d keys)",
-                sorted(self.tasks),
-                time.monotonic() - started,
-                sum(len(t.states) for t in self.tasks.values()),
-            )
+        """Record the assignment and hold back its new partitions until their state is ready.
 
-    async def _open_task(self, task: Task) -> Task:
-        if self.exactly_once and task.producer is None:
-            task.producer = AIOKafkaProducer(
-                **client_options(self.settings),
-                **self._producer_options(),
-                transactional_id=f"{self.group}-{task.partition}",
-            )
-            # Fences the task's previous owner and settles its open transaction (committed or
-            # aborted), so the changelog read next ends where that transaction left it.
-            await task.producer.start()
-        await self._catch_up(task)
-        for key in task.states:
+        Returns without restoring anything: aiokafka heartbeats only once this callback is done.
+        """
+        consumer = self._consumer
+        assert consumer is not None
+        await self._cancel_restore()
+        self.assigned_partitions = set(partitions)
+        opened = partitions - set(self.tasks)
+        consumer.pause(*(tp for tp in consumer.assignment() if tp.partition in opened))
+        tasks = [
+            self.standby.get(partition) or Task(partition, TaskStore(self.cache))
+            for partition in sorted(opened)
+        ]
+        self.standby.clear()  # the partitions went elsewhere; their state is another's now
+        if tasks:
+            self._restore = asyncio.ensure_future(self._restore_assigned(tasks))
+
+    async def _cancel_restore(self) -> None:
+        restore, self._restore = self._restore, None
+        if restore is not None and not restore.done():
+            restore.cancel()
+            await asyncio.wait([restore])
+
+    async def _restore_assigned(self, tasks: list[Task]) -> None:
+        """Restore newly assigned tasks; each partition resumes as soon as its task is ready."""
+        started = time.monotonic()
+        try:
+            while tasks:
+                try:
+                    await self._restore_tasks(tasks)
+                except KafkaError as exc:
+                    log.warning(
+                        "arbiter: restore failed (%s: %s); retrying", type(exc).__name__, exc
+                    )
+                    await asyncio.sleep(RESTORE_RETRY_S)
+                tasks = [task for task in tasks if task.partition not in self.tasks]
+        except asyncio.CancelledError:
+            # Revoked mid-restore: what was read stays valid up to the task's changelog offset,
+            # so the task waits in standby in case the partition comes back.
+            for task in tasks:
+                if task.partition not in self.tasks:
+                    await _release_producer(task)
+                    self.standby[task.partition] = task
+            raise
+        log.info(
+            "arbiter: tasks %s ready in %.2fs (%d keys)",
+            sorted(self.tasks),
+            time.monotonic() - started,
+            sum(len(t.states) for t in self.tasks.values()),
+        )
+
+    async def _restore_tasks(self, tasks: list[Task]) -> None:
+        """Read the tasks' changelog partitions, all at once, from where each task last saw its
+        own to the end offset it has now; install each task the moment its partition is done."""
+        if not tasks:
+            return
+        restorer = self._restorer
+        assert restorer is not None
+        async with self._restoring_lock:
+            if self.exactly_once:
+                # Fences each task's previous owner and settles its open transaction (committed
+                # or aborted), so the changelog read next ends where that transaction left it.
+                await asyncio.gather(*(self._open_producer(task) for task in tasks))
+            restoring = {TopicPartition(self.changelog, task.partition): task for task in tasks}
+            restorer.assign(list(restoring))
+            for tp, task in restoring.items():
+                restorer.seek(tp, task.changelog_offset)
+            # Under read_committed this is the last stable offset: nothing past it may count.
+            ends = await restorer.end_offsets(list(restoring))
+            while True:
+                for tp in list(restoring):
+                    position = await restorer.position(tp)
+                    if position >= ends[tp]:
+                        task = restoring.pop(tp)
+                        task.changelog_offset = position
+                        log.info(
+                            "arbiter: task %d caught up to changelog offset %d (end %d)",
+                            task.partition,
+                            position,
+                            ends[tp],
+                        )
+                        await self._install(task)
+                if not restoring:
+                    return
+                fetched = await restorer.getmany(
+                    *restoring, timeout_ms=RESTORE_FETCH_MS, max_records=10000
+                )
+                for tp, messages in fetched.items():
+                    task = restoring[tp]
+                    for message in messages:
+                        task.states.load(message.key, message.value)
+                    task.changelog_offset = messages[-1].offset + 1
+
+    async def _open_producer(self, task: Task) -> None:
+        if task.producer is not None:
+            return
+        producer = AIOKafkaProducer(
+            **client_options(self.settings),
+            **self._producer_options(),
+            transactional_id=f"{self.group}-{task.partition}",
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        task.producer = producer
+
+    async def _install(self, task: Task) -> None:
+        """Put a restored task in service and let its partitions be fetched again."""
+        consumer = self._consumer
+        assert consumer is not None
+        self.tasks[task.partition] = task
+        for n, key in enumerate(task.states):
             state = task.states.get(key)
             if state is not None:
                 self.schedule.note(key, state)
-        return task
-
-    async def _catch_up(self, task: Task) -> None:
-        """Read the task's changelog partition from where this worker last saw it to the end."""
-        restorer = self._restorer
-        assert restorer is not None
-        tp = TopicPartition(self.changelog, task.partition)
-        restorer.assign([tp])
-        restorer.seek(tp, task.changelog_offset)
-        end = (await restorer.end_offsets([tp]))[tp]
-        # Some brokers under-report the end offset after batched writes (Tansu): read on until
-        # the end is passed and a fetch comes back empty.
-        while True:
-            fetched = await restorer.getmany(tp, timeout_ms=CAUGHT_UP_IDLE_MS, max_records=10000)
-            for message in fetched.get(tp, []):
-                task.states.load(message.key, message.value)
-            if not fetched and await restorer.position(tp) >= end:
-                break
-        task.changelog_offset = await restorer.position(tp)
-        log.info(
-            "arbiter: task %d caught up to changelog offset %d (end %d)",
-            task.partition,
-            task.changelog_offset,
-            end,
-        )
+            if n % SCHEDULE_YIELD_KEYS == SCHEDULE_YIELD_KEYS - 1:
+                await asyncio.sleep(0)
+        held = [tp for tp in consumer.assignment() if tp.partition == task.partition]
+        if self.exactly_once:
+            # The offsets the consumer fetched on assignment may predate the previous owner's
+            # last transaction, which opening the task has only now settled.
+            await self._seek_to_committed({task.partition})
+        consumer.resume(*held)
 
     def _producer_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -552,6 +635,13 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         await self.arbiter.assigned({tp.partition for tp in assigned})
+
+
+async def _release_producer(task: Task) -> None:
+    if task.producer is not None:
+        with contextlib.suppress(Exception):  # a fenced producer may fail to stop cleanly
+            await task.producer.stop()
+        task.producer = None
 
 
 def incoming(message: ConsumerRecord) -> Incoming:

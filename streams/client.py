@@ -45,6 +45,7 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
     """Create the pipeline's topics (idempotent); decisions are compacted. Returns those created."""
     topics = settings.topics
     changelog = settings.changelog_topic
+    durability = {"min.insync.replicas": str(settings.min_insync_replicas)}
     configs = {
         topics.decisions: {"cleanup.policy": "compact"},
         changelog: {"cleanup.policy": "compact"},
@@ -76,7 +77,7 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
                             name,
                             settings.partitions,
                             settings.replication_factor,
-                            topic_configs=configs.get(name, {}),
+                            topic_configs={**durability, **configs.get(name, {})},
                         )
                     ]
                 )

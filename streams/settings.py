@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from streams.core.errors import ClaimstreamError
 
@@ -58,6 +66,12 @@ class Settings(BaseModel):
     web_port: int = 6066
     partitions: int = Field(default=8, ge=1)
     replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="replicas that must hold a record before an acks=all write succeeds; "
+        "2 with replication_factor 3 survives one broker lost without losing an acknowledged write",
+    )
     processing_guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
     topics: Topics = Topics()
     batch_size: int = Field(default=500, ge=1)
@@ -71,7 +85,17 @@ class Settings(BaseModel):
     )
     retry_attempts: int = Field(default=3, ge=1)
     expiry_interval_s: float = Field(default=1.0, gt=0)
-    broker_session_timeout_s: float = 10.0
+    instance_id: str | None = Field(
+        default=None,
+        description="static group membership (KIP-345): a name unique to this worker and stable "
+        "across its restarts (the pod name on Kubernetes); a worker back within "
+        "broker_session_timeout_s keeps its partitions without a rebalance. None: dynamic",
+    )
+    broker_session_timeout_s: float = Field(
+        default=10.0,
+        description="how long the group waits for a silent worker (a crash, or a static member "
+        "restarting) before moving its partitions; with instance_id, size it above a restart",
+    )
     broker_rebalance_timeout_s: float = 6.0
     principal_topic_prefix: str | None = Field(
         default=None,
@@ -86,6 +110,15 @@ class Settings(BaseModel):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     log_level: str = "warn"
+
+    @model_validator(mode="after")
+    def _insync_within_replicas(self) -> Settings:
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"min_insync_replicas={self.min_insync_replicas} exceeds "
+                f"replication_factor={self.replication_factor}: no write could succeed"
+            )
+        return self
 
     @field_validator("broker")
     @classmethod
