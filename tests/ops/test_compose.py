@@ -28,8 +28,11 @@ PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 GRAFANA_PROVIDERS = REPO / "grafana" / "provisioning" / "dashboards" / "claimstream.yml"
 KUBERNETES = REPO / "deploy" / "kubernetes"
 
+KAFKA_NODES = ("kafka-1", "kafka-2", "kafka-3")
 WORKER_ENV = {
-    "CLAIMSTREAM_BROKER": "kafka:9092",
+    "CLAIMSTREAM_BROKER": ",".join(f"{node}:9092" for node in KAFKA_NODES),
+    "CLAIMSTREAM_REPLICATION_FACTOR": "3",
+    "CLAIMSTREAM_MIN_INSYNC_REPLICAS": "2",
     "CLAIMSTREAM_STORE": "rocksdb://",
     "CLAIMSTREAM_WEB_HOST": "0.0.0.0",
 }
@@ -191,13 +194,23 @@ def test_named_volumes_are_declared() -> None:
     assert used <= declared
 
 
-def test_kafka_runs_in_kraft_mode_with_a_schema_registry() -> None:
+def test_kafka_runs_as_a_three_node_kraft_cluster_with_a_schema_registry() -> None:
     svc = services()
-    kafka = svc["kafka"]
-    assert kafka["image"] == "apache/kafka:3.9.1"
-    env = environment(kafka)
-    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    assert "KAFKA_CONTROLLER_QUORUM_VOTERS" in env
+    voters = {f"{n}@{node}:9093" for n, node in enumerate(KAFKA_NODES, 1)}
+    for n, node in enumerate(KAFKA_NODES, 1):
+        kafka = svc[node]
+        assert kafka["image"] == "apache/kafka:3.9.1"
+        env = environment(kafka)
+        assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+        assert str(env["KAFKA_NODE_ID"]) == str(n)
+        assert set(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == voters
+        assert f"PLAINTEXT://{node}:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+        # An acks=all write is acknowledged by two replicas of three: one broker may go.
+        for name in ("DEFAULT", "OFFSETS_TOPIC", "TRANSACTION_STATE_LOG"):
+            key = f"KAFKA_{name}_REPLICATION_FACTOR"
+            assert str(env[key]) == "3", f"{node}: {key}"
+        assert str(env["KAFKA_MIN_INSYNC_REPLICAS"]) == "2"
+        assert str(env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"]) == "2"
     assert not any("zookeeper" in name for name in svc)
     assert any(
         "schema-registry" in s.get("image", "") or "karapace" in s.get("image", "")
@@ -215,6 +228,7 @@ def test_workers_have_their_settings_and_their_own_state_volume() -> None:
         for key, value in WORKER_ENV.items():
             assert env[key] == value, f"{name}: {key}={env[key]}"
         assert env["CLAIMSTREAM_STORE"].startswith("rocksdb")
+        assert env["CLAIMSTREAM_INSTANCE_ID"] == name, f"{name}: no static membership"
         targets = {target: source for source, target in volume_mounts(service)}
         state = targets.get(env["CLAIMSTREAM_DATA_DIR"])
         assert state, f"{name}: nothing mounted at its RocksDB state directory"
@@ -290,10 +304,16 @@ def test_kubernetes_statefulset_keeps_rocksdb_state_per_pod() -> None:
     (statefulset,) = by_kind("StatefulSet")
     spec = statefulset["spec"]
     (container,) = spec["template"]["spec"]["containers"]
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = {item["name"]: item.get("value") for item in container["env"]}
     assert env.keys() >= WORKER_ENV_NAMES
     assert env["CLAIMSTREAM_STORE"].startswith("rocksdb")
     assert env["CLAIMSTREAM_WEB_HOST"] == "0.0.0.0"
+    assert (env["CLAIMSTREAM_REPLICATION_FACTOR"], env["CLAIMSTREAM_MIN_INSYNC_REPLICAS"]) == (
+        "3",
+        "2",
+    )
+    (instance,) = [item for item in container["env"] if item["name"] == "CLAIMSTREAM_INSTANCE_ID"]
+    assert instance["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     claims = {t["metadata"]["name"] for t in spec["volumeClaimTemplates"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[env["CLAIMSTREAM_DATA_DIR"]] in claims
@@ -313,7 +333,7 @@ def test_kubernetes_policy_configmap_is_a_valid_policy() -> None:
     (statefulset,) = by_kind("StatefulSet")
     pod = statefulset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = {item["name"]: item.get("value") for item in container["env"]}
     policy_dir, policy_file = env["CLAIMSTREAM_POLICY"].rsplit("/", 1)
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == policy_dir)
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])

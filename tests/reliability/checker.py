@@ -1,27 +1,34 @@
 """A history checker in the spirit of Jepsen's Kafka checks.
 
 A run records every claim whose publication the broker acknowledged, then reads back everything
-the pipeline emitted. The checker proves that each acknowledged claim is accounted for (stored by
-the broker, and either dead-lettered or reflected in its key's final decision), that repeated
-decisions are identical, and that the final decisions equal an offline replay of what the broker
-holds.
+the pipeline emitted and the state it journaled. The checker proves what the README promises:
+each acknowledged claim is on the input topic, and either dead-lettered or found where the
+pipeline keeps admitted claims (its key's state in the changelog, which the history API serves;
+or, once the per-key bound dropped it, the evidence of a decision that cited it); repeated
+decisions are identical; and the final decisions equal an offline replay of what the broker
+holds. Each line also gives the longest pause in decisions while input waited, and how many
+generations the arbiter's consumer group went through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import random
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
+from streams.core.keystate import KeyState, decode_state, state_key
 from streams.core.policy import Policy
 from streams.core.replay import ReplayResult, replay
 from tests.stream.support import CODEC, read_topic
@@ -80,13 +87,88 @@ class Verdict:
     lost: int
     recovery_s: float
     problems: list[str]
+    max_pause_s: float = 0.0
+    generations: int = 0
 
     def line(self) -> str:
         return (
             f"checker: scenario={self.scenario} sent={self.sent} acked={self.acked} "
             f"decisions={self.decisions} dead_letters={self.dead_letters} "
-            f"duplicates={self.duplicates} lost={self.lost} recovery_s={self.recovery_s:.1f}"
+            f"duplicates={self.duplicates} lost={self.lost} recovery_s={self.recovery_s:.1f} "
+            f"max_pause_s={self.max_pause_s:.1f} generations={self.generations}"
         )
+
+
+@dataclass
+class Observed:
+    """What the run left on the broker, with the times records were written."""
+
+    stored: list[Claim]
+    decisions: list[Decision]
+    dead_letters: list[Any]
+    states: list[KeyState]
+    claim_times_ms: list[int] = field(default_factory=list)
+    decision_times_ms: list[int] = field(default_factory=list)
+    generations: int = 0
+
+
+def max_pause_s(claim_times_ms: Iterable[int], decision_times_ms: Iterable[int]) -> float:
+    """The longest stretch in which input waited and no decision came out: from the first claim
+    published after a decision (or before the first one) to the next decision."""
+    claims = sorted(claim_times_ms)
+    longest, previous = 0, None
+    for decided in sorted(decision_times_ms):
+        waiting = 0 if previous is None else bisect.bisect_right(claims, previous)
+        if waiting < len(claims) and claims[waiting] < decided:
+            longest = max(longest, decided - claims[waiting])
+        previous = decided
+    return longest / 1000
+
+
+STABILIZED = re.compile(r"Stabilized group (\S+) generation (\d+)")
+
+
+def generations(group: str, broker_logs: Iterable[Path]) -> int:
+    """Generations the group went through, from the coordinators' logs (the coordinator moves
+    with its __consumer_offsets partition's leader, so every broker's log counts)."""
+    seen = {
+        int(match[2])
+        for path in broker_logs
+        for match in STABILIZED.finditer(path.read_text(errors="replace"))
+        if match[1] == group
+    }
+    return len(seen)
+
+
+def latest_states(records: Iterable[Any]) -> list[KeyState]:
+    """Each key's last state on the changelog (a record without a value deletes the key)."""
+    latest: dict[bytes, bytes | None] = {}
+    for record in records:
+        latest[record.key] = record.value
+    return [decode_state(data) for data in latest.values() if data is not None]
+
+
+def unaccounted(
+    acked: Iterable[Claim],
+    rejected_ids: set[str],
+    decisions: Iterable[Decision],
+    states: Iterable[KeyState],
+    max_claims: int,
+) -> set[str]:
+    """Admitted claims found nowhere the README says they are: not in their key's state, not
+    cited by any decision, and not dropped by the per-key bound (a key holding `max_claims`)."""
+    cited = {evidence.claim_id for d in decisions for evidence in d.evidence}
+    held: set[str] = set()
+    full: set[tuple[str, str]] = set()
+    for state in states:
+        held |= {admitted.claim.claim_id for admitted in state.claims} | set(state.disputed)
+        if len(state.claims) >= max_claims:
+            full.add((state.subject, state.field))
+    return {
+        c.claim_id
+        for c in acked
+        if c.claim_id not in rejected_ids | cited | held and (c.subject, c.field) not in full
+    }
 
 
 async def wait_for_final(
@@ -114,11 +196,11 @@ def check(
     scenario: str,
     expected: ReplayResult,
     history: History,
-    stored: list[Claim],
-    decisions: list[Decision],
-    dead_letters: list[Any],
+    observed: Observed,
     recovery_s: float,
+    max_claims: int,
 ) -> Verdict:
+    stored, decisions, dead_letters = observed.stored, observed.decisions, observed.dead_letters
     stored_ids = {c.claim_id for c in stored}
     problems = []
     lost_ids = {c.claim_id for c in history.acked} - stored_ids
@@ -150,6 +232,13 @@ def check(
     if missing_dead:
         problems.append(f"{len(missing_dead)} rejected claims are missing from the dead letters")
         lost_ids |= missing_dead & {c.claim_id for c in history.acked}
+    nowhere = unaccounted(history.acked, rejected_ids, decisions, observed.states, max_claims)
+    if nowhere:
+        problems.append(
+            f"{len(nowhere)} admitted claims are in no key state, no decision's evidence, "
+            "and no key the per-key bound trimmed"
+        )
+        lost_ids |= nowhere
 
     # A duplicate is a decision that repeats the key's previous one (what consumers drop); a
     # belief that returns later (A, B, A) is a change, not a duplicate. One key's decisions share
@@ -177,6 +266,8 @@ def check(
         lost=len(lost_ids),
         recovery_s=recovery_s,
         problems=problems,
+        max_pause_s=max_pause_s(observed.claim_times_ms, observed.decision_times_ms),
+        generations=observed.generations,
     )
 
 

@@ -38,13 +38,15 @@ class Deployment:
     partitions: int = 4
     guarantee: str = "at_least_once"
     state_cache_keys: int = 100_000
+    static_membership: bool = False
+    settings: dict[str, str] = field(default_factory=dict)  # more CLAIMSTREAM_* settings
     name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
 
     @property
     def topics(self) -> Topics:
         return Topics(**{k: f"{self.name}.{v}" for k, v in Topics().model_dump().items()})
 
-    def env(self, web_port: int, data_dir: Path) -> dict[str, str]:
+    def env(self, web_port: int, data_dir: Path, instance_id: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
             {
@@ -61,20 +63,29 @@ class Deployment:
                 "CLAIMSTREAM_STATE_CACHE_KEYS": str(self.state_cache_keys),
             }
         )
+        env.update({f"CLAIMSTREAM_{name.upper()}": value for name, value in self.settings.items()})
+        if instance_id is not None:
+            env["CLAIMSTREAM_INSTANCE_ID"] = instance_id
         for name, topic in self.topics.model_dump().items():
             env[f"CLAIMSTREAM_TOPIC_{name.upper()}"] = topic
         return env
 
     def worker(self, index: int = 0) -> WorkerProcess:
-        return WorkerProcess(self, self.workdir / f"worker-{index}")
+        """Worker `index`; with static membership it keeps the same group instance id (like a
+        StatefulSet pod's name) across restarts."""
+        instance_id = f"worker-{index}" if self.static_membership else None
+        return WorkerProcess(self, self.workdir / f"worker-{index}", instance_id)
 
 
 class WorkerProcess:
     """A `claimstream worker` subprocess; stopped (or killed) only by the test that started it."""
 
-    def __init__(self, deployment: Deployment, data_dir: Path) -> None:
+    def __init__(
+        self, deployment: Deployment, data_dir: Path, instance_id: str | None = None
+    ) -> None:
         self.deployment = deployment
         self.data_dir = data_dir
+        self.instance_id = instance_id
         self.web_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.with_suffix(".log")
@@ -84,7 +95,7 @@ class WorkerProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
-            env=self.deployment.env(self.web_port, self.data_dir),
+            env=self.deployment.env(self.web_port, self.data_dir, self.instance_id),
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
