@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.reliability.checker import generations, max_pause_s
+from tests.reliability.checker import generations, max_pause_by_partition, max_pause_s
 
 
 def test_a_pause_runs_from_the_first_waiting_claim_to_the_next_decision() -> None:
@@ -26,6 +26,15 @@ def test_no_pause_exceeds_the_span_of_the_run(claims: list[int], decisions: list
     pause = max_pause_s(claims, decisions)
     everything = claims + decisions
     assert 0 <= pause <= (max(everything) - min(everything)) / 1000 if everything else pause == 0
+
+
+def test_a_partition_paused_while_the_others_went_on_still_counts() -> None:
+    claims = [(0, t) for t in range(0, 10_000, 100)] + [(1, t) for t in range(0, 10_000, 100)]
+    decisions = [(0, t + 10) for t in range(0, 10_000, 100)]
+    decisions += [(1, t + 10) for t in range(0, 10_000, 100) if not 2_000 <= t < 6_000]
+    # Partition 1's claim at 2 000 ms waited until the decision at 6 010 ms.
+    assert max_pause_by_partition(claims, decisions) == 4.01
+    assert max_pause_s([t for _, t in claims], [t for _, t in decisions]) == 0.01
 
 
 def test_generations_count_each_stabilized_generation_of_the_group_once(tmp_path: Path) -> None:

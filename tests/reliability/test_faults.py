@@ -84,8 +84,8 @@ def judge(
         decisions=[CODEC.decode(Decision, r.value) for r in decisions_raw],
         dead_letters=asyncio.run(read_topic(bootstrap, deployment.topics.dead_letters, idle_s=2)),
         states=latest_states(changelog),
-        claim_times_ms=[r.timestamp for r in claim_records],
-        decision_times_ms=[r.timestamp for r in decisions_raw],
+        claim_times_ms=[(r.partition, r.timestamp) for r in claim_records],
+        decision_times_ms=[(r.partition, r.timestamp) for r in decisions_raw],
         generations=generations(arbiter_group(deployment), broker_logs),
     )
     max_claims = Settings().max_claims_per_key
