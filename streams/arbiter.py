@@ -193,6 +193,7 @@ class Arbiter(Service):
         self._restorer: AIOKafkaConsumer | None = None
         self._restoring_lock = asyncio.Lock()  # one reader of the changelog at a time
         self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
+        self._crashing: asyncio.Future[None] | None = None
         self.assigned_partitions: set[int] = set()
         self._last_scan = 0.0
         self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
@@ -492,6 +493,14 @@ class Arbiter(Service):
         self.standby.clear()  # the partitions went elsewhere; their state is another's now
         if tasks:
             self._restore = asyncio.ensure_future(self._restore_assigned(tasks))
+            self._restore.add_done_callback(self._restore_done)
+
+    def _restore_done(self, restore: asyncio.Task[None]) -> None:
+        # Anything but a Kafka error (retried) leaves partitions paused for good: crash the
+        # worker instead, so that its supervisor restarts it.
+        if not restore.cancelled() and (exc := restore.exception()) is not None:
+            log.error("arbiter: restore failed (%s: %s)", type(exc).__name__, exc)
+            self._crashing = asyncio.ensure_future(self.crash(exc))
 
     async def _cancel_restore(self) -> None:
         restore, self._restore = self._restore, None

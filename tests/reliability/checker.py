@@ -18,20 +18,25 @@ import json
 import random
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
 from streams.core.contracts import Claim, Decision
 from streams.core.keystate import KeyState, decode_state, state_key
-from streams.core.policy import Policy
+from streams.core.policy import Policy, load_policy
 from streams.core.replay import ReplayResult, replay
-from tests.stream.support import CODEC, read_topic
+from streams.devkit.brokers import KafkaCluster
+from streams.settings import Settings
+from tests.stream.conftest import write_policy
+from tests.stream.support import CODEC, Deployment, read_topic
 
 
 @dataclass
@@ -303,3 +308,128 @@ def workload(count: int, seed: int) -> list[Claim]:
             continue
     random.Random(seed).shuffle(claims)
     return claims
+
+
+def judge(
+    scenario: str,
+    deployment: Deployment,
+    history: History,
+    recovery_started: float,
+    broker_logs: list[Path],
+    isolation_level: str = "read_uncommitted",
+) -> Verdict:
+    bootstrap = deployment.bootstrap
+    claim_records = asyncio.run(read_topic(bootstrap, deployment.topics.claims, idle_s=2))
+    stored = [CODEC.decode(Claim, r.value) for r in claim_records]
+    policy = load_policy(deployment.policy)
+
+    expected = offline_replay(policy, stored)
+    wanted = {(d.subject, d.field): d.decision_id for d in expected.decisions}
+    asyncio.run(wait_for_final(bootstrap, deployment.topics.decisions, wanted, timeout_s=150))
+    recovery_s = time.monotonic() - recovery_started
+    decisions_raw = asyncio.run(
+        read_topic(
+            bootstrap, deployment.topics.decisions, idle_s=2, isolation_level=isolation_level
+        )
+    )
+    changelog = asyncio.run(
+        read_topic(bootstrap, changelog_of(deployment), idle_s=2, isolation_level=isolation_level)
+    )
+    observed = Observed(
+        stored=stored,
+        decisions=[CODEC.decode(Decision, r.value) for r in decisions_raw],
+        dead_letters=asyncio.run(read_topic(bootstrap, deployment.topics.dead_letters, idle_s=2)),
+        states=latest_states(changelog),
+        claim_times_ms=[(r.partition, r.timestamp) for r in claim_records],
+        decision_times_ms=[(r.partition, r.timestamp) for r in decisions_raw],
+        generations=generations(arbiter_group(deployment), broker_logs),
+    )
+    max_claims = Settings().max_claims_per_key
+    verdict = check(scenario, expected, history, observed, recovery_s, max_claims)
+    print(verdict.line())
+    return verdict
+
+
+def changelog_of(deployment: Deployment) -> str:
+    return Settings(app_id=deployment.name).changelog_topic
+
+
+def arbiter_group(deployment: Deployment) -> str:
+    return f"{deployment.name}-arbiter"
+
+
+async def members_partitions(bootstrap: str, group: str) -> tuple[str, list[set[int]]]:
+    """The group's state and the partitions (of its first topic) each member holds, as the
+    coordinator sees them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    _error, _group, state, *_, members = response.groups[0][:6]
+    held = []
+    for member in members:
+        raw = member[-1]
+        topics = ConsumerProtocolMemberAssignment.decode(raw).assignment if raw else []
+        held.append(set(topics[0][1]) if topics else set())
+    return state, held
+
+
+async def until_group(
+    bootstrap: str,
+    group: str,
+    wanted: Callable[[list[set[int]]], bool],
+    what: str,
+    timeout_s: float = 120.0,
+) -> None:
+    """Poll the coordinator until the group is stable with members holding what `wanted` says."""
+    deadline = time.monotonic() + timeout_s
+    seen: tuple[str, list[set[int]]] = ("", [])
+    while time.monotonic() < deadline:
+        seen = await members_partitions(bootstrap, group)
+        if seen[0] == "Stable" and wanted(seen[1]):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"group {group} never got {what} in {timeout_s:.0f}s; last seen {seen}")
+
+
+async def leaders(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:
+    """Each topic's partition leaders (by partition order)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return {
+        topic["topic"]: [
+            p["leader"] for p in sorted(topic["partitions"], key=lambda p: p["partition"])
+        ]
+        for topic in described
+    }
+
+
+async def busiest_leader(cluster: KafkaCluster, topics: list[str]) -> tuple[int, int]:
+    """The node leading the most partitions of `topics` among those leading some of each, and
+    how many it leads."""
+    leading = await leaders(cluster.bootstrap, topics)
+    candidates = [
+        node.node_id
+        for node in cluster.nodes
+        if all(node.node_id in topic_leaders for topic_leaders in leading.values())
+    ]
+    assert candidates, f"no broker leads a partition of every topic: {leading}"
+    counts = {n: sum(ls.count(n) for ls in leading.values()) for n in candidates}
+    victim = max(counts, key=lambda n: counts[n])
+    return victim, counts[victim]
+
+
+def deployment_on(bootstrap: str, tmp_path: Path, **options: Any) -> Deployment:
+    policy = write_policy(
+        tmp_path / "policy.yaml",
+        **{"order.payment_status": {"freshness": "10m"}, "account.balance": {"freshness": "10m"}},
+    )
+    return Deployment(
+        bootstrap=bootstrap, workdir=tmp_path, policy=policy, store="rocksdb://", **options
+    )

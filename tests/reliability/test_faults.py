@@ -6,32 +6,26 @@ import asyncio
 import shutil
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
-from streams.core.contracts import Claim, Decision
-from streams.core.policy import load_policy
 from streams.devkit.brokers import KafkaBroker, KafkaCluster
-from streams.settings import Settings
 from tests.reliability.checker import (
     History,
-    Observed,
-    Verdict,
-    check,
+    arbiter_group,
+    busiest_leader,
+    changelog_of,
+    deployment_on,
     generations,
-    latest_states,
-    offline_replay,
+    judge,
     publish_steadily,
-    wait_for_final,
+    until_group,
     workload,
 )
-from tests.stream.conftest import write_policy
-from tests.stream.support import CODEC, Deployment, WorkerProcess, read_topic
+from tests.stream.support import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
@@ -42,64 +36,6 @@ RATE = 250.0  # claims/s offered, well under a worker's capacity
 def kafka() -> Iterator[KafkaBroker]:
     with KafkaBroker(partitions=4) as broker:
         yield broker
-
-
-def deployment_on(bootstrap: str, tmp_path: Path, **options: Any) -> Deployment:
-    policy = write_policy(
-        tmp_path / "policy.yaml",
-        **{"order.payment_status": {"freshness": "10m"}, "account.balance": {"freshness": "10m"}},
-    )
-    return Deployment(
-        bootstrap=bootstrap, workdir=tmp_path, policy=policy, store="rocksdb://", **options
-    )
-
-
-def judge(
-    scenario: str,
-    deployment: Deployment,
-    history: History,
-    recovery_started: float,
-    broker_logs: list[Path],
-    isolation_level: str = "read_uncommitted",
-) -> Verdict:
-    bootstrap = deployment.bootstrap
-    claim_records = asyncio.run(read_topic(bootstrap, deployment.topics.claims, idle_s=2))
-    stored = [CODEC.decode(Claim, r.value) for r in claim_records]
-    policy = load_policy(deployment.policy)
-
-    expected = offline_replay(policy, stored)
-    wanted = {(d.subject, d.field): d.decision_id for d in expected.decisions}
-    asyncio.run(wait_for_final(bootstrap, deployment.topics.decisions, wanted, timeout_s=150))
-    recovery_s = time.monotonic() - recovery_started
-    decisions_raw = asyncio.run(
-        read_topic(
-            bootstrap, deployment.topics.decisions, idle_s=2, isolation_level=isolation_level
-        )
-    )
-    changelog = asyncio.run(
-        read_topic(bootstrap, changelog_of(deployment), idle_s=2, isolation_level=isolation_level)
-    )
-    observed = Observed(
-        stored=stored,
-        decisions=[CODEC.decode(Decision, r.value) for r in decisions_raw],
-        dead_letters=asyncio.run(read_topic(bootstrap, deployment.topics.dead_letters, idle_s=2)),
-        states=latest_states(changelog),
-        claim_times_ms=[(r.partition, r.timestamp) for r in claim_records],
-        decision_times_ms=[(r.partition, r.timestamp) for r in decisions_raw],
-        generations=generations(arbiter_group(deployment), broker_logs),
-    )
-    max_claims = Settings().max_claims_per_key
-    verdict = check(scenario, expected, history, observed, recovery_s, max_claims)
-    print(verdict.line())
-    return verdict
-
-
-def changelog_of(deployment: Deployment) -> str:
-    return Settings(app_id=deployment.name).changelog_topic
-
-
-def arbiter_group(deployment: Deployment) -> str:
-    return f"{deployment.name}-arbiter"
 
 
 def test_workers_killed_with_sigkill_mid_stream(kafka: KafkaBroker, tmp_path: Path) -> None:
@@ -289,42 +225,6 @@ def test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances(
     assert verdict.duplicates == 0
 
 
-async def members_partitions(bootstrap: str, group: str) -> tuple[str, list[set[int]]]:
-    """The group's state and the partitions (of its first topic) each member holds, as the
-    coordinator sees them."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        (response,) = await admin.describe_consumer_groups([group])
-    finally:
-        await admin.close()
-    _error, _group, state, *_, members = response.groups[0][:6]
-    held = []
-    for member in members:
-        raw = member[-1]
-        topics = ConsumerProtocolMemberAssignment.decode(raw).assignment if raw else []
-        held.append(set(topics[0][1]) if topics else set())
-    return state, held
-
-
-async def until_group(
-    bootstrap: str,
-    group: str,
-    wanted: Callable[[list[set[int]]], bool],
-    what: str,
-    timeout_s: float = 120.0,
-) -> None:
-    """Poll the coordinator until the group is stable with members holding what `wanted` says."""
-    deadline = time.monotonic() + timeout_s
-    seen: tuple[str, list[set[int]]] = ("", [])
-    while time.monotonic() < deadline:
-        seen = await members_partitions(bootstrap, group)
-        if seen[0] == "Stable" and wanted(seen[1]):
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"group {group} never got {what} in {timeout_s:.0f}s; last seen {seen}")
-
-
 def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
     kafka: KafkaBroker, tmp_path: Path
 ) -> None:
@@ -433,22 +333,6 @@ def cluster() -> Iterator[KafkaCluster]:
         yield started
 
 
-async def leaders(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:
-    """Each topic's partition leaders (by partition order)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        described = await admin.describe_topics(topics)
-    finally:
-        await admin.close()
-    return {
-        topic["topic"]: [
-            p["leader"] for p in sorted(topic["partitions"], key=lambda p: p["partition"])
-        ]
-        for topic in described
-    }
-
-
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
     cluster: KafkaCluster, guarantee: str, tmp_path: Path
@@ -467,14 +351,8 @@ def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
 
     async def leader_kill() -> None:
         await asyncio.sleep(3)
-        leading = await leaders(cluster.bootstrap, topics)
-        # The broker leading the most of these partitions, among those leading some of each.
-        candidates = [
-            n.node_id for n in cluster.nodes if all(n.node_id in ls for ls in leading.values())
-        ]
-        assert candidates, f"no broker leads a partition of every topic: {leading}"
-        victim = max(candidates, key=lambda n: sum(ls.count(n) for ls in leading.values()))
-        led.append(sum(ls.count(victim) for ls in leading.values()))
+        victim, partitions_led = await busiest_leader(cluster, topics)
+        led.append(partitions_led)
         node = cluster.node(victim)
         node.kill()
         await asyncio.sleep(10)
