@@ -230,9 +230,11 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
 ) -> None:
     """The defect a black-box run found: a worker that rejoins right after the other took every
     partition used to evict it while it restored inside the rebalance callback (no heartbeats),
-    and the two evicted each other for as long as both ran. Five times in a row here."""
+    and the two evicted each other for as long as both ran. Five times in a row here, with
+    enough state on 8 partitions that restoring all of them outlasts the 6 s rebalance timeout
+    on this machine (the earlier arbiter looped here; see the issue note)."""
     deployment = deployment_on(
-        kafka.bootstrap, tmp_path, settings={"broker_session_timeout_s": "6"}
+        kafka.bootstrap, tmp_path, partitions=8, settings={"broker_session_timeout_s": "6"}
     )
     group = arbiter_group(deployment)
     everything = set(range(deployment.partitions))
@@ -246,6 +248,10 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
 
     async def rejoins() -> None:
         await until_group(kafka.bootstrap, group, shared, "two members")
+        # State first: every key a restore has to read back.
+        await publish_steadily(
+            kafka.bootstrap, deployment.topics.claims, workload(30000, 59), 3000.0, history
+        )
         for _ in range(rounds):
             victim.kill()
             await until_group(
