@@ -224,6 +224,10 @@ def check(
     max_claims: int,
 ) -> Verdict:
     stored, decisions, dead_letters = observed.stored, observed.decisions, observed.dead_letters
+    claim_partition = {
+        (claim.subject, claim.field): partition
+        for claim, (partition, _) in zip(stored, observed.claim_times_ms, strict=False)
+    }
     stored_ids = {c.claim_id for c in stored}
     problems = []
     lost_ids = {c.claim_id for c in history.acked} - stored_ids
@@ -240,7 +244,11 @@ def check(
         or latest[(d.subject, d.field)].decision_id != d.decision_id
     }
     if wrong_keys:
-        problems.append(f"{len(wrong_keys)} keys' final decisions differ from the offline replay")
+        partitions = sorted({claim_partition[key] for key in wrong_keys if key in claim_partition})
+        problems.append(
+            f"{len(wrong_keys)} keys' final decisions differ from the offline replay "
+            f"(input partitions {partitions}); e.g. {describe_keys(sorted(wrong_keys)[:3], expected, latest, observed)}"
+        )
     # A claim is lost if the broker dropped it or its key never reached the decision that
     # accounts for it.
     lost_ids |= {c.claim_id for c in history.acked if (c.subject, c.field) in wrong_keys}
@@ -294,6 +302,30 @@ def check(
     )
 
 
+def describe_keys(
+    keys: list[tuple[str, str]],
+    expected: ReplayResult,
+    latest: dict[tuple[str, str], Decision],
+    observed: Observed,
+) -> list[str]:
+    """What a wrong key looks like: the replay's belief, the last emitted one, and how many
+    claims the input and the key's journaled state hold."""
+    wanted = {(d.subject, d.field): d for d in expected.decisions}
+    states = {(s.subject, s.field): s for s in observed.states}
+    found = []
+    for key in keys:
+        want, got, state = wanted.get(key), latest.get(key), states.get(key)
+        found.append(
+            f"{key}: replay {want.outcome if want else None}/{want.value if want else None} "
+            f"({len(want.evidence) if want else 0} claims), emitted "
+            f"{got.outcome if got else None}/{got.value if got else None} "
+            f"({len(got.evidence) if got else 0} claims), input "
+            f"{sum((c.subject, c.field) == key for c in observed.stored)} claims, state "
+            f"{len(state.claims) if state else None} claims"
+        )
+    return found
+
+
 def workload(count: int, seed: int) -> list[Claim]:
     """Valid claims over a few hundred keys, with contention, staleness and policy rejections."""
     from streams.core.errors import ContractError
@@ -344,7 +376,7 @@ def judge(
         decision_times_ms=[(r.partition, r.timestamp) for r in decisions_raw],
         generations=generations(arbiter_group(deployment), broker_logs),
     )
-    max_claims = Settings().max_claims_per_key
+    max_claims = int(deployment.settings.get("max_claims_per_key", Settings().max_claims_per_key))
     verdict = check(scenario, expected, history, observed, recovery_s, max_claims)
     print(verdict.line())
     return verdict
@@ -365,6 +397,8 @@ async def members_partitions(bootstrap: str, group: str) -> tuple[str, list[set[
     await admin.start()
     try:
         (response,) = await admin.describe_consumer_groups([group])
+    except KafkaError:  # no coordinator yet (the group is new, or its broker just went)
+        return "", []
     finally:
         await admin.close()
     _error, _group, state, *_, members = response.groups[0][:6]
