@@ -116,8 +116,10 @@ def test_streamed_decisions_equal_offline_replay(
     cache: int,
 ) -> None:
     broker: KafkaBroker | TansuBroker = request.getfixturevalue(broker_kind)
+    # Replay keeps every claim; a worker keeps max_claims_per_key per key. The promise holds for
+    # keys within that bound (the busiest key here has 19 claims), so the bound is raised above it.
     deployment: Deployment = deployment_factory(
-        broker.bootstrap, store=store, state_cache_keys=cache
+        broker.bootstrap, store=store, state_cache_keys=cache, max_claims_per_key=32
     )
     worker = deployment.worker().start()
     try:
