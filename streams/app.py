@@ -10,6 +10,7 @@ and state committed with their input, belongs to the arbiter.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -257,10 +258,14 @@ def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_cou
         """Decisions per outcome over a rolling last minute: the current one-minute window plus
         the previous one, so the answer never empties as a minute turns (keys this worker owns)."""
         counts = {}
+        # Two fixed instants read once: faust's delta() needs a stream event to be relative to.
+        now_s = time.time()
+        current = outcome_counts.relative_to(now_s)
+        previous = outcome_counts.relative_to(now_s - OUTCOME_WINDOW.total_seconds())
         for outcome in Outcome:
             for kind in ("none", *ConflictKind):
-                windows = outcome_counts[f"{field}|{outcome.value}|{kind}"]
-                count = windows.now() + windows.delta(OUTCOME_WINDOW)
+                key = f"{field}|{outcome.value}|{kind}"
+                count = current[key].value() + previous[key].value()
                 if count:
                     counts[f"{outcome.value}/{kind}"] = count
         return web.json(
