@@ -28,9 +28,10 @@ from streams.core.explain import explain
 from streams.core.intake import parse_claim
 from streams.core.policy import load_policy
 from streams.demo import scenario_claims, scenario_resolutions
+from streams.logs import configure_logging
 from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
 from streams.registry import WireCodec, registry_from_url
-from streams.settings import Settings
+from streams.settings import LogFormat, Settings
 
 log = logging.getLogger(__name__)
 DEMO_ROUND_S = 20.0
@@ -51,6 +52,7 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
     if freeze_survivors not in gc.callbacks:
         gc.callbacks.append(freeze_survivors)
+    configure_logging(settings.log_level, settings.log_format)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     policy = load_policy(settings.policy)
@@ -60,7 +62,11 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     if customize is not None:
         customize(pipeline)
     worker = faust.Worker(
-        pipeline.app, loop=loop, loglevel=settings.log_level, redirect_stdouts=False
+        pipeline.app,
+        loop=loop,
+        loglevel=settings.log_level,
+        redirect_stdouts=False,
+        override_logging=False,  # configure_logging above: JSON lines or text
     )
     # Faust's startup spinner sets the root logger to DEBUG so it can spin on every record: every
     # debug call in aiokafka's hot path then builds a LogRecord (measured: ~15% of the worker).
@@ -84,7 +90,14 @@ def run_dev(
     # The bundled broker forgets everything when it stops, so local table state must too.
     scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
     settings = settings.model_copy(
-        update={"broker": f"kafka://{broker.bootstrap}", "data_dir": Path(scratch.name)}
+        update={
+            "broker": f"kafka://{broker.bootstrap}",
+            "data_dir": Path(scratch.name),
+            # People read dev's output: text logs unless the settings ask for JSON.
+            "log_format": settings.log_format
+            if "log_format" in settings.model_fields_set
+            else LogFormat.TEXT,
+        }
     )
     print(
         f"dev: web API and /metrics on http://{settings.web_host}:{settings.web_port}/",
