@@ -26,7 +26,7 @@ from streams.core.contracts import Decision, Outcome
 from streams.core.keystate import current_decision, split_key
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
-from streams.health import LagProbe
+from streams.health import LagProbe, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
@@ -165,9 +165,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     lag_probe = LagProbe(
         settings, metrics, arbiter.group, arbiter.inputs, lambda: arbiter.pulse.owned
     )
-    metrics.up.set_function(lambda: float(arbiter.pulse.liveness().ok))
-    metrics.ready.set_function(lambda: float(arbiter.pulse.readiness(arbiter.tasks).ok))
-    metrics.tasks_owned.set_function(lambda: len(arbiter.tasks))
+    report_health(metrics, arbiter.pulse, lambda: arbiter.tasks)
 
     @app.task
     async def start_arbiter() -> None:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +135,15 @@ class Pulse:
             tuple(reasons),
             {"tasks_assigned": sorted(self.owned), "tasks_open": sorted(opened & self.owned)},
         )
+
+
+def report_health(
+    metrics: Metrics, pulse: Pulse, open_tasks: Callable[[], Collection[int]]
+) -> None:
+    """Serve the verdicts as metrics too, computed when Prometheus scrapes."""
+    metrics.up.set_function(lambda: float(pulse.liveness().ok))
+    metrics.ready.set_function(lambda: float(pulse.readiness(open_tasks()).ok))
+    metrics.tasks_owned.set_function(lambda: len(open_tasks()))
 
 
 class LagProbe(Service):

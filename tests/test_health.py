@@ -54,8 +54,8 @@ def test_a_restore_may_take_longer_than_a_loop_iteration_but_not_for_ever() -> N
     assert health.liveness().reasons == ("rebalance restoring for 601s (limit 600s)",)
     health.restored()
     assert health.liveness().ok
-    assert metrics.rebalances._value.get() == 1
-    assert metrics.restore_seconds._sum.get() == RESTORE_S + 1
+    assert metrics.registry.get_sample_value("claimstream_rebalances_total") == 1
+    assert metrics.registry.get_sample_value("claimstream_restore_seconds_sum") == RESTORE_S + 1
 
 
 def test_readiness_needs_an_assignment_and_every_assigned_task_open() -> None:
@@ -86,7 +86,7 @@ def test_a_fenced_task_still_assigned_here_fails_liveness_until_its_partition_mo
     health.assigned({0, 1})
     health.restored()
     health.fence(1)
-    assert metrics.tasks_fenced._value.get() == 1
+    assert metrics.registry.get_sample_value("claimstream_tasks_fenced_total") == 1
     assert not health.readiness({0}).ok, "the fenced task's partition has no open task"
     clock.now += LIVENESS_S + 1
     health.beat()

@@ -22,7 +22,7 @@ from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
-from streams.health import LagProbe, Pulse
+from streams.health import LagProbe, Pulse, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor
 from streams.settings import Settings
@@ -74,12 +74,16 @@ async def publish(bootstrap: str, topic: str, count: int) -> None:
     )
 
 
-def lag(metrics: Metrics, topic: str) -> float:
-    return float(metrics.consumer_lag.labels(topic)._value.get())
+def lag(metrics: Metrics, topic: str) -> float | None:
+    return metrics.registry.get_sample_value("claimstream_consumer_lag_records", {"topic": topic})
+
+
+def gauge(metrics: Metrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)
 
 
 def committed(metrics: Metrics) -> float:
-    return float(metrics.records_committed._value.get())
+    return metrics.registry.get_sample_value("claimstream_records_committed_total") or 0.0
 
 
 async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_blocked(
@@ -104,6 +108,7 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
     arbiter.pulse = pulse = Pulse(
         metrics, settings.liveness_timeout_s, settings.restore_timeout_s, clock=clock
     )
+    report_health(metrics, pulse, lambda: arbiter.tasks)
     probe = LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned)
     claims_topic = settings.topics.claims
 
@@ -119,8 +124,11 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
         verdict = pulse.readiness(arbiter.tasks)
         assert verdict.details["tasks_assigned"] == list(range(settings.partitions))
         assert pulse.liveness().ok
-        assert metrics.rebalances._value.get() == 1
-        assert metrics.restore_seconds._sum.get() >= 0
+        assert gauge(metrics, "claimstream_worker_up") == 1
+        assert gauge(metrics, "claimstream_worker_ready") == 1
+        assert gauge(metrics, "claimstream_tasks_owned") == settings.partitions
+        assert gauge(metrics, "claimstream_rebalances_total") == 1
+        assert gauge(metrics, "claimstream_restore_seconds_count") == 1
 
         # Traffic flows: everything published gets committed, nothing waits.
         await probe.refresh()
@@ -148,6 +156,7 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
             stuck = pulse.liveness()
             assert not stuck.ok
             assert "arbiter loop has not completed an iteration for 31s" in stuck.reasons[0]
+            assert gauge(metrics, "claimstream_worker_up") == 0, "the metric falls with it"
             assert pulse.readiness(arbiter.tasks).ok, "its tasks are still open"
 
         # Released: the loop iterates again, the claims are committed, the lag drains.
@@ -160,6 +169,7 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
             )
 
         await eventually(recovered, "the loop to recover and commit the 30 claims")
+        assert gauge(metrics, "claimstream_worker_up") == 1
     finally:
         await probe.stop()
         await arbiter.stop()
