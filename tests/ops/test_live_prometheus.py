@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from streams.brokers import free_port
+from streams.devkit.brokers import free_port
 from tests.ops.promql import (
     DASHBOARDS,
     REPO,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from streams.brokers import free_port
+from streams.devkit.brokers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules" / "claimstream.rules.yml"

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from streams.arbiter import Arbiter
-from streams.brokers import KafkaBroker
 from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
+from streams.devkit.brokers import KafkaBroker
 from streams.health import LagProbe, Pulse, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor

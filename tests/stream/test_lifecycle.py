@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from streams.brokers import KafkaBroker, free_port
 from streams.core.contracts import Claim, Decision
 from streams.core.keystate import state_key
+from streams.devkit.brokers import KafkaBroker, free_port
 from tests.stream.conftest import write_policy
 from tests.stream.support import CODEC, REPO, Deployment, produce, read_topic, wait_for_decisions
 from tests.stream.test_pipeline import expected_decisions, publishable, records

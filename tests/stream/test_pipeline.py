@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from streams.brokers import KafkaBroker, TansuBroker
 from streams.core.contracts import Claim, Decision
 from streams.core.errors import ContractError
 from streams.core.intake import parse_claim
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
 from streams.core.replay import replay
-from streams.synthetic import generate_claims
+from streams.devkit.brokers import KafkaBroker, TansuBroker
+from streams.devkit.synthetic import generate_claims
 from tests.stream.support import CODEC, Deployment, produce, read_topic, wait_for_decisions
 
 pytestmark = pytest.mark.integration
