@@ -42,9 +42,8 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
 
     def json(self) -> dict[str, Any]:
-        return {"status": "ok" if self.ok else "failing", "reasons": list(self.reasons)} | (
-            self.details
-        )
+        status = "ok" if self.ok else "failing"
+        return {"status": status, "reasons": list(self.reasons), **self.details}
 
 
 class Pulse:
@@ -184,16 +183,19 @@ class LagProbe(Service):
 
     @Service.task
     async def _probe(self) -> None:
+        interval = self.settings.lag_interval_s
+        failing = False
         while not self.should_stop:
             try:
-                await asyncio.wait_for(self.refresh(), timeout=max(5.0, self.interval))
+                await asyncio.wait_for(self.refresh(), timeout=max(5.0, interval))
             except Exception as exc:
-                log.warning("lag probe failed (%s: %s)", type(exc).__name__, exc)
-            await self.sleep(self.interval)
-
-    @property
-    def interval(self) -> float:
-        return self.settings.lag_interval_s
+                # Once per outage, not every interval; the gauge keeps its last value meanwhile.
+                level = logging.DEBUG if failing else logging.WARNING
+                log.log(level, "lag probe failed (%s: %s)", type(exc).__name__, exc)
+                failing = True
+            else:
+                failing = False
+            await self.sleep(interval)
 
     async def refresh(self) -> None:
         """Ask the broker for end and committed offsets; set the lag gauge, count committed records."""
