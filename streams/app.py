@@ -27,6 +27,7 @@ from streams.core.contracts import ConflictKind, Decision, Outcome
 from streams.core.keystate import current_decision, split_key
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
+from streams.health import LagProbe, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
@@ -163,10 +164,15 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
+    lag_probe = LagProbe(
+        settings, metrics, arbiter.group, arbiter.inputs, lambda: arbiter.pulse.owned
+    )
+    report_health(metrics, arbiter.pulse, lambda: arbiter.tasks)
+
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
-        metrics.up.set(1)
+        await app.add_runtime_dependency(lag_probe)
 
     register_views(app, arbiter, policy, outcome_counts)
     return Pipeline(app, settings, policy, metrics, processor, arbiter)
@@ -250,8 +256,15 @@ def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_cou
         return web.json({"worker_local": True, "open_conflicts": rows})
 
     @app.page("/healthz")
-    async def health_view(web: View, request: Request) -> Response:
-        return web.json({"status": "ok", "policy_version": policy.version})
+    async def liveness_view(web: View, request: Request) -> Response:
+        verdict = arbiter.pulse.liveness()
+        body = verdict.json() | {"policy_version": policy.version}
+        return web.json(body, status=200 if verdict.ok else 503)
+
+    @app.page("/readyz")
+    async def readiness_view(web: View, request: Request) -> Response:
+        verdict = arbiter.pulse.readiness(arbiter.tasks)
+        return web.json(verdict.json(), status=200 if verdict.ok else 503)
 
     @app.page("/api/fields/{field}/outcomes")
     async def outcomes_view(web: View, request: Request, field: str) -> Response:
