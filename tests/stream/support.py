@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 import uuid
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,15 +146,26 @@ class WorkerProcess:
             return "(no log)"
 
 
-async def produce(
-    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None, list[Any]]]
-) -> int:
+def crc32_partition(key: bytes, partitions: int) -> int:
+    """Where librdkafka's default partitioner (`consistent_random`) puts a keyed record."""
+    return zlib.crc32(key) % partitions
+
+
+async def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, ...]]) -> int:
+    """Send (key, value, headers[, partition]) records; without a partition, the key's murmur2
+    partition (the Java client's default partitioner)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
     await producer.start()
     try:
         futures = [
-            await producer.send(topic, value, key=key, headers=headers)
-            for key, value, headers in records
+            await producer.send(
+                topic,
+                value,
+                key=key,
+                headers=headers,
+                partition=partition[0] if partition else None,
+            )
+            for key, value, headers, *partition in records
         ]
         await asyncio.gather(*futures)
         return len(futures)
