@@ -39,6 +39,7 @@ class Deployment:
     partitions: int = 4
     guarantee: str = "at_least_once"
     state_cache_keys: int = 100_000
+    schema_registry: str | None = None  # None: the schemas/ folder
     name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
 
     @property
@@ -62,6 +63,8 @@ class Deployment:
                 "CLAIMSTREAM_STATE_CACHE_KEYS": str(self.state_cache_keys),
             }
         )
+        if self.schema_registry is not None:
+            env["CLAIMSTREAM_SCHEMA_REGISTRY"] = self.schema_registry
         for name, topic in self.topics.model_dump().items():
             env[f"CLAIMSTREAM_TOPIC_{name.upper()}"] = topic
         return env
@@ -200,6 +203,15 @@ async def read_topic(
     finally:
         await consumer.stop()
     return records
+
+
+def changelog_partitions(bootstrap: str, deployment: Deployment) -> dict[bytes, set[int]]:
+    """Every changelog partition each key's state was journaled to."""
+    journal = asyncio.run(read_topic(bootstrap, f"{deployment.name}-key-state-changelog", idle_s=2))
+    where: dict[bytes, set[int]] = {}
+    for record in journal:
+        where.setdefault(record.key, set()).add(record.partition)
+    return where
 
 
 async def wait_for_decisions(

@@ -25,6 +25,7 @@ from streams.pipeline import partition_of
 from tests.stream.support import (
     CODEC,
     Deployment,
+    changelog_partitions,
     crc32_partition,
     produce,
     read_topic,
@@ -73,15 +74,6 @@ def misplaced(deployment: Deployment, sent: list[Any]) -> int:
         for key, _, _, *partition in sent
         if partition and partition[0] != partition_of(key, deployment.partitions)
     )
-
-
-def changelog_partitions(bootstrap: str, deployment: Deployment) -> dict[bytes, set[int]]:
-    """Every changelog partition each key's state was journaled to."""
-    journal = asyncio.run(read_topic(bootstrap, f"{deployment.name}-key-state-changelog", idle_s=2))
-    where: dict[bytes, set[int]] = {}
-    for record in journal:
-        where.setdefault(record.key, set()).add(record.partition)
-    return where
 
 
 def expected_decisions(
