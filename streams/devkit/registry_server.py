@@ -300,6 +300,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._dispatch("PUT")
 
+    def do_DELETE(self) -> None:
+        # Deleting would let ids stop resolving while records framed with them still exist.
+        self._reply(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            {
+                "error_code": HTTPStatus.METHOD_NOT_ALLOWED,
+                "message": "this registry never deletes: schema ids must keep resolving",
+            },
+        )
+
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")] if url.path.strip("/") else []

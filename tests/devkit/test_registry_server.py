@@ -142,6 +142,8 @@ def test_the_endpoints_answer_as_confluent_documents_them(tmp_path: Path) -> Non
         assert error_code(call(server, "GET", "/schemas/ids/12345")) == (404, 40403)
         assert error_code(call(server, "GET", "/schemas/ids/12345/schema")) == (404, 40403)
         assert error_code(call(server, "GET", "/no/such/route")) == (404, 404)
+        assert error_code(call(server, "DELETE", f"/subjects/{subject}")) == (405, 405)
+        assert call(server, "GET", f"/subjects/{subject}/versions") == (200, [1, 2])
         invalid = {"type": "record", "name": "x", "fields": [{"name": "a", "type": "no.Such"}]}
         assert error_code(
             call(server, "POST", f"/subjects/{subject}/versions", schema_body(invalid))
