@@ -8,7 +8,7 @@ clients register in a JSON file (`--store`), so ids keep resolving across restar
 It answers the part of Confluent's REST API that serializers, deserializers and CI tooling call,
 with Confluent's status codes, bodies and `error_code` values: registration checked against the
 subject's compatibility level (BACKWARD unless configured), lookup, compatibility tests, config,
-mode and schema types. Avro only, without schema references.
+mode (READWRITE, or READONLY as production registries often are) and schema types. Avro only, without schema references.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ COMPATIBILITY_LEVELS = (
     "FULL_TRANSITIVE",
 )
 DEFAULT_COMPATIBILITY = "BACKWARD"
+MODES = ("READWRITE", "READONLY")
 _MAX_VERSION = 2**31 - 1
 
 
@@ -121,6 +122,7 @@ class _Store:
         self.subjects: dict[str, list[int]] = {}
         self.level = DEFAULT_COMPATIBILITY
         self.subject_levels: dict[str, str] = {}
+        self.mode = "READWRITE"
         self.lock = threading.RLock()
         if path is not None and path.exists():
             self._load(path)
@@ -131,6 +133,7 @@ class _Store:
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))
             self.level = _level(saved.get("compatibility", DEFAULT_COMPATIBILITY))
+            self.mode = _mode(saved.get("mode", "READWRITE"))
             self.subject_levels = {s: _level(v) for s, v in saved["subject_compatibility"].items()}
             for schema in saved["schemas"]:
                 self.extra[schema_id(schema)] = schema
@@ -149,6 +152,7 @@ class _Store:
             return
         state = {
             "compatibility": self.level,
+            "mode": self.mode,
             "subject_compatibility": self.subject_levels,
             "subjects": self.subjects,
             "schemas": [self.extra[sid] for sid in sorted(self.extra)],
@@ -208,6 +212,12 @@ class _Store:
             versions = self.subjects.get(subject, [])
             if sid in versions:
                 return sid  # already a version: no new one, no check (as Confluent does)
+            if self.mode == "READONLY":
+                raise _ApiError(
+                    HTTPStatus.UNPROCESSABLE_ENTITY,
+                    42205,
+                    f"Subject {subject} is in read-only mode",
+                )
             existing = [self.schema(v) or {} for v in versions]
             problems = check_compatibility(self.level_of(subject), schema, existing)
             if problems:
@@ -222,6 +232,11 @@ class _Store:
             self.subjects[subject] = [*versions, sid]
             self._save()
             return sid
+
+    def set_mode(self, mode: str) -> None:
+        with self.lock:
+            self.mode = mode
+            self._save()
 
     def configure(self, subject: str | None, level: str) -> None:
         with self.lock:
@@ -248,6 +263,17 @@ def _level(value: object) -> str:
             f"Invalid compatibility level. Valid values are {', '.join(COMPATIBILITY_LEVELS)}",
         )
     return level
+
+
+def _mode(value: object) -> str:
+    mode = str(value).upper()
+    if mode not in MODES:
+        raise _ApiError(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            42204,
+            f"Invalid mode. Valid values are {', '.join(MODES)}",
+        )
+    return mode
 
 
 def _parse_version(raw: str) -> int | None:
@@ -332,7 +358,12 @@ class _Handler(BaseHTTPRequestHandler):
             case "GET", ["schemas", "types"]:
                 return ok, ["AVRO"]
             case "GET", ["mode"]:
-                return ok, {"mode": "READWRITE"}
+                with store.lock:
+                    return ok, {"mode": store.mode}
+            case "PUT", ["mode"]:
+                mode = _mode(self._body().get("mode"))
+                store.set_mode(mode)
+                return ok, {"mode": mode}
             case "GET", ["config"]:
                 return ok, {"compatibilityLevel": store.level_of(None)}
             case "GET", ["config", subject]:

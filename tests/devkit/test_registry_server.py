@@ -224,6 +224,7 @@ def test_registrations_and_levels_survive_a_restart(tmp_path: Path) -> None:
         call(server, "POST", "/subjects/claims-value/versions", schema_body(CURRENT))
         assert call(server, "PUT", "/config", {"compatibility": "FULL"})[0] == 200
         assert call(server, "PUT", "/config/probe-value", {"compatibility": "NONE"})[0] == 200
+        assert call(server, "PUT", "/mode", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
         before = {
             path: call(server, "GET", path)
             for path in (
@@ -233,11 +234,13 @@ def test_registrations_and_levels_survive_a_restart(tmp_path: Path) -> None:
                 f"/schemas/ids/{schema_id(probe)}",
                 "/config",
                 "/config/probe-value",
+                "/mode",
             )
         }
     with running(store) as restarted:
         assert {path: call(restarted, "GET", path) for path in before} == before
         assert before[f"/schemas/ids/{schema_id(probe)}"][0] == 200
+        assert before["/mode"] == (200, {"mode": "READONLY"})
 
 
 def test_an_unreadable_store_is_a_clear_startup_error(tmp_path: Path) -> None:
@@ -289,3 +292,20 @@ def test_compatibility_levels_follow_confluents_rules(
     assert level in COMPATIBILITY_LEVELS
     problems = check_compatibility(level, new, existing)
     assert (problems == []) is compatible, problems
+
+
+def test_a_read_only_registry_refuses_new_versions_and_still_answers_lookups() -> None:
+    subject = "claims.tools-value"
+    with running() as server:
+        call(server, "POST", f"/subjects/{subject}/versions", schema_body(CURRENT))
+        assert error_code(call(server, "PUT", "/mode", {"mode": "SOMETIMES"})) == (422, 42204)
+        assert call(server, "PUT", "/mode", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
+        assert call(server, "GET", "/mode") == (200, {"mode": "READONLY"})
+        refused = call(server, "POST", f"/subjects/{subject}/versions", schema_body(OPTIONAL_FIELD))
+        assert error_code(refused) == (422, 42205)
+        assert call(server, "POST", f"/subjects/{subject}/versions", schema_body(CURRENT)) == (
+            200,
+            {"id": schema_id(CURRENT)},
+        )
+        assert call(server, "POST", f"/subjects/{subject}", schema_body(CURRENT))[0] == 200
+        assert call(server, "GET", f"/subjects/{subject}/versions") == (200, [1])
