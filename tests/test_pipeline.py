@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.authenticity import sign
-from streams.core.contracts import Claim
+from streams.core.contracts import Claim, Resolution
 from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
 from streams.metrics import Metrics
@@ -295,6 +295,30 @@ def test_a_record_on_the_wrong_partition_hops_to_its_owner_before_it_is_decided(
     )
     assert [d.value for d in decided.decisions] == ["paid"]
     assert decided.key == key
+
+
+def test_a_resolution_on_the_wrong_partition_hops_as_a_resolution() -> None:
+    resolution = Resolution(
+        resolution_id="res-1",
+        subject="inv:9",
+        field="order.payment_status",
+        value="paid",
+        decided_by="ops@example.test",
+        note="checked the ledger",
+        decided_at=NOW - timedelta(minutes=1),
+    )
+    key = state_key(resolution.subject, resolution.field).encode()
+    landed = crc32_partition(key, Settings().partitions)
+    value = CODEC.encode("claims.resolutions", resolution)
+    hop = run(PLAIN, Incoming("claims.resolutions", landed, 0, key, value, (), NOW.timestamp()))
+    assert (hop.state, hop.decisions) == (None, [])
+    (forwarded,) = hop.outputs
+    assert (forwarded.topic, forwarded.key, forwarded.partition) == (
+        "claimstream-rekeyed",
+        key,
+        owner(key),
+    )
+    assert dict(forwarded.headers)["claimstream.kind"] == b"resolution"
 
 
 @settings(max_examples=300, deadline=None)
