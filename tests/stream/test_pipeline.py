@@ -60,13 +60,15 @@ def records(deployment: Deployment, claims: list[dict[str, Any]], rng: random.Ra
     """Avro records: a third keyed by the producer's own scheme, so the worker must re-key them;
     a third keyed right but placed by librdkafka's default partitioner (CRC32 of the key), so
     the worker must move those that CRC32 and murmur2 place apart; the rest as Kafka's Java
-    client places them."""
+    client places them. Every record of a claim id takes the same route, so records reusing an
+    id arrive in the order they were sent (the stream keeps the first of conflicting ones)."""
     out = []
+    routes: dict[str, float] = {}
     for data in claims:
         claim = Claim.model_validate(data)
         key = state_key(claim.subject, claim.field).encode()
         value = CODEC.encode(deployment.topics.claims, claim)
-        draw = rng.random()
+        draw = routes.setdefault(claim.claim_id, rng.random())
         if draw < 0.33:
             out.append((claim.claim_id.encode(), value, []))
         elif draw < 0.66:
