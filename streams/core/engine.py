@@ -75,26 +75,39 @@ class _Verdict:
     resolution_id: str | None = None
 
 
-@dataclass(slots=True)
 class Context:
     """What the steps share beside the claims in play: the inputs, and what earlier steps set
-    aside to be judged against the result (weaker classes, unanchored claims)."""
+    aside to be judged against the result. (A plain slotted class: one is built per
+    arbitration, and a dataclass's default factories cost more than the fields.)"""
 
-    rules: FieldRules
-    now: datetime
-    resolutions: Sequence[Resolution]
-    evidence: list[AdmittedClaim] = field(default_factory=list)
-    weaker: list[AdmittedClaim] = field(default_factory=list)
-    """Live claims below the deciding authority (and epoch-less assertions): they agree with the
-    result or are contested, never decide."""
-    unanchored: list[AdmittedClaim] = field(default_factory=list)
-    """Observations without an epoch where others carry one: quarantined, checked against the
-    result."""
-    shift: _EpochShift | None = None
-    winner: AdmittedClaim | None = None
-    tiebreak: str | None = None
-    verdict: _Verdict | None = None
-    roles: Roles = field(default_factory=dict)
+    __slots__ = (
+        "evidence",
+        "now",
+        "resolutions",
+        "roles",
+        "rules",
+        "shift",
+        "tiebreak",
+        "unanchored",
+        "verdict",
+        "weaker",
+        "winner",
+    )
+
+    def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
+        self.rules, self.now, self.resolutions = rules, now, resolutions
+        self.evidence: list[AdmittedClaim] = []
+        self.weaker: list[AdmittedClaim] = []
+        """Live claims below the deciding authority (and epoch-less assertions): they agree with
+        the result or are contested, never decide."""
+        self.unanchored: list[AdmittedClaim] = []
+        """Observations without an epoch where others carry one: quarantined, checked against
+        the result."""
+        self.shift: _EpochShift | None = None
+        self.winner: AdmittedClaim | None = None
+        self.tiebreak: str | None = None
+        self.verdict: _Verdict | None = None
+        self.roles: Roles = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ class Deployment:
     partitions: int = 4
     guarantee: str = "at_least_once"
     state_cache_keys: int = 100_000
+    max_claims_per_key: int = 16
     schema_registry: str | None = None  # None: the schemas/ folder
     name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
 
@@ -61,6 +62,7 @@ class Deployment:
                 "CLAIMSTREAM_LOG_LEVEL": "warn",
                 "CLAIMSTREAM_EXPIRY_INTERVAL_S": "0.5",
                 "CLAIMSTREAM_STATE_CACHE_KEYS": str(self.state_cache_keys),
+                "CLAIMSTREAM_MAX_CLAIMS_PER_KEY": str(self.max_claims_per_key),
             }
         )
         if self.schema_registry is not None:
