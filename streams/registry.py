@@ -222,12 +222,15 @@ class HttpRegistry:
         cached = self._ids.get(key)
         if cached is not None:
             return cached
-        answer = self._call(
-            "POST",
-            f"/subjects/{quote(subject, safe='')}/versions",
-            {"schema": json.dumps(schema, sort_keys=True)},
-            what=f"schema for subject {subject}",
-        )
+        body = {"schema": json.dumps(schema, sort_keys=True)}
+        what = f"schema for subject {subject}"
+        path = f"/subjects/{quote(subject, safe='')}"
+        try:
+            # Looked up first: production registries often refuse writes from applications
+            # (read-only mode or permissions) and hold schemas registered by CI instead.
+            answer = self._call("POST", path, body, what)
+        except CodecError:  # 404: not a version of the subject yet
+            answer = self._call("POST", f"{path}/versions", body, what)
         sid = answer.get("id") if isinstance(answer, dict) else None
         if not isinstance(sid, int) or isinstance(sid, bool):
             raise RegistryError(f"{self.url}: registering {subject} returned no id: {answer!r}")
