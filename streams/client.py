@@ -1,6 +1,8 @@
-"""The client side: create topics, publish claims, follow decisions, gate plan steps.
+"""The client side: create topics, publish claims and people's resolutions, follow decisions, gate
+plan steps.
 
-Services publish with `ClaimPublisher`; consumers follow `DecisionFeed`, whose `gate` answers
+Services publish with `ClaimPublisher`; people close conflicts with `build_resolution` and
+`publish_resolutions`; consumers follow `DecisionFeed`, whose `gate` answers
 "may this step run?": a step that reads a field whose latest decision is not `resolved`, or whose
 action is `block`, is not runnable.
 """
@@ -8,17 +10,22 @@ action is `block`, is not runnable.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from pydantic import ValidationError
 
 from streams.core.contracts import Action, Claim, Decision, Outcome, Resolution
-from streams.core.errors import ClaimstreamError
+from streams.core.errors import ClaimstreamError, RejectedInput, validation_problems
+from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
+from streams.core.policy import Policy
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
@@ -104,7 +111,13 @@ class ClaimPublisher:
         )
 
     async def __aenter__(self) -> ClaimPublisher:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise ClaimstreamError(
+                f"cannot reach the broker {self.settings.bootstrap}: {exc}"
+            ) from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -132,6 +145,42 @@ class ClaimPublisher:
         await self._producer.send_and_wait(
             self.settings.topics.aliases, subject.encode(), key=alias.encode()
         )
+
+
+def build_resolution(
+    request: Mapping[str, Any],
+    now: datetime,
+    *,
+    origin: str = "resolution",
+    policy: Policy | None = None,
+) -> Resolution:
+    """A person's decision as a `Resolution` record, from JSON-shaped fields (`subject`, `field`,
+    `value` or `status: not_found`, `decided_by`, `note`, ...). A missing `resolution_id` gets a
+    fresh one and a missing `decided_at` is `now`: the resolution covers the claims observed
+    before it. With `policy`, the value is checked the way the worker will check it, so a
+    mistake is reported here rather than dead-lettered. Errors name `origin`, one per line."""
+    fields = {"resolution_id": f"res-{uuid.uuid4().hex}", "decided_at": now, **request}
+    try:
+        resolution = Resolution.model_validate(fields)
+    except ValidationError as exc:
+        raise ClaimstreamError(validation_problems(exc.errors(), origin)) from exc
+    if policy is not None:
+        try:
+            admit_resolution(resolution, policy, now)
+        except RejectedInput as exc:
+            raise ClaimstreamError(f"{origin}: {exc}") from exc
+    return resolution
+
+
+async def publish_resolutions(settings: Settings, resolutions: Iterable[Resolution]) -> int:
+    """Publish resolutions on the resolutions topic, keyed by subject|field; returns how many
+    the broker acknowledged. The worker closes the key's conflict (reason `manual`)."""
+    sent = 0
+    async with ClaimPublisher(settings) as publisher:
+        for resolution in resolutions:
+            await publisher.resolve(resolution)
+            sent += 1
+    return sent
 
 
 @dataclass(frozen=True, slots=True)
