@@ -38,6 +38,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.integration
 def test_the_wheel_carries_the_schemas_examples_and_kafka_assembly(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {
