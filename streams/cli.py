@@ -348,8 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.set_defaults(handler=cmd_explain)
 
     connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument("--settings", type=Path, help="YAML settings file")
-    connection.add_argument("--broker", help="kafka://host:port (overrides settings)")
+    connection.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
+    connection.add_argument(
+        "--broker", metavar="URL", help="kafka://host:port or host:port (overrides settings)"
+    )
 
     wk = commands.add_parser(
         "worker", parents=[connection], help="run a worker against the configured broker"
@@ -397,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("field", help="the field, e.g. order.payment_status")
     rs.add_argument(
         "--value",
+        metavar="V",
         help='the decided value: JSON (40, true, {"amount_minor": 1250, "currency": '
         '"USD"}) or else a string (paid)',
     )
@@ -406,13 +409,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=ClaimStatus.PRESENT.value,
         help="present (with --value; default) or not_found (the thing does not exist)",
     )
-    rs.add_argument("--unit", help="the value's unit, e.g. s or ms (numbers with units)")
-    rs.add_argument("--by", required=True, help="who decides: a person or team identity")
-    rs.add_argument("--note", default="", help="why, in your words")
-    rs.add_argument("--decision-id", help="the conflict decision you looked at")
+    rs.add_argument(
+        "--unit", metavar="U", help="the value's unit, e.g. s or ms (numbers with units)"
+    )
+    rs.add_argument(
+        "--by", required=True, metavar="NAME", help="who decides: a person or team identity"
+    )
+    rs.add_argument("--note", default="", metavar="TEXT", help="why, in your words")
+    rs.add_argument("--decision-id", metavar="ID", help="the conflict decision you looked at")
     rs.add_argument(
         "--policy",
         type=Path,
+        metavar="FILE",
         help="check the value against this policy before sending "
         "(the worker checks it anyway and dead-letters what it refuses)",
     )

