@@ -290,6 +290,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
 
 
+def _broker_kind_option(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--broker-kind",
+        choices=["tansu", "kafka"],
+        default=default,
+        help=f"tansu (bundled, no JVM) or kafka (Apache Kafka: Java 17 and Maven); "
+        f"default {default}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
@@ -361,12 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     dv = commands.add_parser(
         "dev", parents=[connection], help="bundled broker + worker + demo feed, printing decisions"
     )
-    dv.add_argument(
-        "--broker-kind",
-        choices=["tansu", "kafka"],
-        default="tansu",
-        help="tansu (bundled, no JVM; default) or kafka (Apache Kafka: Java 17 and Maven)",
-    )
+    _broker_kind_option(dv, default="tansu")
     dv.add_argument("--rounds", type=int, default=0, help="stop after N demo rounds (0: run on)")
     dv.add_argument(
         "--round-seconds", type=float, default=20.0, help="pause between rounds (seconds)"
@@ -441,12 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bn.add_argument("--claims", type=int, default=100_000, help="generated claims to process")
     bn.add_argument("--subjects", type=int, default=12_000, help="distinct subjects among them")
-    bn.add_argument(
-        "--broker-kind",
-        choices=["kafka", "tansu"],
-        default="kafka",
-        help="kafka (Apache Kafka; default) or tansu",
-    )
+    _broker_kind_option(bn, default="kafka")
     bn.add_argument("--partitions", type=int, default=4, help="partitions per topic")
     bn.add_argument("--latency-s", type=float, default=20.0, help="seconds of offered load")
     bn.add_argument(
