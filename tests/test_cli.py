@@ -255,3 +255,63 @@ def test_resolve_checks_its_arguments_before_reaching_a_broker() -> None:
     assert unreachable.stderr.splitlines()[0].startswith(
         "claimstream: error: cannot reach the broker 127.0.0.1:9"
     )
+
+
+def test_replay_with_an_unwritable_rejected_path_fails_before_printing(
+    claims_file: Path, tmp_path: Path
+) -> None:
+    unwritable = tmp_path / "missing-dir" / "rejected.jsonl"
+    result = claimstream(
+        "replay",
+        "--policy",
+        POLICY,
+        "--now",
+        NOW,
+        claims_file,
+        "--rejected",
+        unwritable,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"claimstream: error: {unwritable}: cannot write: No such file or directory"
+    ]
+
+
+def test_bad_resolution_lines_are_rejected_on_their_own(tmp_path: Path) -> None:
+    good = (REPO / "examples" / "resolutions.jsonl").read_text().splitlines()[0]
+    unknown_field = json.loads(good) | {"field": "no.such.field"}
+    resolutions = tmp_path / "resolutions.jsonl"
+    resolutions.write_text("\n".join([good, "{broken", json.dumps(unknown_field)]) + "\n")
+    result = claimstream(
+        "replay",
+        "--policy",
+        POLICY,
+        "--now",
+        NOW,
+        REPO / "examples" / "claims.jsonl",
+        "--resolutions",
+        resolutions,
+    )
+    problems = [line for line in result.stderr.splitlines() if "rejected resolution:" in line]
+    assert len(problems) == 2
+    assert problems[0].startswith(f"claimstream: rejected resolution: {resolutions}:2: malformed")
+    assert problems[1].startswith(
+        f"claimstream: rejected resolution: {resolutions}:3: unknown_field"
+    )
+    assert "Traceback" not in result.stderr
+    manual = [json.loads(line) for line in result.stdout.splitlines()]
+    assert any(d["reason"] == "manual" for d in manual)  # the good line still applied
+
+
+def test_explain_names_the_line_that_is_not_a_decision(tmp_path: Path) -> None:
+    replayed = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, REPO / "examples" / "claims.jsonl"
+    )
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(replayed.stdout.splitlines()[0] + "\n" + '{"claim_id": "c1"}\n')
+    result = claimstream("explain", mixed, check=False)
+    assert result.returncode == 2
+    assert f"claimstream: error: {mixed}:2: not a decision record" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -142,20 +142,18 @@ class Arbitration:
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
         self.decision_id = decision_id(
-            (
-                subject,
-                field,
-                verdict.outcome,
-                verdict.kind,
-                verdict.status,
-                _hashable(verdict.value),
-                self.unit,
-                self.action,
-                policy_version,
-                verdict.reason,
-                verdict.tiebreak,
-                verdict.resolution_id,
-            )
+            subject,
+            field,
+            verdict.outcome,
+            verdict.kind,
+            verdict.status,
+            _hashable(verdict.value),
+            self.unit,
+            self.action,
+            policy_version,
+            verdict.reason,
+            verdict.tiebreak,
+            verdict.resolution_id,
         )
 
     @cached_property
@@ -217,7 +215,9 @@ def arbitrate(
     supersedes: str | None = None,
 ) -> Arbitration:
     """Decide what is believed about `field` of `subject` at `now`: run `RULES` in order."""
-    context = Context(rules, now, tuple(resolutions))
+    context = Context(
+        rules, now, resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
+    )
     remaining = list(claims)
     for step in _DECIDING:
         marked = step(remaining, context)
@@ -252,6 +252,9 @@ def arbitrate(
 def distinct(claims: Iterable[AdmittedClaim]) -> tuple[list[AdmittedClaim], set[str]]:
     """The claims once each (oldest first), and the ids used for claims that say different
     things: no version of those counts as evidence, whichever arrived first."""
+    claims = list(claims)
+    if len({a.claim.claim_id for a in claims}) == len(claims):
+        return sorted(claims, key=_RECENCY), set()
     by_id: dict[str, AdmittedClaim] = {}
     disputed: set[str] = set()
     for admitted in claims:
@@ -353,7 +356,8 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> Marked | None:
 def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Where some claims carry an epoch, an observation without one lacks provenance:
     quarantined. An assertion without one is only evidence: it is judged with the weaker claims."""
-    if all(a.claim.epoch is None for a in claims) or all(a.claim.epoch is not None for a in claims):
+    anchored = len([a for a in claims if a.claim.epoch is not None])
+    if anchored == 0 or anchored == len(claims):
         return None
     kept, roles = [], {}
     for admitted in claims:
@@ -370,9 +374,10 @@ def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | No
 def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Only the newest epoch decides. A value that changed across the boundary (by the field's
     own equality) is quarantined until re-observed, unless the field accepts epoch changes."""
-    epochs = sorted({a.claim.epoch for a in claims if a.claim.epoch is not None})
-    if len(epochs) < 2:
+    found = {a.claim.epoch for a in claims}  # all set or all None, after missing_epoch
+    if len(found) < 2:
         return None
+    epochs = sorted(epoch for epoch in found if epoch is not None)
     rules = context.rules
     newest, previous = epochs[-1], epochs[-2]
     current = [a for a in claims if a.claim.epoch == newest]
@@ -399,11 +404,12 @@ def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | Non
 def _authority(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """The strongest authority present decides; nothing falls through to a weaker class.
     Assertions and inferences are evidence, never proof of state."""
-    top_rank = min(a.rank for a in claims)
+    ranks = [a.rank for a in claims]
+    top_rank = min(ranks)
     if top_rank >= _ASSERTED_RANK:
         roles = _all_contested(claims + context.weaker)
         return Marked(claims, roles, _Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims"))
-    if all(a.rank == top_rank for a in claims):
+    if ranks.count(top_rank) == len(ranks):
         return None
     context.weaker = [a for a in claims if a.rank != top_rank] + context.weaker
     return Marked([a for a in claims if a.rank == top_rank])
@@ -436,7 +442,8 @@ def _lineage(claims: list[AdmittedClaim], context: Context) -> Marked | None:
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Different declared scopes (compared normalized) at the top are a semantic conflict."""
-    scopes = {a.scope_key for a in claims if a.scope_key is not None}
+    scopes = {a.scope_key for a in claims}
+    scopes.discard(None)
     if len(scopes) > 1:
         return _conflict(claims, context, ConflictKind.SEMANTIC, "scope_conflict")
     return None
@@ -475,19 +482,17 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> Marked | No
     Claims of one lineage, or of one source, are one observation; assertions are none."""
     winner = max(claims, key=_RECENCY)
     tolerance = context.rules.tolerance
-    roles: Roles = {}
-    corroborating = [a for a in claims if a is not winner]
-    for admitted in corroborating:
-        roles[admitted.claim.claim_id] = EvidenceRole.CORROBORATING
+    roles = dict.fromkeys([a.claim.claim_id for a in claims], EvidenceRole.CORROBORATING)
+    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+    agreeing_weaker = []
     for admitted in context.weaker:
         if _agrees(admitted, winner, tolerance):
             roles[admitted.claim.claim_id] = EvidenceRole.CORROBORATING
-            corroborating.append(admitted)
+            agreeing_weaker.append(admitted)
         else:
             roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
-    roles[winner.claim.claim_id] = EvidenceRole.WINNER
     required = context.rules.min_independent_sources
-    if required > 1 and _independent([winner, *corroborating]) < required:
+    if required > 1 and _independent(claims + agreeing_weaker) < required:
         roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
         return Marked(claims, roles, _Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources"))
     tiebreak = context.tiebreak
@@ -503,10 +508,14 @@ def _unanchored(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     result, the key is quarantined for missing provenance."""
     verdict = context.verdict
     assert verdict is not None
-    if verdict.outcome is not Outcome.RESOLVED or all(
-        a.claim.status == verdict.status
-        and values_agree(a.value, verdict.value, context.rules.tolerance)
-        for a in context.unanchored
+    if (
+        not context.unanchored
+        or verdict.outcome is not Outcome.RESOLVED
+        or all(
+            a.claim.status == verdict.status
+            and values_agree(a.value, verdict.value, context.rules.tolerance)
+            for a in context.unanchored
+        )
     ):
         return None
     return Marked(
@@ -632,18 +641,25 @@ def _action(verdict: _Verdict, rules: FieldRules) -> Action:
     return _CONFLICT_ACTIONS[rules.on_conflict]
 
 
-def decision_id(belief: tuple[object, ...]) -> str:
+def decision_id(subject: str, *belief: str | None) -> str:
     """Hash of what was decided (not when, nor the evidence list, which grows as claims agree):
-    blake2b over the repr of a tuple of plain values and enum members, the same in every path."""
-    digest = hashlib.blake2b(repr(belief).encode(), digest_size=12).hexdigest()
-    return f"dec_{digest}"
+    blake2b over its parts joined by a unit separator (enum members format as their values; the
+    subject, the only free text before parts of fixed vocabulary, is length-prefixed). Every
+    path computes it here."""
+    field, outcome, kind, status, value, unit, action, version, reason, tiebreak, resolved = belief
+    text = (
+        f"{len(subject)}:{subject}\x1f{field}\x1f{outcome}\x1f{kind}\x1f{status}\x1f{value}"
+        f"\x1f{unit}\x1f{action}\x1f{version}\x1f{reason}\x1f{tiebreak}\x1f{resolved}"
+    )
+    return f"dec_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
 
 
-def _hashable(value: Value) -> object:
-    """A normalized value as plain data for the decision id; floats by their (exact) repr."""
+def _hashable(value: Value) -> str:
+    """A normalized value as text for the decision id: its repr (floats exactly), money as
+    amount and currency."""
     if isinstance(value, Money):
-        return ("money", value.amount_minor, value.currency)
-    return value
+        return f"money:{value.amount_minor}:{value.currency}"
+    return repr(value)
 
 
 def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:

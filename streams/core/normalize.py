@@ -172,9 +172,11 @@ def _check_int64(number: int, rules: FieldRules) -> None:
 def _integer(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _type_error(rules, raw, "an integer")
-    if isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer()):
+    converts = bool(unit or rules.unit)
+    # With a unit, only the converted amount must be whole (0.7 s is 700 ms).
+    if isinstance(raw, float) and not (math.isfinite(raw) and (converts or raw.is_integer())):
         raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not an integer")
-    converted = _convert_unit(float(raw), unit, rules) if unit or rules.unit else raw
+    converted = _convert_unit(float(raw), unit, rules) if converts else raw
     if not float(converted).is_integer():
         raise ContractError(
             RejectReason.INVALID_VALUE,
