@@ -177,7 +177,8 @@ ENDPOINTS = {
     "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
     "claims and resolutions",
     "GET /api/conflicts[?field=F]": "open conflicts and quarantines on this worker, with their age",
-    "GET /api/fields/{field}/outcomes": "decisions per outcome in the current one-minute window",
+    "GET /api/fields/{field}/outcomes": "decisions per outcome over the last minute (the current "
+    "and the previous one-minute window; keys this worker owns)",
     "GET /healthz": "liveness and the policy version",
     "GET /metrics": "Prometheus metrics",
 }
