@@ -413,7 +413,7 @@ def run(
         finally:
             worker.stop()
     finally:
-        broker.stop()
+        broker.close()  # stops it and removes its data folder
         shutil.rmtree(work_dir, ignore_errors=True)
     soaked: dict[str, Any] = {}
     if soak_s > 0:
