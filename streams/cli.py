@@ -180,7 +180,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     _client_logs_quiet()
     settings = _settings(args)
-    # Resolutions are all checked before anything is sent: a batch goes out whole or not at all.
+    # Every resolution is checked before anything is sent: one bad line sends none of them.
     resolutions = _resolutions_file(args.resolutions) if args.resolutions else []
     if args.claims is not None or not args.resolutions:
         claims = args.claims or "-"
