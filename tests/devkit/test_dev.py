@@ -7,15 +7,19 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from streams.devkit.brokers import free_port
+from streams.devkit.dev import try_it
+from streams.packaged import EXAMPLES_NOW
 
-pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.integration
 def test_ctrl_c_stops_dev_quietly_and_leaves_no_folder_behind(tmp_path: Path) -> None:
     scratch, cwd = tmp_path / "tmp", tmp_path / "cwd"
     scratch.mkdir()
@@ -63,3 +67,13 @@ def test_ctrl_c_stops_dev_quietly_and_leaves_no_folder_behind(tmp_path: Path) ->
 
     assert list(scratch.iterdir()) == []  # no broker data or state folder left in TMPDIR
     assert list(cwd.iterdir()) == []
+
+
+def test_the_readme_shows_the_commands_dev_prints() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    printed = try_it("127.0.0.1:40123", datetime(2026, 11, 30, 12, tzinfo=UTC)).splitlines()
+    commands = [line.strip() for line in printed if line.strip().startswith("claimstream ")]
+    assert len(commands) >= 4
+    for command in commands:
+        assert command.replace("127.0.0.1:40123", "$B") in readme, command
+    assert f"--now {EXAMPLES_NOW}" in readme
