@@ -53,7 +53,7 @@ class Settings(BaseModel):
         description="the policy file (default: the packaged example policy)",
     )
     schema_registry: str | None = Field(
-        default=None, description="None for the schemas/ folder, or a Confluent-compatible URL"
+        default=None, description="None for the packaged schemas, or a Confluent-compatible URL"
     )
     store: str = "memory://"
     data_dir: Path = Path("var/claimstream")
