@@ -208,7 +208,19 @@ def _resolutions_file(path: Path) -> list[Resolution]:
             raise ClaimstreamError(f"{origin}: not JSON: {exc.msg}") from exc
         if not isinstance(request, dict):
             raise ClaimstreamError(f"{origin}: a resolution is a JSON object")
-        resolutions.append(build_resolution(request, now, origin=origin))
+        problems = [
+            f"{origin}: {key}: missing"
+            for key in ("subject", "field", "decided_by")
+            if not isinstance(request.get(key), str)
+        ]
+        problems += [
+            f"{origin}: {key}: not a resolution field"
+            for key in sorted(request.keys() - Resolution.model_fields.keys())
+        ]
+        if problems:
+            raise ClaimstreamError("\n".join(problems))
+        fields = {"decided_at": now, **request, "origin": origin}
+        resolutions.append(build_resolution(None, **fields))
     return resolutions
 
 
@@ -230,18 +242,18 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         raise ClaimstreamError(
             "give --value for a present value, or --status not_found without a value"
         )
-    request: dict[str, Any] = {
-        "subject": args.subject,
-        "field": args.field,
-        "status": status.value,
-        "value": None if args.value is None else _json_or_text(args.value),
-        "unit": args.unit,
-        "decided_by": args.by,
-        "note": args.note,
-        "resolves_decision_id": args.decision_id,
-    }
-    policy = load_policy(args.policy) if args.policy else None
-    resolution = build_resolution(request, datetime.now(UTC), policy=policy)
+    resolution = build_resolution(
+        load_policy(args.policy) if args.policy else None,
+        args.subject,
+        args.field,
+        decided_by=args.by,
+        decided_at=datetime.now(UTC),
+        status=status,
+        value=None if args.value is None else _json_or_text(args.value),
+        unit=args.unit,
+        note=args.note,
+        resolves_decision_id=args.decision_id,
+    )
     asyncio.run(publish_resolutions(_settings(args), [resolution]))
     print(resolution.model_dump_json())
     print(

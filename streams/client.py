@@ -21,7 +21,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import ValidationError
 
-from streams.core.contracts import Action, Claim, Decision, Outcome, Resolution
+from streams.core.contracts import (
+    Action,
+    Claim,
+    ClaimStatus,
+    Decision,
+    Outcome,
+    Resolution,
+    Value,
+)
 from streams.core.errors import ClaimstreamError, RejectedInput, validation_problems
 from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
@@ -148,25 +156,50 @@ class ClaimPublisher:
 
 
 def build_resolution(
-    request: Mapping[str, Any],
-    now: datetime,
+    policy: Policy | None,
+    subject: str,
+    field: str,
     *,
+    decided_by: str,
+    decided_at: datetime,
+    status: ClaimStatus | str = ClaimStatus.PRESENT,
+    value: Value = None,
+    unit: str | None = None,
+    note: str = "",
+    resolves_decision_id: str | None = None,
+    resolution_id: str | None = None,
     origin: str = "resolution",
-    policy: Policy | None = None,
 ) -> Resolution:
-    """A person's decision as a `Resolution` record, from JSON-shaped fields (`subject`, `field`,
-    `value` or `status: not_found`, `decided_by`, `note`, ...). A missing `resolution_id` gets a
-    fresh one and a missing `decided_at` is `now`: the resolution covers the claims observed
-    before it. With `policy`, the value is checked the way the worker will check it, so a
-    mistake is reported here rather than dead-lettered. Errors name `origin`, one per line."""
-    fields = {"resolution_id": f"res-{uuid.uuid4().hex}", "decided_at": now, **request}
+    """A person's decision about one key as a `Resolution` record: it covers the claims observed
+    before `decided_at`. Without `resolution_id` it gets a fresh one. With `policy`, a bare value
+    takes the field's unit and the value is checked the way the worker will check it, so a
+    mistake is refused here rather than dead-lettered later. Raises ClaimstreamError naming
+    `origin`, one problem per line."""
+    if not decided_by.strip():
+        raise ClaimstreamError(f"{origin}: a resolution names who decided it (decided_by)")
+    rules = policy.rules_for(field) if policy is not None else None
+    if unit is None and rules is not None:
+        unit = rules.unit or rules.currency
     try:
-        resolution = Resolution.model_validate(fields)
+        resolution = Resolution.model_validate(
+            {
+                "resolution_id": resolution_id or f"res-{uuid.uuid4().hex}",
+                "subject": subject,
+                "field": field,
+                "status": status,
+                "value": value,
+                "unit": unit,
+                "decided_by": decided_by.strip(),
+                "note": note,
+                "decided_at": decided_at,
+                "resolves_decision_id": resolves_decision_id,
+            }
+        )
     except ValidationError as exc:
         raise ClaimstreamError(validation_problems(exc.errors(), origin)) from exc
     if policy is not None:
         try:
-            admit_resolution(resolution, policy, now)
+            admit_resolution(resolution, policy, resolution.decided_at)
         except RejectedInput as exc:
             raise ClaimstreamError(f"{origin}: {exc}") from exc
     return resolution

@@ -315,3 +315,29 @@ def test_explain_names_the_line_that_is_not_a_decision(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"claimstream: error: {mixed}:2: not a decision record" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_batch_of_resolutions_is_checked_before_anything_is_sent(tmp_path: Path) -> None:
+    batch = tmp_path / "resolutions.jsonl"
+    good = {"subject": "globex", "field": "contract.seats", "value": 40, "decided_by": "renewals"}
+    batch.write_text(
+        json.dumps(good)
+        + "\n\n"
+        + json.dumps({"subject": "globex", "value": 40, "seats": 3})
+        + "\n"
+        + json.dumps(good | {"decided_at": "yesterday"})
+        + "\n"
+    )
+    # Port 9 on loopback: nothing listens, so a send would fail differently.
+    failed = claimstream("publish", "--resolutions", batch, "--broker", "127.0.0.1:9", check=False)
+    assert failed.returncode == 2
+    assert failed.stderr.splitlines() == [
+        f"claimstream: error: {batch}:3: field: missing",
+        f"claimstream: error: {batch}:3: decided_by: missing",
+        f"claimstream: error: {batch}:3: seats: not a resolution field",
+    ]
+    batch.write_text(json.dumps(good | {"decided_at": "yesterday"}) + "\n")
+    failed = claimstream("publish", "--resolutions", batch, "--broker", "127.0.0.1:9", check=False)
+    (line,) = failed.stderr.splitlines()
+    assert line.startswith(f"claimstream: error: {batch}:1: decided_at: ")
+    assert "Value error" not in line
