@@ -480,6 +480,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in str(exc).splitlines():
             print(f"claimstream: error: {problem}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C ends `tail` and friends; a traceback would say nothing
+        return 130
 
 
 if __name__ == "__main__":

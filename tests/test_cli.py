@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -341,3 +343,31 @@ def test_a_batch_of_resolutions_is_checked_before_anything_is_sent(tmp_path: Pat
     (line,) = failed.stderr.splitlines()
     assert line.startswith(f"claimstream: error: {batch}:1: decided_at: ")
     assert "Value error" not in line
+
+
+def test_ctrl_c_ends_a_command_without_a_traceback() -> None:
+    # `explain` following stdin stands in for any command a person stops with Ctrl-C.
+    replayed = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, REPO / "examples" / "claims.jsonl"
+    )
+    decision = replayed.stdout.splitlines()[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "explain"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(decision + "\n")
+    proc.stdin.flush()
+    first = proc.stdout.readline()  # explained: the command is running, waiting for more
+    assert first.startswith(json.loads(decision)["subject"])
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err == ""
+    assert "Traceback" not in out
