@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from streams import codec
 from streams.core.contracts import RejectReason
 from streams.core.errors import ClaimstreamError, CodecError
+from streams.packaged import schema_dir as packaged_schemas
 
 __all__ = [
     "CONTENT_TYPE",
@@ -127,7 +128,7 @@ class FolderRegistry:
     folder is the contract. Only schemas present in the folder (current or history) have ids."""
 
     def __init__(self, schema_dir: Path | None = None) -> None:
-        self.schema_dir = Path(schema_dir) if schema_dir is not None else codec.schema_dir()
+        self.schema_dir = Path(schema_dir) if schema_dir is not None else packaged_schemas()
         self._schemas: dict[int, dict[str, Any]] = {}
         self._canonical: dict[int, str] = {}
         self._files: dict[str, int] = {}

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streams import registry as reg
-from streams.codec import encode, expanded_schema, schema_dir
+from streams.codec import encode, expanded_schema
 from streams.core.contracts import (
     RECORD_MODELS,
     Claim,
@@ -36,6 +36,7 @@ from streams.core.contracts import (
 )
 from streams.core.errors import CodecError
 from streams.devkit.registry_server import RegistryServer, serve_registry
+from streams.packaged import schema_dir
 from streams.registry import (
     FolderRegistry,
     HttpRegistry,
