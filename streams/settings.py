@@ -20,15 +20,20 @@ from pydantic import (
     model_validator,
 )
 
-from streams.core.errors import ClaimstreamError
+from streams.core.errors import ClaimstreamError, validation_problems
+from streams.packaged import example_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "CLAIMSTREAM_"
 
 
 class Guarantee(StrEnum):
     AT_LEAST_ONCE = "at_least_once"
     EXACTLY_ONCE = "exactly_once"
+
+
+class LogFormat(StrEnum):
+    JSON = "json"  # one JSON object per line, for log collectors
+    TEXT = "text"  # for people: `claimstream dev` defaults to it
 
 
 class Topics(BaseModel):
@@ -56,9 +61,12 @@ class Settings(BaseModel):
 
     app_id: str = "claimstream"
     broker: str = "kafka://127.0.0.1:9092"
-    policy: Path = REPO_ROOT / "examples" / "policy.yaml"
+    policy: Path = Field(
+        default_factory=lambda: example_path("policy.yaml"),
+        description="the policy file (default: the packaged example policy)",
+    )
     schema_registry: str | None = Field(
-        default=None, description="None for the schemas/ folder, or a Confluent-compatible URL"
+        default=None, description="None for the packaged schemas, or a Confluent-compatible URL"
     )
     store: str = "memory://"
     data_dir: Path = Path("var/claimstream")
@@ -110,6 +118,18 @@ class Settings(BaseModel):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     log_level: str = "warn"
+    log_format: LogFormat = LogFormat.JSON
+    liveness_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="/healthz fails when the arbiter loop has not iterated for this long",
+    )
+    restore_timeout_s: float = Field(
+        default=600.0, gt=0, description="/healthz fails when a rebalance restores for this long"
+    )
+    lag_interval_s: float = Field(
+        default=5.0, gt=0, description="how often consumer lag is asked from the broker"
+    )
 
     @model_validator(mode="after")
     def _insync_within_replicas(self) -> Settings:
@@ -183,4 +203,4 @@ def load_settings(
     try:
         return Settings.model_validate({**data, "topics": topics})
     except ValidationError as exc:
-        raise ClaimstreamError(f"invalid settings: {exc}") from exc
+        raise ClaimstreamError(validation_problems(exc.errors(), "settings")) from exc

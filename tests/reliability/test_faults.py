@@ -239,7 +239,8 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
         partitions=8,
         # Up to 31 claims per key here: the stream keeps them all, as the replay does (beyond
         # the per-key bound the two can differ, which is not what this scenario is about).
-        settings={"broker_session_timeout_s": "6", "max_claims_per_key": "64"},
+        max_claims_per_key=64,
+        settings={"broker_session_timeout_s": "6"},
     )
     group = arbiter_group(deployment)
     everything = set(range(deployment.partitions))
