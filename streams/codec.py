@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,7 +16,7 @@ from typing import Any, TypeVar
 import fastavro
 from pydantic import BaseModel, ValidationError
 
-from streams.core.contracts import RejectReason
+from streams.core.contracts import Claim, ClaimStatus, Money, RejectReason, SourceClass
 from streams.core.errors import CodecError
 
 NAMESPACE = "claimstream"
@@ -54,8 +56,23 @@ def record_name(model: type[BaseModel]) -> str:
 
 
 def to_avro(record: BaseModel) -> dict[str, Any]:
-    data: dict[str, Any] = record.model_dump(mode="python")
-    return data
+    """The record's fields as fastavro writes them, read from the model's own `__dict__`:
+    `model_dump` costs several times the rest of an encode (measured: 7 µs of a decision's 38).
+    Enums are StrEnums and datetimes stay datetimes, as `model_dump(mode="python")` leaves them."""
+    return {name: _avro_value(value) for name, value in vars(record).items()}
+
+
+def _avro_value(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, BaseModel):
+        return to_avro(value)
+    if isinstance(value, tuple | list):
+        return [_avro_value(item) for item in value]
+    return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None), datetime})
 
 
 def encode(record: BaseModel) -> bytes:
@@ -95,3 +112,114 @@ def decode(model: type[M], body: bytes, writer_schema: Any | None = None) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise CodecError(RejectReason.MALFORMED, f"{model.__name__}: {exc}") from exc
+
+
+# -- claims without pydantic validation ---------------------------------------------------------
+# A claim is decoded on every record; pydantic's validation of the Avro dict costs about as much
+# as the Avro read itself. Avro already typed every field, so the hot path checks the types
+# fastavro produces and builds the model from them; anything else takes the validating path,
+# which raises exactly as `decode` does (tests/test_codec_lean.py holds the two paths equal).
+
+
+def _utc_moment(value: Any) -> bool:
+    return type(value) is datetime and value.tzinfo is UTC
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+def _is_str(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _is_float(value: Any) -> bool:
+    return type(value) is float
+
+
+def _is_str_map(value: Any) -> bool:
+    return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
+
+
+_PLAIN_VALUES = frozenset({type(None), bool, int, float, str})
+_MONEY_FIELDS = frozenset(Money.model_fields)
+_STATUSES = {status.value: status for status in ClaimStatus}
+_SOURCE_CLASSES = {kind.value: kind for kind in SourceClass}
+_CLAIM_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "claim_id": _is_str,
+    "subject": _is_str,
+    "field": _is_str,
+    "unit": _optional(_is_str),
+    "source": _is_str,
+    "replica": _optional(_is_str),
+    "observed_at": _utc_moment,
+    "valid_from": _optional(_utc_moment),
+    "valid_to": _optional(_utc_moment),
+    "epoch": _optional(_is_int),
+    "lineage": _optional(_is_str),
+    "scope": _optional(_is_str),
+    "confidence": _optional(_is_float),
+    "trace_id": _optional(_is_str),
+    "producer": _optional(_is_str),
+    "attributes": _is_str_map,
+}
+_CLAIM_FIELDS = frozenset(Claim.model_fields)
+assert {*_CLAIM_CHECKS, "status", "source_class", "value"} == _CLAIM_FIELDS
+
+
+def claim_from_avro(data: dict[str, Any]) -> Claim:
+    """The Claim of a decoded Avro record: built from the checked fields when they have the types
+    Avro gives them, else validated by pydantic (raising CodecError like `decode`)."""
+    if data.keys() == _CLAIM_FIELDS:
+        status = _STATUSES.get(data["status"])
+        source_class = _SOURCE_CLASSES.get(data["source_class"])
+        value = _lean_value(data["value"])
+        if (
+            status is not None
+            and source_class is not None
+            and value is not _REFUSED
+            and all(check(data[name]) for name, check in _CLAIM_CHECKS.items())
+        ):
+            fields = {**data, "status": status, "source_class": source_class, "value": value}
+            return _constructed(Claim, fields)
+    try:
+        return Claim.model_validate(data)
+    except ValidationError as exc:
+        raise CodecError(RejectReason.MALFORMED, f"Claim: {exc}") from exc
+
+
+_REFUSED = object()
+
+
+def _lean_value(value: Any) -> Any:
+    if type(value) in _PLAIN_VALUES:
+        return value
+    if (
+        type(value) is dict
+        and value.keys() == _MONEY_FIELDS
+        and type(value["amount_minor"]) is int
+        and type(value["currency"]) is str
+    ):
+        return _constructed(Money, value)
+    return _REFUSED
+
+
+def _constructed(model: type[M], fields: dict[str, Any]) -> M:
+    """A model from fields already of their validated types, through the pickle protocol
+    (`__setstate__`): measured 1.2 µs a claim, where `model_construct` takes 7-16 µs (a Python
+    loop over aliases and defaults) and `model_validate` 5-12 µs. Every field is given, so all
+    are set, as validating a complete Avro record sets them."""
+    built = model.__new__(model)
+    built.__setstate__(
+        {
+            "__dict__": fields,
+            "__pydantic_fields_set__": set(fields),
+            "__pydantic_extra__": None,
+            "__pydantic_private__": None,
+        }
+    )
+    return built

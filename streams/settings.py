@@ -71,6 +71,12 @@ class Settings(BaseModel):
     )
     retry_attempts: int = Field(default=3, ge=1)
     expiry_interval_s: float = Field(default=1.0, gt=0)
+    expiry_ticks_per_batch: int = Field(
+        default=64,
+        ge=1,
+        description="re-decisions by time alone (staleness, escalation) started per batch at "
+        "most: a wave of keys going stale together is spread instead of stalling claims",
+    )
     broker_session_timeout_s: float = 10.0
     broker_rebalance_timeout_s: float = 6.0
     principal_topic_prefix: str | None = Field(
