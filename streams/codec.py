@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from streams.core.contracts import Claim, ClaimStatus, Money, RejectReason, SourceClass
 from streams.core.errors import CodecError
+from streams.core.intake import parse_claim
 
 NAMESPACE = "claimstream"
 M = TypeVar("M", bound=BaseModel)
@@ -173,10 +174,10 @@ assert {*_CLAIM_CHECKS, "status", "source_class", "value"} == _CLAIM_FIELDS
 
 def claim_from_avro(data: dict[str, Any]) -> Claim:
     """The Claim of a decoded Avro record: built from the checked fields when they have the types
-    Avro gives them, else validated by pydantic (raising CodecError like `decode`)."""
+    Avro gives them, else validated by the contract's own `parse_claim` (which raises for it)."""
     if data.keys() == _CLAIM_FIELDS:
-        status = _STATUSES.get(data["status"])
-        source_class = _SOURCE_CLASSES.get(data["source_class"])
+        status = _symbol(_STATUSES, data["status"])
+        source_class = _symbol(_SOURCE_CLASSES, data["source_class"])
         value = _lean_value(data["value"])
         if (
             status is not None
@@ -186,13 +187,15 @@ def claim_from_avro(data: dict[str, Any]) -> Claim:
         ):
             fields = {**data, "status": status, "source_class": source_class, "value": value}
             return _constructed(Claim, fields)
-    try:
-        return Claim.model_validate(data)
-    except ValidationError as exc:
-        raise CodecError(RejectReason.MALFORMED, f"Claim: {exc}") from exc
+    return parse_claim(data)
 
 
 _REFUSED = object()
+E = TypeVar("E")
+
+
+def _symbol(members: dict[str, E], symbol: Any) -> E | None:
+    return members.get(symbol) if type(symbol) is str else None
 
 
 def _lean_value(value: Any) -> Any:
