@@ -39,6 +39,42 @@ def alias_key(subject: str) -> str:
     return normalize_string(subject, StringCase.FOLD)
 
 
+class AliasTable(faust.GlobalTable):
+    """The subject-alias table, with its lookups remembered: the arbiter looks up every claim's
+    subject, and a Faust table read runs its sensors each time (about as much as admitting the
+    claim). Any change to the table, a local write or a changelog batch applied, forgets them."""
+
+    MEMO_LIMIT = 100_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._memo: dict[str, str | None] = {}
+
+    def canonical(self, subject: str) -> str | None:
+        """The canonical subject `subject` is an alias of, if any."""
+        try:
+            return self._memo[subject]
+        except KeyError:
+            pass
+        if len(self._memo) >= self.MEMO_LIMIT:
+            self._memo.clear()
+        found: str | None = self.get(alias_key(subject))
+        self._memo[subject] = found
+        return found
+
+    def on_key_set(self, key: Any, value: Any) -> None:
+        super().on_key_set(key, value)
+        self._memo.clear()
+
+    def on_key_del(self, key: Any) -> None:
+        super().on_key_del(key)
+        self._memo.clear()
+
+    def apply_changelog_batch(self, batch: Any) -> None:
+        super().apply_changelog_batch(batch)
+        self._memo.clear()
+
+
 @dataclass
 class Pipeline:
     """Everything `build` wires, for the CLI and the tests."""
@@ -73,6 +109,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "value_serializer": "raw",
         "table_standby_replicas": 0,
         "web_access_log": None,
+        "GlobalTable": AliasTable,
     }
     credentials = broker_credentials(settings)
     if credentials is not None:
@@ -130,9 +167,8 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     )
     outcome_counts = field_outcomes.tumbling(timedelta(minutes=1), expires=timedelta(hours=2))
 
-    def alias_of(subject: str) -> str | None:
-        found: str | None = aliases.get(alias_key(subject))
-        return found
+    assert isinstance(aliases, AliasTable)
+    alias_of = aliases.canonical
 
     arbiter = Arbiter(
         settings,
