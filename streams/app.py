@@ -22,7 +22,7 @@ from faust.types import StreamT
 from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
-from streams.core.contracts import Decision, Outcome
+from streams.core.contracts import ConflictKind, Decision, Outcome
 from streams.core.keystate import current_decision, split_key
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
@@ -32,6 +32,7 @@ from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
 ROUTED_HEADER = "x-claimstream-routed"
+OUTCOME_WINDOW = timedelta(minutes=1)
 
 
 def alias_key(subject: str) -> str:
@@ -165,7 +166,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         partitions=settings.partitions,
         help="Decisions per field|outcome|kind in one-minute windows: conflict rates.",
     )
-    outcome_counts = field_outcomes.tumbling(timedelta(minutes=1), expires=timedelta(hours=2))
+    outcome_counts = field_outcomes.tumbling(OUTCOME_WINDOW, expires=timedelta(hours=2))
 
     assert isinstance(aliases, AliasTable)
     alias_of = aliases.canonical
@@ -289,11 +290,21 @@ def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_cou
 
     @app.page("/api/fields/{field}/outcomes")
     async def outcomes_view(web: View, request: Request, field: str) -> Response:
-        """Decisions per outcome in the current one-minute window (keys this worker owns)."""
+        """Decisions per outcome over a rolling last minute: the current one-minute window plus
+        the previous one, so the answer never empties as a minute turns (keys this worker owns)."""
         counts = {}
         for outcome in Outcome:
-            for kind in ("none", "value", "existence", "semantic", "cross_epoch", "provenance"):
-                count = outcome_counts[f"{field}|{outcome.value}|{kind}"].now()
+            for kind in ("none", *ConflictKind):
+                windows = outcome_counts[f"{field}|{outcome.value}|{kind}"]
+                count = windows.now() + windows.delta(OUTCOME_WINDOW)
                 if count:
                     counts[f"{outcome.value}/{kind}"] = count
-        return web.json({"field": field, "worker_local": True, "window_s": 60, "counts": counts})
+        return web.json(
+            {
+                "field": field,
+                "worker_local": True,
+                "window_s": OUTCOME_WINDOW.total_seconds(),
+                "covers": "the current and the previous window",
+                "counts": counts,
+            }
+        )

@@ -188,6 +188,8 @@ class Processor:
             self.limits,
         )
         lap = stages.add(ARBITRATE, lap)
+        if step.refused is not None:
+            return self._emit(key, step, record)
         self.metrics.accepted(claim.field, claim.source, wall.timestamp())
         decided = step.arbitration
         if (
@@ -207,7 +209,10 @@ class Processor:
         state_of: Callable[[bytes], KeyState | None],
         alias_of: Callable[[str], str | None],
     ) -> Handled:
-        resolution = admit_resolution(self.codec.decode(Resolution, record.value), self.policy)
+        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
+        resolution = admit_resolution(
+            self.codec.decode(Resolution, record.value), self.policy, wall
+        )
         canonical = alias_of(resolution.subject)
         if canonical and canonical != resolution.subject:
             resolution = resolution.model_copy(update={"subject": canonical})
@@ -216,7 +221,6 @@ class Processor:
             return self._forward(record, key, KIND_RESOLUTION)
         rules = self.policy.rules_for(resolution.field)
         assert rules is not None
-        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
         step = add_resolution(
             state_of(key),
             resolution,
@@ -302,6 +306,8 @@ class Processor:
     def _emit(self, key: bytes, step: Step, record: Incoming) -> Handled:
         handled = Handled(key=key, state=step.state)
         topics = self.topics
+        if step.refused is not None:
+            handled.outputs.append(self._dead_letter(record, step.refused, 1))
         if step.emitted is not None:
             handled.outputs += self._arbitration_records(key, step.emitted)
             handled.decisions.append(step.emitted.decision)

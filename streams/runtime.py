@@ -1,4 +1,4 @@
-"""Running things: a worker, the `dev` bundle (broker + worker + demo feed), publish and tail."""
+"""Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,24 @@ import contextlib
 import gc
 import json
 import logging
-import os
-import signal
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
 
 from streams.app import Pipeline, build
-from streams.brokers import start_broker
-from streams.client import ClaimPublisher, DecisionFeed, client_options, ensure_topics
-from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest, Resolution
+from streams.client import ClaimPublisher, client_options, ensure_topics
+from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest
 from streams.core.errors import ClaimstreamError
-from streams.core.explain import explain
 from streams.core.intake import parse_claim
 from streams.core.policy import load_policy
-from streams.demo import scenario_claims, scenario_resolutions
 from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
-DEMO_ROUND_S = 20.0
 
 
 def freeze_survivors(phase: str, info: dict[str, int]) -> None:
@@ -70,66 +61,6 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     except SystemExit as exit_:
         return int(exit_.code or 0)
     return 0
-
-
-def run_dev(
-    settings: Settings,
-    broker_kind: str = "tansu",
-    rounds: int = 0,
-    round_seconds: float = DEMO_ROUND_S,
-) -> int:
-    """The embedded default: a bundled broker, a worker, a demo feed and a decision printer."""
-    broker = start_broker(broker_kind)
-    print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
-    # The bundled broker forgets everything when it stops, so local table state must too.
-    scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
-    settings = settings.model_copy(
-        update={"broker": f"kafka://{broker.bootstrap}", "data_dir": Path(scratch.name)}
-    )
-    print(
-        f"dev: web API and /metrics on http://{settings.web_host}:{settings.web_port}/",
-        flush=True,
-    )
-    try:
-        return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
-    finally:
-        broker.stop()
-        scratch.cleanup()
-        print("dev: broker stopped", flush=True)
-
-
-def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:
-    app, settings = pipeline.app, pipeline.settings
-
-    @app.task
-    async def demo_feed() -> None:
-        async with (
-            ClaimPublisher(settings) as tools,
-            ClaimPublisher(settings, user_assertions=True) as users,
-        ):
-            round_no = 0
-            while rounds == 0 or round_no < rounds:
-                now = datetime.now(UTC)
-                claims = scenario_claims(now, round_no)
-                await tools.publish_many(c for c in claims if c.get("source_class") != "user")
-                await users.publish_many(c for c in claims if c.get("source_class") == "user")
-                print(f"dev: demo round {round_no} published {len(claims)} claims", flush=True)
-                if round_no == 0:
-                    await asyncio.sleep(5)
-                    for data in scenario_resolutions(datetime.now(UTC), round_no):
-                        await tools.resolve(Resolution.model_validate(data))
-                    print("dev: published a person's resolution for globex", flush=True)
-                round_no += 1
-                await asyncio.sleep(round_seconds)
-        await asyncio.sleep(5)  # let the last decisions print
-        os.kill(os.getpid(), signal.SIGTERM)  # stop this worker the way Ctrl-C would
-
-    @app.task
-    async def print_decisions() -> None:
-        async with DecisionFeed(settings) as feed:
-            async for decision in feed.decisions():
-                first, second, *_ = explain(decision).splitlines()
-                print(f"decision: {first}\n         {second.strip()}", flush=True)
 
 
 async def publish_lines(settings: Settings, lines: Iterable[str], user_assertions: bool) -> int:

@@ -74,6 +74,9 @@ class KeyState:
     conflict_since: datetime | None = None
     escalated: bool = False
     next_check_at: datetime | None = None
+    disputed: tuple[str, ...] = ()
+    """Claim ids seen with different content: no version of them counts (kept to refuse any
+    later version too, whichever order they arrive in)."""
 
     @property
     def current(self) -> DecisionSummary | None:
@@ -133,6 +136,7 @@ def encode_state(state: KeyState) -> bytes:
         "conflict_since": state.conflict_since and format_timestamp(state.conflict_since),
         "escalated": state.escalated,
         "next_check_at": state.next_check_at and format_timestamp(state.next_check_at),
+        "disputed": list(state.disputed),
     }
     text = _COMPACT_JSON.encode({name: value for name, value in encoded.items() if value})
     if state.claims:
@@ -158,6 +162,7 @@ def decode_state(data: bytes) -> KeyState:
         conflict_since=_timestamp(raw.get("conflict_since")),
         escalated=raw.get("escalated", False),
         next_check_at=_timestamp(raw.get("next_check_at")),
+        disputed=tuple(raw.get("disputed", ())),
     )
 
 
@@ -238,6 +243,7 @@ def _timestamp(text: str | None) -> datetime | None:
 class Limits:
     max_claims: int = 16
     max_history: int = 10
+    max_disputed: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +255,8 @@ class Step:
     arbitration: Arbitration
     emitted: Arbitration | None = None
     escalation: Decision | None = None
+    refused: ContractError | None = None
+    """The input was refused (a reused claim_id): dead-letter it, and still apply the step."""
 
 
 Trigger = Literal["claim", "duplicate", "resolution", "time"]
@@ -262,19 +270,39 @@ def add_claim(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Step:
-    """Add one admitted claim and re-decide. A reused claim_id with another payload is refused."""
+    """Add one admitted claim and re-decide.
+
+    A claim_id identifies one claim within its key (subject and field). Seen again with the same
+    normalized content it is a redelivery. Seen with different content, neither version counts:
+    the earlier one leaves the evidence, this one is refused, and so is any later version, the
+    same final state whatever order the versions arrive in (as `engine.distinct` in replay)."""
     claim = admitted.claim
     state = state or KeyState(subject=claim.subject, field=claim.field)
-    seen = next((s for s in state.claims if s.claim.claim_id == claim.claim_id), None)
-    if seen is not None:
-        if seen.claim != claim:
-            raise ContractError(
-                RejectReason.CONFLICTING_DUPLICATE,
-                f"claim_id {claim.claim_id!r} was already used for a different claim",
-            )
+    claim_id = claim.claim_id
+    if claim_id in state.disputed:
+        step = _decide(state, rules, policy_version, now, "claim", limits)
+        return replace(step, refused=_conflicting_duplicate(claim_id))
+    seen = next((s for s in state.claims if s.claim.claim_id == claim_id), None)
+    if seen is None:
+        grown = replace(state, claims=(*state.claims, admitted))
+        return _decide(grown, rules, policy_version, now, "claim", limits)
+    if seen.same_content(admitted):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    grown = replace(state, claims=(*state.claims, admitted))
-    return _decide(grown, rules, policy_version, now, "claim", limits)
+    withdrawn = replace(
+        state,
+        claims=tuple(s for s in state.claims if s is not seen),
+        disputed=(*state.disputed, claim_id)[-limits.max_disputed :],
+    )
+    step = _decide(withdrawn, rules, policy_version, now, "claim", limits)
+    return replace(step, refused=_conflicting_duplicate(claim_id))
+
+
+def _conflicting_duplicate(claim_id: str) -> ContractError:
+    return ContractError(
+        RejectReason.CONFLICTING_DUPLICATE,
+        f"claim_id {claim_id!r} is used for claims that say different things; "
+        "no version of it counts as evidence",
+    )
 
 
 def add_resolution(
@@ -308,8 +336,13 @@ def advance(
 def current_decision(
     state: KeyState, rules: FieldRules, policy_version: str, now: datetime
 ) -> Decision:
-    """What the worker believes about this key at `now` (for the web API)."""
-    return _arbitrate(state, rules, policy_version, now).decision
+    """What the worker believes about this key at `now` (for the web API). When that is the
+    belief last emitted, it names what that decision superseded, not itself."""
+    arbitration = _arbitrate(state, rules, policy_version, now)
+    last = state.current
+    if last is not None and arbitration.decision_id == last.decision_id:
+        arbitration = arbitration.restated(now, last.supersedes)
+    return arbitration.decision
 
 
 def _arbitrate(
@@ -373,6 +406,7 @@ def _decide(
         conflict_since,
         escalated,
         next_check_at,
+        state.disputed,
     )
     return Step(state=state, arbitration=arbitration, emitted=emitted, escalation=escalation)
 
@@ -418,7 +452,8 @@ def _next_check(
     for admitted in claims:
         claim = admitted.claim
         if rules.freshness is not None:
-            moments.append(claim.observed_at + rules.freshness)
+            # Exactly as old as the budget is still fresh: stale one tick later.
+            moments.append(claim.observed_at + rules.freshness + _MICROSECOND)
         moments += [m for m in (claim.valid_from, claim.valid_to) if m is not None]
     if conflict_since is not None and not escalated:
         moments.append(conflict_since + rules.escalate_after)

@@ -6,13 +6,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streams.core.contracts import Money, RejectReason
-from streams.core.errors import ContractError
 from streams.core.intake import admit
 from streams.core.keystate import (
     KeyState,
@@ -68,17 +66,39 @@ def test_a_redelivered_claim_repeats_the_decision_exactly_as_first_emitted() -> 
     assert again.state.history == state.history
 
 
-def test_a_reused_claim_id_with_another_payload_is_refused() -> None:
-    state, _ = grow(claim(1))
-    with pytest.raises(ContractError) as caught:
-        add_claim(state, admit(claim(1, value="overdue"), POLICY, NOW), RULES, POLICY.version, NOW)
-    assert caught.value.reason is RejectReason.CONFLICTING_DUPLICATE
+def test_a_reused_claim_id_with_another_payload_is_refused_and_neither_version_counts() -> None:
+    state, _ = grow(claim(1), claim(2, source="crm"))
+    assert state is not None
+    step = add_claim(
+        state, admit(claim(1, value="overdue"), POLICY, NOW), RULES, POLICY.version, NOW
+    )
+    assert step.refused is not None
+    assert step.refused.reason is RejectReason.CONFLICTING_DUPLICATE
+    assert [a.claim.claim_id for a in step.state.claims] == ["c2"]
+    assert step.state.disputed == ("c1",)
+    # Any later version, the first one included, is refused too and changes nothing.
+    again = add_claim(step.state, admit(claim(1), POLICY, NOW), RULES, POLICY.version, NOW)
+    assert again.refused is not None
+    assert again.state.claims == step.state.claims
+    assert decode_state(encode_state(again.state)).disputed == ("c1",)
+
+
+def test_a_reused_claim_id_with_the_same_normalized_content_is_one_claim() -> None:
+    state, _ = grow(claim(1, value="paid"))
+    step = add_claim(
+        state, admit(claim(1, value=" PAID "), POLICY, NOW), RULES, POLICY.version, NOW
+    )
+    assert step.refused is None
+    assert len(step.state.claims) == 1
 
 
 def test_time_alone_expires_and_the_next_check_is_the_expiry_instant() -> None:
     state, _ = grow(claim(1))
     assert state is not None
-    assert state.next_check_at == NOW - timedelta(seconds=1) + timedelta(seconds=60)
+    # Exactly as old as the budget is fresh; one microsecond older is stale.
+    budget_ends = NOW - timedelta(seconds=1) + timedelta(seconds=60)
+    assert state.next_check_at == budget_ends + timedelta(microseconds=1)
+    assert advance(state, RULES, POLICY.version, budget_ends).emitted is None
     step = advance(state, RULES, POLICY.version, state.next_check_at)
     assert step.emitted is not None
     assert step.emitted.decision.outcome == "insufficient"

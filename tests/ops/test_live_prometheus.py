@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streams.brokers import free_port
+from streams.devkit.brokers import free_port
 from tests.ops.promql import REPO, all_dashboard_queries, reads_history
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.brokers import free_port
 from streams.core.contracts import Decision
+from streams.devkit.brokers import free_port
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Topics
 

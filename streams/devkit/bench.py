@@ -33,7 +33,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.arbiter import partition_of
-from streams.brokers import free_port, start_broker
 from streams.client import ensure_topics
 from streams.codec import parsed_schema
 from streams.core.contracts import Claim, Decision
@@ -42,10 +41,11 @@ from streams.core.errors import ContractError, RejectedInput
 from streams.core.intake import admit, parse_claim
 from streams.core.keystate import KeyState, Limits, add_claim, encode_state, state_key
 from streams.core.policy import Policy, load_policy
+from streams.devkit.brokers import free_port, start_broker
+from streams.devkit.synthetic import generate_claims
 from streams.metrics import STAGES
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import REPO_ROOT, Guarantee, Settings, Topics
-from streams.synthetic import generate_claims
 
 CODEC = WireCodec(FolderRegistry())
 PAID = "order.payment_status"  # the field the latency, soak and engine phases use
