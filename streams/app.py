@@ -10,6 +10,7 @@ and state committed with their input, belongs to the arbiter.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from streams.core.contracts import ConflictKind, Decision, Outcome
 from streams.core.keystate import current_decision, split_key
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
+from streams.health import LagProbe, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
@@ -198,10 +200,15 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
+    lag_probe = LagProbe(
+        settings, metrics, arbiter.group, arbiter.inputs, lambda: arbiter.pulse.owned
+    )
+    report_health(metrics, arbiter.pulse, lambda: arbiter.tasks)
+
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
-        metrics.up.set(1)
+        await app.add_runtime_dependency(lag_probe)
 
     register_views(app, arbiter, policy, outcome_counts)
     return Pipeline(app, settings, policy, metrics, processor, arbiter)
@@ -285,18 +292,29 @@ def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_cou
         return web.json({"worker_local": True, "open_conflicts": rows})
 
     @app.page("/healthz")
-    async def health_view(web: View, request: Request) -> Response:
-        return web.json({"status": "ok", "policy_version": policy.version})
+    async def liveness_view(web: View, request: Request) -> Response:
+        verdict = arbiter.pulse.liveness()
+        body = verdict.json() | {"policy_version": policy.version}
+        return web.json(body, status=200 if verdict.ok else 503)
+
+    @app.page("/readyz")
+    async def readiness_view(web: View, request: Request) -> Response:
+        verdict = arbiter.pulse.readiness(arbiter.tasks)
+        return web.json(verdict.json(), status=200 if verdict.ok else 503)
 
     @app.page("/api/fields/{field}/outcomes")
     async def outcomes_view(web: View, request: Request, field: str) -> Response:
         """Decisions per outcome over a rolling last minute: the current one-minute window plus
         the previous one, so the answer never empties as a minute turns (keys this worker owns)."""
         counts = {}
+        # Two fixed instants read once: faust's delta() needs a stream event to be relative to.
+        now_s = time.time()
+        current = outcome_counts.relative_to(now_s)
+        previous = outcome_counts.relative_to(now_s - OUTCOME_WINDOW.total_seconds())
         for outcome in Outcome:
             for kind in ("none", *ConflictKind):
-                windows = outcome_counts[f"{field}|{outcome.value}|{kind}"]
-                count = windows.now() + windows.delta(OUTCOME_WINDOW)
+                key = f"{field}|{outcome.value}|{kind}"
+                count = current[key].value() + previous[key].value()
                 if count:
                     counts[f"{outcome.value}/{kind}"] = count
         return web.json(

@@ -356,7 +356,14 @@ class Processor:
         detail = exc.detail if isinstance(exc, RejectedInput) else str(exc)
         source = _declared_source(record, self.codec)
         self.metrics.rejected(reason.value, source)
-        log.info("dead letter %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
+        log.info(
+            "dead letter %s[%d]@%d: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
+            extra={"reason": reason.value, "attempts": attempts},
+        )
         error_headers = {
             "reason": reason.value,
             "detail": detail[:2000],

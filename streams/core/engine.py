@@ -10,6 +10,7 @@ Every claim stays in the evidence with its role; the result depends only on the 
 from __future__ import annotations
 
 import hashlib
+from bisect import insort
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,25 +75,39 @@ class _Verdict:
     resolution_id: str | None = None
 
 
-@dataclass(slots=True)
 class Context:
     """What the steps share beside the claims in play: the inputs, and what earlier steps set
-    aside to be judged against the result (weaker classes, unanchored claims)."""
+    aside to be judged against the result. (A plain slotted class: one is built per
+    arbitration, and a dataclass's default factories cost more than the fields.)"""
 
-    rules: FieldRules
-    now: datetime
-    resolutions: Sequence[Resolution]
-    evidence: list[AdmittedClaim] = field(default_factory=list)
-    weaker: list[AdmittedClaim] = field(default_factory=list)
-    """Live claims below the deciding authority (and epoch-less assertions): they agree with the
-    result or are contested, never decide."""
-    unanchored: list[AdmittedClaim] = field(default_factory=list)
-    """Observations without an epoch where others carry one: quarantined, checked against the
-    result."""
-    shift: _EpochShift | None = None
-    tiebreak: str | None = None
-    verdict: _Verdict | None = None
-    roles: Roles = field(default_factory=dict)
+    __slots__ = (
+        "evidence",
+        "now",
+        "resolutions",
+        "roles",
+        "rules",
+        "shift",
+        "tiebreak",
+        "unanchored",
+        "verdict",
+        "weaker",
+        "winner",
+    )
+
+    def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
+        self.rules, self.now, self.resolutions = rules, now, resolutions
+        self.evidence: list[AdmittedClaim] = []
+        self.weaker: list[AdmittedClaim] = []
+        """Live claims below the deciding authority (and epoch-less assertions): they agree with
+        the result or are contested, never decide."""
+        self.unanchored: list[AdmittedClaim] = []
+        """Observations without an epoch where others carry one: quarantined, checked against
+        the result."""
+        self.shift: _EpochShift | None = None
+        self.winner: AdmittedClaim | None = None
+        self.tiebreak: str | None = None
+        self.verdict: _Verdict | None = None
+        self.roles: Roles = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +146,12 @@ class Arbitration:
         now: datetime,
         supersedes: str | None,
         change: _EpochShift | None,
+        belief: Belief | None = None,
+        known_id: str | None = None,
     ) -> None:
         self.subject, self.field = subject, field
+        self.belief = belief
+        """Set when a new claim may be added without arbitrating again (see `extend`)."""
         self.roles = roles
         self.outcome = verdict.outcome
         self._claims, self._verdict, self._rules = claims, verdict, rules
@@ -141,7 +160,7 @@ class Arbitration:
         self.action = _action(verdict, rules)
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
-        self.decision_id = decision_id(
+        self.decision_id = known_id or decision_id(
             subject,
             field,
             verdict.outcome,
@@ -155,6 +174,19 @@ class Arbitration:
             verdict.tiebreak,
             verdict.resolution_id,
         )
+
+    @property
+    def claims(self) -> list[AdmittedClaim]:
+        """The evidence, oldest first."""
+        return self._claims
+
+    @property
+    def verdict(self) -> _Verdict:
+        return self._verdict
+
+    @property
+    def supersedes(self) -> str | None:
+        return self._supersedes
 
     @cached_property
     def decision(self) -> Decision:
@@ -193,6 +225,8 @@ class Arbitration:
             decided_at,
             supersedes,
             self._change,
+            self.belief,
+            self.decision_id,
         )
 
     @cached_property
@@ -234,18 +268,97 @@ def arbitrate(
             context.roles.update(marked.roles)
             if marked.verdict is not None:
                 context.verdict = marked.verdict
-    assert context.verdict is not None, "the last deciding rule always reaches a verdict"
+    verdict = context.verdict
+    assert verdict is not None, "the last deciding rule always reaches a verdict"
+    belief = None
+    winner = context.winner
+    if (
+        winner is not None
+        and verdict.value is winner.value
+        and verdict.reason.endswith("_precedence")
+        and all(_plain(a) for a in context.evidence)
+    ):
+        belief = Belief(winner, rules, policy_version)
     return Arbitration(
         subject,
         field,
         context.evidence,
         context.roles,
-        context.verdict,
+        verdict,
         rules,
         policy_version,
         now,
         supersedes,
         context.shift,
+        belief,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """A resolved precedence decision over plain claims (no epoch, period or scope): the case in
+    which one more plain claim can be placed without running the rules again."""
+
+    winner: AdmittedClaim
+    rules: FieldRules
+    policy_version: str
+
+
+def extend(
+    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
+) -> Arbitration | None:
+    """`arbitrate` over the previous claims plus `added`, in O(claims) copying and no rule run,
+    where `added` provably cannot change the belief; None where the rules must run again.
+
+    The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
+    freshness or period boundary) and that `added` is a new claim_id. Then a plain, fresh claim
+    that is weaker than the winner only agrees or disagrees with it, and one of the winner's own
+    authority that says the same (exactly: no float tolerance chains) joins the agreeing group,
+    winning if newer. A property test holds this equal to the full engine."""
+    belief = previous.belief
+    if belief is None:
+        return None
+    rules, winner = belief.rules, belief.winner
+    claim, value = added.claim, added.value
+    if not _plain(added) or claim.status in _NO_EVIDENCE_STATUSES or isinstance(value, float):
+        return None
+    if rules.freshness is not None and claim.observed_at < now - rules.freshness:
+        return None
+    agrees = claim.status is winner.claim.status and values_agree(value, winner.value, 0.0)
+    if added.rank < winner.rank or (added.rank == winner.rank and not agrees):
+        return None
+    roles = dict(previous.roles)
+    if added.rank == winner.rank and added.recency > winner.recency:
+        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
+        roles[claim.claim_id] = EvidenceRole.WINNER
+        belief = Belief(added, rules, belief.policy_version)
+    else:
+        roles[claim.claim_id] = EvidenceRole.CORROBORATING if agrees else EvidenceRole.CONTESTED
+    claims = list(previous.claims)
+    insort(claims, added, key=_RECENCY)
+    return Arbitration(
+        previous.subject,
+        previous.field,
+        claims,
+        roles,
+        previous.verdict,
+        rules,
+        belief.policy_version,
+        now,
+        supersedes,
+        None,
+        belief,
+        previous.decision_id,
+    )
+
+
+def _plain(admitted: AdmittedClaim) -> bool:
+    claim = admitted.claim
+    return (
+        claim.epoch is None
+        and claim.valid_from is None
+        and claim.valid_to is None
+        and admitted.scope_key is None
     )
 
 
@@ -484,6 +597,7 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> Marked | No
     tolerance = context.rules.tolerance
     roles = dict.fromkeys([a.claim.claim_id for a in claims], EvidenceRole.CORROBORATING)
     roles[winner.claim.claim_id] = EvidenceRole.WINNER
+    context.winner = winner
     agreeing_weaker = []
     for admitted in context.weaker:
         if _agrees(admitted, winner, tolerance):

@@ -18,7 +18,7 @@ from streams.core.explain import explain
 from streams.devkit.brokers import start_broker
 from streams.devkit.demo import scenario_claims, scenario_resolutions
 from streams.runtime import run_worker
-from streams.settings import Settings
+from streams.settings import LogFormat, Settings
 
 DEMO_ROUND_S = 20.0
 
@@ -40,7 +40,14 @@ def run_dev(
     # The bundled broker forgets everything when it stops, so local table state must too.
     scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
     settings = settings.model_copy(
-        update={"broker": f"kafka://{broker.bootstrap}", "data_dir": Path(scratch.name)}
+        update={
+            "broker": f"kafka://{broker.bootstrap}",
+            "data_dir": Path(scratch.name),
+            # People read dev's output: text logs unless the settings ask for JSON.
+            "log_format": settings.log_format
+            if "log_format" in settings.model_fields_set
+            else LogFormat.TEXT,
+        }
     )
     print(
         f"dev: web API and /metrics on http://{settings.web_host}:{settings.web_port}/",

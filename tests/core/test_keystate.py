@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streams.core.contracts import Money, RejectReason
+from streams.core.engine import extend
 from streams.core.intake import admit
 from streams.core.keystate import (
     KeyState,
@@ -188,3 +189,23 @@ def test_a_claim_with_every_field_set_round_trips_through_the_state_encoding() -
     state = add_claim(state, absent, rules, POLICY.version, NOW).state
     assert decode_state(encode_state(state)) == state
     assert decode_state(encode_state(state)).claims[0].value == admitted.value
+
+
+def test_a_claim_that_cannot_change_the_belief_skips_the_rules() -> None:
+    state, _ = grow(claim(1), claim(2, source="reporting-replica", value="overdue"))
+    assert state is not None
+    assert state.arbitration is not None
+    assert state.arbitration.belief is not None
+    weaker = admit(claim(3, source="billing-cache"), POLICY, NOW)
+    newer_same = admit(claim(4, source="crm", observed_at=NOW), POLICY, NOW)
+    stronger_disagreeing = admit(claim(5, source="crm", value="unpaid"), POLICY, NOW)
+    placed = extend(state.arbitration, weaker, NOW, None)
+    assert placed is not None
+    assert placed.roles["c3"] == "corroborating"
+    won = extend(state.arbitration, newer_same, NOW, None)
+    assert won is not None
+    assert (won.roles["c4"], won.roles["c1"]) == ("winner", "corroborating")
+    assert won.decision_id == state.arbitration.decision_id
+    assert extend(state.arbitration, stronger_disagreeing, NOW, None) is None
+    # A state read back from the changelog has no arbitration: the rules run again.
+    assert decode_state(encode_state(state)).arbitration is None

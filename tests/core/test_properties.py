@@ -145,3 +145,53 @@ def test_a_key_folded_claim_by_claim_decides_as_replay_in_any_order(
         moved.arbitration.decision.evidence
         == arbitrate("invoice:42", RULES.name, kept, RULES, POLICY.version, later).decision.evidence
     )
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> list[tuple[int, Claim]]:
+    """Claims arriving one by one at non-decreasing instants (seconds after NOW): mostly plain
+    claims the incremental path takes, some that force the rules to run again."""
+    moments = sorted(draw(st.lists(st.integers(0, 200), min_size=1, max_size=10)))
+    out = []
+    for n, moment in enumerate(moments):
+        at = NOW + timedelta(seconds=moment)
+        status = draw(st.sampled_from(["present"] * 8 + ["not_found", "error"]))
+        special = draw(st.sampled_from([{}] * 6 + [{"epoch": 1}, {"scope": "server"}]))
+        out.append(
+            (
+                moment,
+                Claim(
+                    claim_id=f"c{n}",
+                    subject="invoice:42",
+                    field="order.payment_status",
+                    status=status,
+                    value=draw(st.sampled_from(["paid", "paid", "unpaid"]))
+                    if status == "present"
+                    else None,
+                    source=draw(st.sampled_from(SOURCES)),
+                    source_class="user" if draw(st.integers(0, 5)) == 0 else "observation",
+                    observed_at=at - timedelta(seconds=draw(st.integers(0, 70))),
+                    **special,
+                ),
+            )
+        )
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(claims=arrivals())
+def test_incremental_arbitration_equals_the_full_engine_at_every_step(
+    claims: list[tuple[int, Claim]],
+) -> None:
+    """Every step of a key, whether the incremental path placed the claim or the rules ran,
+    decides and assigns roles exactly as the full engine over the key's claims at that instant."""
+    state: KeyState | None = None
+    for moment, c in claims:
+        at = NOW + timedelta(seconds=moment)
+        step = add_claim(state, admit(c, POLICY, at), RULES, POLICY.version, at, WIDE)
+        state = step.state
+        full = arbitrate("invoice:42", RULES.name, state.claims, RULES, POLICY.version, at)
+        assert step.arbitration.decision_id == full.decision_id
+        assert step.arbitration.decision.evidence == full.decision.evidence
+        assert state.current is not None
+        assert state.current.decision_id == full.decision_id

@@ -115,7 +115,8 @@ def test_freshness_expiry_emits_insufficient_within_seconds(
         assert expired.reason == "no_fresh_claims"
         assert expired.supersedes == outcomes[0].decision_id
         # Decided as of the moment the claim went stale, not whenever the timer happened to run.
-        assert expired.decided_at == claim.observed_at + timedelta(seconds=3)
+        # Exactly as old as the 3 s budget is still fresh: stale one microsecond later.
+        assert expired.decided_at == claim.observed_at + timedelta(seconds=3, microseconds=1)
     finally:
         worker.stop()
 
