@@ -186,7 +186,9 @@ class Metrics:
         )
         self.policy_info.labels(policy.version).set(1)
         self._accepted: Tally[tuple[str, str]] = Tally()
-        self._last_claim = 0.0
+        self._decided: Tally[tuple[str, str, str]] = Tally()
+        self._losses: Tally[tuple[str, str]] = Tally()
+        self._last_claim = self._last_decision = 0.0
         for stage in STAGES:
             self.stage_seconds.labels(stage)
         # Memory, CPU, open files and start time of this process, next to its own metrics.
@@ -215,8 +217,16 @@ class Metrics:
                 count
             )
         self._accepted.clear()
+        for (field, outcome, kind), count in self._decided.items():
+            self.decisions.labels(self.field_label(field), outcome, kind).inc(count)
+        self._decided.clear()
+        for (field, source), count in self._losses.items():
+            self.losses.labels(self.field_label(field), self.source_label(source)).inc(count)
+        self._losses.clear()
         if self._last_claim:
             self.last_claim_time.set(self._last_claim)
+        if self._last_decision:
+            self.last_decision_time.set(self._last_decision)
         if stages is not None:
             for stage, seconds in stages.seconds.items():
                 if seconds:
@@ -227,13 +237,13 @@ class Metrics:
         self.claims_rejected.labels(reason, self.source_label(source)).inc()
 
     def decided(self, decision: Decision, when: float) -> None:
-        field = self.field_label(decision.field)
+        """Tallied like `accepted`, published by `flush`."""
         kind = decision.conflict_kind.value if decision.conflict_kind else "none"
-        self.decisions.labels(field, decision.outcome.value, kind).inc()
-        self.last_decision_time.set(when)
+        self._decided[decision.field, decision.outcome.value, kind] += 1
+        self._last_decision = max(self._last_decision, when)
         if decision.outcome is Outcome.RESOLVED:
             for source in _losers(decision.evidence):
-                self.lost(decision.field, source)
+                self._losses[decision.field, source] += 1
 
     def lost(self, field: str, source: str) -> None:
         self.losses.labels(self.field_label(field), self.source_label(source)).inc()
