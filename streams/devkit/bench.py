@@ -125,7 +125,16 @@ async def fill(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -
         await producer.stop()
 
 
-async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> float:
+@dataclass(frozen=True)
+class Throughput:
+    """Claims per second, and the CPU time the consuming process spent per claim: on a machine
+    shared with other work the rates swing with the load, the CPU cost per claim much less."""
+
+    per_s: float
+    cpu_us: float
+
+
+async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
     """Batched consume + Avro decode + one produced record per claim: claims per second."""
     consumer = AIOKafkaConsumer(
         source,
@@ -139,12 +148,12 @@ async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> fl
     )
     await consumer.start()
     await producer.start()
-    seen, started = 0, None
+    seen, started, cpu_started = 0, None, 0.0
     try:
         while seen < expected:
             batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
             if started is None and batch:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
             futures = []
             for messages in batch.values():
                 for message in messages:
@@ -159,13 +168,14 @@ async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> fl
                 await asyncio.gather(*futures)
                 await consumer.commit()
         assert started is not None
-        return seen / (time.perf_counter() - started)
+        cpu_us = (time.process_time() - cpu_started) / seen * 1e6
+        return Throughput(seen / (time.perf_counter() - started), cpu_us)
     finally:
         await consumer.stop()
         await producer.stop()
 
 
-async def raw_lean_limit(bootstrap: str, source: str, sink: str, expected: int) -> float:
+async def raw_lean_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
     """The fastest loop a person could write: batched consume, fastavro to a dict (no model),
     one record out per claim produced per partition with `send_batch`: claims per second."""
     consumer = AIOKafkaConsumer(
@@ -182,12 +192,12 @@ async def raw_lean_limit(bootstrap: str, source: str, sink: str, expected: int) 
     await producer.start()
     schema = parsed_schema("Claim")
     partitions = len(await producer.partitions_for(sink))
-    seen, started = 0, None
+    seen, started, cpu_started = 0, None, 0.0
     try:
         while seen < expected:
             batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
             if started is None and batch:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
             outgoing: dict[int, Any] = {}
             futures = []
             for messages in batch.values():
@@ -217,7 +227,8 @@ async def raw_lean_limit(bootstrap: str, source: str, sink: str, expected: int) 
                 await asyncio.gather(*futures)
                 await consumer.commit()
         assert started is not None
-        return seen / (time.perf_counter() - started)
+        cpu_us = (time.process_time() - cpu_started) / seen * 1e6
+        return Throughput(seen / (time.perf_counter() - started), cpu_us)
     finally:
         await consumer.stop()
         await producer.stop()
@@ -257,6 +268,11 @@ class BenchWorker:
             text, "claimstream_claims_rejected_total"
         )
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time of the worker process so far (all its threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def peak_rss(self) -> int:
         return self._status_bytes("VmHWM:")
 
@@ -289,17 +305,18 @@ class BenchWorker:
                 self.proc.wait()
 
 
-def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> float:
+def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> Throughput:
     """Claims per second from the first processed claim to the last (startup excluded)."""
     deadline = time.monotonic() + timeout_s
-    first: tuple[float, float] | None = None
+    first: tuple[float, float, float] | None = None
     while time.monotonic() < deadline:
         done = worker.processed()
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), worker.cpu_seconds()
         if first is None and done > 0:
-            first = (now, done)
+            first = (now, done, cpu)
         if done >= expected and first is not None:
-            return (done - first[1]) / max(now - first[0], 1e-6)
+            claims = max(done - first[1], 1.0)
+            return Throughput(claims / max(now - first[0], 1e-6), (cpu - first[2]) / claims * 1e6)
         time.sleep(0.2)
     raise TimeoutError(f"worker processed {worker.processed():.0f} of {expected} claims")
 
@@ -461,9 +478,9 @@ def run(
         asyncio.run(fill(broker.bootstrap, raw_in, load.records))
         asyncio.run(fill(broker.bootstrap, topics.claims, load.records))
         raw = asyncio.run(raw_limit(broker.bootstrap, raw_in, raw_out, len(load.records)))
-        print(f"bench: raw aiokafka {raw:,.0f} claims/s")
+        print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
         lean = asyncio.run(raw_lean_limit(broker.bootstrap, raw_in, raw_out, len(load.records)))
-        print(f"bench: raw lean aiokafka {lean:,.0f} claims/s")
+        print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
 
         env = dict(os.environ)
         env.update({f"CLAIMSTREAM_{k.upper()}": str(v) for k, v in _env_settings(settings).items()})
@@ -471,7 +488,9 @@ def run(
         worker = BenchWorker(settings, env)
         try:
             ours = claimstream_rate(worker, len(load.records), timeout_s=900)
-            print(f"bench: claimstream {ours:,.0f} claims/s")
+            print(
+                f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim"
+            )
             stage_us = {
                 stage: round(seconds / len(load.records) * 1e6, 1)
                 for stage, seconds in worker.stage_seconds().items()
@@ -514,11 +533,15 @@ def run(
         "claims": len(load.records),
         "subjects": subjects,
         "guarantee": guarantee.value,
-        "raw_claims_per_s": round(raw),
-        "raw_lean_claims_per_s": round(lean),
-        "claimstream_claims_per_s": round(ours),
+        "raw_claims_per_s": round(raw.per_s),
+        "raw_lean_claims_per_s": round(lean.per_s),
+        "claimstream_claims_per_s": round(ours.per_s),
+        "raw_cpu_us_per_claim": round(raw.cpu_us, 1),
+        "raw_lean_cpu_us_per_claim": round(lean.cpu_us, 1),
+        "claimstream_cpu_us_per_claim": round(ours.cpu_us, 1),
+        "cpu_ratio": round(raw.cpu_us / ours.cpu_us, 3),
         "stage_us": stage_us,
-        "ratio": round(ours / raw, 3),
+        "ratio": round(ours.per_s / raw.per_s, 3),
         "new_key_saturation_per_s": round(saturated),
         "latency_offered_per_s": round(saturated / 2),
         "latency_samples": len(lat),
