@@ -214,6 +214,21 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     return Pipeline(app, settings, policy, metrics, processor, arbiter)
 
 
+ENDPOINTS = {
+    "GET /api/decisions/{subject}%7C{field}": "the current decision with its evidence, "
+    "recomputed now, and the last emitted one (any worker answers)",
+    "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
+    "claims and resolutions",
+    "GET /api/conflicts[?field=F]": "open conflicts and quarantines on this worker, with their age",
+    "GET /api/fields/{field}/outcomes": "decisions per outcome over the last minute (the current "
+    "and the previous one-minute window; keys this worker owns)",
+    "GET /healthz": "liveness (the arbiter loop iterating) and the policy version; 503 with "
+    "reasons when failing",
+    "GET /readyz": "readiness (assigned tasks restored); 503 with reasons when not ready",
+    "GET /metrics": "Prometheus metrics",
+}
+
+
 def decision_json(decision: Decision) -> dict[str, Any]:
     data: dict[str, Any] = decision.model_dump(mode="json")
     return data
@@ -290,6 +305,12 @@ def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_cou
             if wanted is None or field_name == wanted
         ]
         return web.json({"worker_local": True, "open_conflicts": rows})
+
+    async def endpoints_view(web: View, request: Request) -> Response:
+        return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
+
+    app.page("/api")(endpoints_view)
+    app.page("/")(endpoints_view)
 
     @app.page("/healthz")
     async def liveness_view(web: View, request: Request) -> Response:

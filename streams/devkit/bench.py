@@ -32,7 +32,6 @@ import fastavro
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.arbiter import partition_of
 from streams.client import ensure_topics
 from streams.codec import parsed_schema
 from streams.core.contracts import Claim, Decision
@@ -44,8 +43,10 @@ from streams.core.policy import Policy, load_policy
 from streams.devkit.brokers import free_port, start_broker
 from streams.devkit.synthetic import generate_claims
 from streams.metrics import STAGES
+from streams.packaged import example_path
+from streams.pipeline import partition_of
 from streams.registry import FolderRegistry, WireCodec
-from streams.settings import REPO_ROOT, Guarantee, Settings, Topics
+from streams.settings import Guarantee, Settings, Topics
 
 CODEC = WireCodec(FolderRegistry())
 PAID = "order.payment_status"  # the field the latency, soak and engine phases use
@@ -248,7 +249,6 @@ class BenchWorker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
             env=env,
-            cwd=REPO_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -454,7 +454,7 @@ def run(
     soak_s: float = 0.0,
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
 ) -> dict[str, Any]:
-    policy = load_policy(REPO_ROOT / "examples" / "policy.yaml")
+    policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
     name = f"bench{uuid.uuid4().hex[:6]}"
     topics = Topics(**{k: f"{name}.{v}" for k, v in Topics().model_dump().items()})
@@ -511,7 +511,7 @@ def run(
         finally:
             worker.stop()
     finally:
-        broker.stop()
+        broker.close()  # stops it and removes its data folder
         shutil.rmtree(work_dir, ignore_errors=True)
     soaked: dict[str, Any] = {}
     if soak_s > 0:
