@@ -10,28 +10,24 @@ and state committed with their input, belongs to the arbiter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import aiohttp
 import faust
 from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.types import StreamT
 from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
-from streams.core.contracts import Decision, Outcome
-from streams.core.keystate import current_decision, split_key
+from streams.console.web import Console, register_console
+from streams.core.contracts import Outcome
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.metrics import Metrics
 from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
-
-ROUTED_HEADER = "x-claimstream-routed"
 
 
 def alias_key(subject: str) -> str:
@@ -49,6 +45,7 @@ class Pipeline:
     metrics: Metrics
     processor: Processor
     arbiter: Arbiter
+    console: Console
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -166,87 +163,12 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         await app.add_runtime_dependency(arbiter)
         metrics.up.set(1)
 
-    register_views(app, arbiter, policy, outcome_counts)
-    return Pipeline(app, settings, policy, metrics, processor, arbiter)
+    register_views(app, policy, outcome_counts)
+    console = register_console(app, arbiter, policy, settings, metrics)
+    return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
-def decision_json(decision: Decision) -> dict[str, Any]:
-    data: dict[str, Any] = decision.model_dump(mode="json")
-    return data
-
-
-def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
-    async def at_owner(
-        web: View, request: Request, key: str, answer: Callable[[], Response]
-    ) -> Response:
-        """Answer for a key this worker owns, or forward the request to the worker that does."""
-        local, owner = arbiter.owner_url(key.encode())
-        if local:
-            return answer()
-        if owner is None or request.headers.get(ROUTED_HEADER):
-            return web.json(
-                {"error": f"no worker owns {key!r} right now (rebalancing?); retry"}, status=503
-            )
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(owner + str(request.rel_url), headers={ROUTED_HEADER: "1"}) as reply,
-        ):
-            return web.bytes(
-                await reply.read(), content_type=reply.content_type, status=reply.status
-            )
-
-    @app.page("/api/decisions/{key}")
-    async def decision_view(web: View, request: Request, key: str) -> Response:
-        def answer() -> Response:
-            state = arbiter.state_of(key.encode())
-            rules = policy.rules_for(split_key(key)[1])
-            if state is None or rules is None:
-                return web.json({"error": f"no claims for {key!r}"}, status=404)
-            decision = current_decision(state, rules, policy.version, datetime.now(UTC))
-            return web.json(
-                {
-                    "decision": decision_json(decision),
-                    "last_emitted": state.current.model_dump(mode="json")
-                    if state.current
-                    else None,
-                }
-            )
-
-        return await at_owner(web, request, key, answer)
-
-    @app.page("/api/decisions/{key}/history")
-    async def history_view(web: View, request: Request, key: str) -> Response:
-        def answer() -> Response:
-            state = arbiter.state_of(key.encode())
-            if state is None:
-                return web.json({"error": f"no claims for {key!r}"}, status=404)
-            return web.json(
-                {
-                    "key": key,
-                    "decisions": [s.model_dump(mode="json") for s in state.history],
-                    "claims": [s.claim.model_dump(mode="json") for s in state.claims],
-                    "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
-                }
-            )
-
-        return await at_owner(web, request, key, answer)
-
-    @app.page("/api/conflicts")
-    async def conflicts_view(web: View, request: Request) -> Response:
-        wanted = request.query.get("field")
-        now = datetime.now(UTC)
-        rows = [
-            {
-                "key": key.decode(),
-                "field": field_name,
-                "open_since": since.isoformat(),
-                "age_s": (now - since).total_seconds(),
-            }
-            for key, (field_name, since) in sorted(arbiter.schedule.open_since.items())
-            if wanted is None or field_name == wanted
-        ]
-        return web.json({"worker_local": True, "open_conflicts": rows})
-
+def register_views(app: faust.App, policy: Policy, outcome_counts: Any) -> None:
     @app.page("/healthz")
     async def health_view(web: View, request: Request) -> Response:
         return web.json({"status": "ok", "policy_version": policy.version})

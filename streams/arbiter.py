@@ -46,7 +46,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
 
 from streams.client import client_options
-from streams.core.contracts import Outcome
+from streams.core.contracts import Decision, Outcome
 from streams.core.keystate import KeyState
 from streams.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Outgoing, Processor
@@ -187,6 +187,8 @@ class Arbiter(Service):
         self._last_scan = 0.0
         self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
         self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+        # Told of every decision this worker emits (the console's live feed); must not block.
+        self.observers: list[Callable[[Decision], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -313,6 +315,8 @@ class Arbiter(Service):
         now = time.time()
         for decision in handled.decisions:
             self.metrics.decided(decision, now)
+            for observe in self.observers:
+                observe(decision)
             if received > 0:
                 self.metrics.decision_latency.observe(max(0.0, now - received))
 

@@ -8,17 +8,22 @@ action is `block`, is not runnable.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from pydantic import ValidationError
 
-from streams.core.contracts import Action, Claim, Decision, Outcome, Resolution
+from streams.core.contracts import Action, Claim, ClaimStatus, Decision, Outcome, Resolution, Value
 from streams.core.errors import ClaimstreamError
+from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
+from streams.core.policy import Policy
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
@@ -132,6 +137,50 @@ class ClaimPublisher:
         await self._producer.send_and_wait(
             self.settings.topics.aliases, subject.encode(), key=alias.encode()
         )
+
+
+def build_resolution(
+    policy: Policy,
+    subject: str,
+    field: str,
+    *,
+    decided_by: str,
+    decided_at: datetime,
+    status: ClaimStatus = ClaimStatus.PRESENT,
+    value: Value = None,
+    note: str = "",
+    resolves_decision_id: str | None = None,
+) -> Resolution:
+    """A person's decision about one key, checked against the policy as the worker will check it
+    (so a bad value is refused here, not dead-lettered later). Raises ClaimstreamError."""
+    if not decided_by.strip():
+        raise ClaimstreamError("a resolution names the person who decided it (decided_by)")
+    rules = policy.rules_for(field)
+    try:
+        resolution = Resolution.model_validate(
+            {
+                "resolution_id": f"res-{uuid.uuid4().hex}",
+                "subject": subject,
+                "field": field,
+                "status": status,
+                "value": value,
+                "unit": rules.unit or rules.currency if rules is not None else None,
+                "decided_by": decided_by.strip(),
+                "note": note,
+                "decided_at": decided_at,
+                "resolves_decision_id": resolves_decision_id,
+            }
+        )
+    except ValidationError as exc:
+        raise ClaimstreamError(f"invalid resolution: {exc}") from exc
+    admit_resolution(resolution, policy)
+    return resolution
+
+
+async def publish_resolution(settings: Settings, resolution: Resolution) -> None:
+    """Publish one resolution to the resolutions topic and wait for the broker's acknowledgement."""
+    async with ClaimPublisher(settings) as publisher:
+        await publisher.resolve(resolution)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
+from pydantic import SecretStr
 
 from streams.app import Pipeline, build
 from streams.brokers import start_broker
@@ -86,10 +88,15 @@ def run_dev(
     settings = settings.model_copy(
         update={"broker": f"kafka://{broker.bootstrap}", "data_dir": Path(scratch.name)}
     )
-    print(
-        f"dev: web API and /metrics on http://{settings.web_host}:{settings.web_port}/",
-        flush=True,
-    )
+    web = f"http://{settings.web_host}:{settings.web_port}"
+    print(f"dev: web API and /metrics on {web}/", flush=True)
+    if settings.steward_tokens is None and settings.steward_tokens_file is None:
+        # A local demo lets its user resolve from the browser: a fresh token for this run only.
+        token = secrets.token_urlsafe(18)
+        settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
+        print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
+    else:
+        print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
     try:
         return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
     finally:

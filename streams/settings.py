@@ -86,6 +86,17 @@ class Settings(BaseModel):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     log_level: str = "warn"
+    steward_tokens: SecretStr | None = Field(
+        default=None,
+        description="comma-separated tokens that let a steward publish resolutions from the "
+        "console (writes are off without one)",
+    )
+    steward_tokens_file: Path | None = Field(
+        default=None, description="a file of steward tokens, one per line (# comments)"
+    )
+    console_live_clients: int = Field(
+        default=32, ge=1, description="live decision streams a worker serves at once"
+    )
 
     @field_validator("broker")
     @classmethod
