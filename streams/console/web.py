@@ -288,7 +288,7 @@ def _register_api(app: faust.App, console: Console) -> None:
             if state is None or rules is None:
                 return web.json({"error": f"no claims for {key!r}"}, status=404)
             if as_of is not None:
-                return _as_of_answer(web, key, state, rules, policy.version, as_of)
+                return _as_of_answer(web, key, state, rules, policy, as_of)
             current = current_decision(state, rules, policy.version, console.clock())
             return web.json(
                 {
@@ -344,10 +344,10 @@ def _register_api(app: faust.App, console: Console) -> None:
 
 
 def _as_of_answer(
-    web: View, key: str, state: KeyState, rules: FieldRules, policy_version: str, at: datetime
+    web: View, key: str, state: KeyState, rules: FieldRules, policy: Policy, at: datetime
 ) -> Response:
     try:
-        found = belief_as_of(state, rules, policy_version, at)
+        found = belief_as_of(state, rules, policy.version, at, policy.defaults.max_clock_skew)
     except NoBeliefAsOf as exc:
         return web.json({"error": str(exc), "key": key, "as_of": at.isoformat()}, status=404)
     return web.json(

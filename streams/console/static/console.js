@@ -42,6 +42,12 @@ function said(item) {
   return item.status && item.status !== "present" ? item.status : showValue(item.value);
 }
 
+function instant(iso) {
+  // Shown to the second; the exact instant stays in the title (and in the API).
+  if (!iso) return "—";
+  return el("time", { datetime: iso, title: iso }, iso.replace("T", " ").replace(/(\d\d:\d\d:\d\d)[.\d]*(Z|[+-]\d\d:\d\d)$/, "$1$2"));
+}
+
 function badge(outcome, kind) {
   return el("span", { class: `badge ${outcome}` }, kind ? `${outcome} · ${kind}` : outcome);
 }
@@ -184,9 +190,9 @@ function evidenceTable(evidence, id) {
       el("td", {}, item.replica || "—"),
       el("td", {}, item.lineage || "—"),
       el("td", {}, item.epoch ?? "—"),
-      el("td", {}, item.observed_at),
-      el("td", {}, item.valid_from || "—"),
-      el("td", {}, item.valid_to || "—")))));
+      el("td", {}, instant(item.observed_at)),
+      el("td", {}, instant(item.valid_from)),
+      el("td", {}, instant(item.valid_to))))));
 }
 
 function timeline(history, roles, cursor, pick) {
@@ -213,7 +219,9 @@ function timeline(history, roles, cursor, pick) {
   for (let i = 0; i <= 4; i++) {
     const t = start + ((end - start) * i) / 4;
     root.append(svg("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 6, y2: height - 18 }));
-    root.append(svg("text", { class: "axis", x: x(t), y: height - 4, "text-anchor": "middle" }, new Date(t).toISOString().replace(".000Z", "Z")));
+    const label = new Date(t).toISOString().replace(/\.\d+Z$/, "Z");
+    const short = end - start < 86400000 ? label.slice(11) : label.slice(0, 10);
+    root.append(svg("text", { class: "axis", x: x(t), y: height - 4, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" }, short));
   }
   claims.forEach((c, i) => {
     const y = top + i * row;
@@ -239,7 +247,7 @@ function timeline(history, roles, cursor, pick) {
   root.addEventListener("click", (event) => {
     const box = root.getBoundingClientRect();
     const at = start + ((((event.clientX - box.left) / box.width) * width - left) / (width - left - right)) * (end - start);
-    pick(new Date(Math.round(at / 1000) * 1000));
+    pick(new Date(Math.round(at / 1000) * 1000).toISOString().replace(".000Z", "Z"));
   });
   return el("div", { class: "timeline" }, root);
 }
@@ -294,22 +302,21 @@ function resolveForm(key, current) {
 
 function keyView(key, asOf) {
   const container = el("div", {});
-  let cursor = asOf ? Date.parse(asOf) : null;
+  let cursor = asOf; // an RFC 3339 instant, kept as given (decisions carry microseconds)
   let shownId = null;
   let waiting = null;
 
-  async function belief(at, panel) {
-    const iso = at.toISOString().replace(".000Z", "Z");
+  async function belief(iso, panel) {
     panel.replaceChildren(el("p", { class: "muted" }, `Loading the belief at ${iso}…`));
     const { ok, body } = await api(`/api/decisions/${encodeURIComponent(key)}?as_of=${encodeURIComponent(iso)}`);
     if (!ok) { panel.replaceChildren(el("p", { class: "warn" }, body.error)); return; }
-    panel.replaceChildren(
+    panel.replaceChildren(el("div", {},
       el("h2", {}, `What we believed at ${iso}, and why`),
       el("p", {}, badge(body.belief.outcome, body.belief.conflict_kind), " ",
         el("span", { class: "value" }, showValue(body.belief.value)), ` · reason ${body.belief.reason} · decided at ${body.belief.decided_at}`),
       body.decision
         ? [el("pre", { class: "explain", id: "asof-explain" }, body.explain), evidenceTable(body.decision.evidence, "asof-evidence")]
-        : el("p", { class: "muted" }, "The claims behind this decision are no longer retained for this key (max_claims_per_key); only the decision itself is."));
+        : el("p", { class: "muted" }, "The claims behind this decision are no longer retained for this key (max_claims_per_key); only the decision itself is.")));
   }
 
   async function refresh() {
@@ -323,8 +330,8 @@ function keyView(key, asOf) {
     if (waiting && shownId !== waiting.from) { clearInterval(waiting.timer); waiting = null; }
     const roles = Object.fromEntries(current.evidence.map((e) => [e.claim_id, e.role]));
     const asofPanel = el("div", { class: "card", id: "asof" });
-    const asofInput = el("input", { type: "text", id: "asof-input", placeholder: "2026-11-30T09:14:00Z", value: cursor ? new Date(cursor).toISOString() : "" });
-    const pick = (at) => { cursor = at.getTime(); location.hash = `#/key/${encodeURIComponent(key)}@${encodeURIComponent(at.toISOString())}`; };
+    const asofInput = el("input", { type: "text", id: "asof-input", placeholder: "2026-11-30T09:14:00Z", value: cursor || "" });
+    const pick = (iso) => { cursor = iso; location.hash = `#/key/${encodeURIComponent(key)}@${encodeURIComponent(iso)}`; };
     const [subject, field] = [current.subject, current.field];
     container.replaceChildren(
       el("h1", {}, `${subject} · ${field}`),
@@ -338,15 +345,15 @@ function keyView(key, asOf) {
           el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence"),
           el("h2", {}, "Timeline"),
           el("p", { class: "muted" }, "Bars: validity periods (open-ended ones run to the end); dots: when observed; grey: stale, superseded or excluded. Click to see the belief at that instant."),
-          timeline(history.body, roles, cursor, pick),
+          timeline(history.body, roles, cursor ? Date.parse(cursor) : null, pick),
           el("div", { class: "asof-controls" }, el("label", { for: "asof-input" }, "Belief as of"), asofInput,
-            el("button", { type: "button", id: "asof-go", onclick: () => { const t = Date.parse(asofInput.value); if (!Number.isNaN(t)) pick(new Date(t)); } }, "Show")),
+            el("button", { type: "button", id: "asof-go", onclick: () => { if (!Number.isNaN(Date.parse(asofInput.value))) pick(asofInput.value.trim()); } }, "Show")),
           asofPanel,
           el("h2", {}, "Emitted decisions"),
           el("table", { id: "decisions" },
             el("thead", {}, el("tr", {}, ["Decided at", "Outcome", "Value", "Reason", "Decision id"].map((h) => el("th", {}, h)))),
             el("tbody", {}, [...history.body.decisions].reverse().map((d) => el("tr", {},
-              el("td", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); pick(new Date(d.decided_at)); } }, d.decided_at)),
+              el("td", {}, el("a", { href: "#", "data-at": d.decided_at, onclick: (e) => { e.preventDefault(); pick(d.decided_at); } }, instant(d.decided_at))),
               el("td", {}, badge(d.outcome, d.conflict_kind)),
               el("td", { class: "value" }, showValue(d.value)),
               el("td", {}, d.reason),
@@ -354,14 +361,14 @@ function keyView(key, asOf) {
           history.body.resolutions.length ? [
             el("h2", {}, "Resolutions"),
             el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},
-              el("td", {}, r.decided_at), el("td", {}, r.decided_by), el("td", { class: "value" }, r.status === "present" ? showValue(r.value) : r.status),
+              el("td", {}, instant(r.decided_at)), el("td", {}, r.decided_by), el("td", { class: "value" }, r.status === "present" ? showValue(r.value) : r.status),
               el("td", {}, r.note), el("td", { class: "muted" }, r.resolution_id)))))] : null),
         el("div", {},
           OPEN.has(current.outcome) ? resolveForm(key, current) : null,
           el("div", { class: "card" }, el("h2", {}, `Policy for ${field}`), rulesList(now.body.rules)),
           el("p", { class: "muted" }, `Answered by ${now.body.worker}`))),
     );
-    if (cursor) belief(new Date(cursor), asofPanel);
+    if (cursor) belief(cursor, asofPanel);
     else asofPanel.replaceChildren(el("p", { class: "muted" }, "Pick an instant on the timeline or a decision to see what was believed then."));
   }
 
