@@ -211,3 +211,5 @@ def test_dev_prints_decisions_for_every_scenario_and_serves_metrics(tmp_path: Pa
     assert "invoice:43 order.payment_status: is 'unpaid'" in text
     assert "api:checkout api.latency: sources disagree (semantic conflict)" in text
     assert "dev: broker stopped" in output
+    console = f"dev: steward console on http://127.0.0.1:{web_port}/ui/ (steward token: "
+    assert console in output
