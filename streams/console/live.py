@@ -17,10 +17,11 @@ from streams.core.keystate import state_key
 
 CLIENT_QUEUE = 256
 LAGGED = b"event: lagged\ndata: {}\n\n"
+END = b""  # the worker is stopping: end the stream (the browser reconnects to another)
 
 
-class TooManyClients(Exception):
-    """The worker already serves its limit of live streams."""
+class Unavailable(Exception):
+    """The worker already serves its limit of live streams, or is stopping."""
 
 
 def decision_event(decision: Decision) -> dict[str, Any]:
@@ -52,6 +53,12 @@ class Subscription:
         self.queue: asyncio.Queue[bytes] = asyncio.Queue(CLIENT_QUEUE)
         self.lagged = False
 
+    def end(self) -> None:
+        """Wake the stream's writer with END, even if that costs the oldest queued event."""
+        if self.queue.full():
+            self.queue.get_nowait()
+        self.queue.put_nowait(END)
+
     def offer(self, event: bytes) -> None:
         """Queue an event without waiting; a full queue marks the client as lagging instead."""
         try:
@@ -74,6 +81,7 @@ class LiveDecisions:
     def __init__(self, max_clients: int) -> None:
         self.max_clients = max_clients
         self._clients: set[Subscription] = set()
+        self.closed = False
 
     @property
     def clients(self) -> int:
@@ -90,11 +98,19 @@ class LiveDecisions:
 
     def subscribe(self, key: str | None = None) -> Subscription:
         """A client's stream of decisions (of `key` only, if given); unsubscribe it when done."""
+        if self.closed:
+            raise Unavailable("this worker is stopping")
         if len(self._clients) >= self.max_clients:
-            raise TooManyClients(f"this worker already serves {self.max_clients} live streams")
+            raise Unavailable(f"this worker already serves {self.max_clients} live streams")
         subscription = Subscription(key)
         self._clients.add(subscription)
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self._clients.discard(subscription)
+
+    def close(self) -> None:
+        """End every stream now: a stopping web server waits for its open requests."""
+        self.closed = True
+        for client in self._clients:
+            client.end()

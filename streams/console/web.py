@@ -33,7 +33,7 @@ from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
 from streams.client import build_resolution, publish_resolution
-from streams.console.live import LiveDecisions, Subscription, TooManyClients, sse
+from streams.console.live import END, LiveDecisions, Subscription, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core.asof import NoBeliefAsOf, belief_as_of
@@ -181,10 +181,15 @@ def register_console(
     # Faust's aiohttp driver: its requests and application are aiohttp's own.
     web_app: aioweb.Application = cast(Any, app.web).web_app
     web_app.on_response_prepare.append(_secure_headers)
+    web_app.on_shutdown.append(lambda _: _closed(console.live))
     web_app.middlewares.append(_browsers_to_console)
     _register_pages(app, console, assets)
     _register_api(app, console)
     return console
+
+
+async def _closed(live: LiveDecisions) -> None:
+    live.close()
 
 
 async def _secure_headers(request: aioweb.Request, response: aioweb.StreamResponse) -> None:
@@ -441,7 +446,7 @@ async def _live_stream(request: Request, console: Console) -> aioweb.StreamRespo
     routed = bool(request.headers.get(ROUTED_HEADER))
     try:
         subscription = console.live.subscribe(key)
-    except TooManyClients as exc:
+    except Unavailable as exc:
         return aioweb.json_response({"error": str(exc)}, status=503)
     upstreams = [] if routed else console.live_upstreams(key)
     relays = [asyncio.ensure_future(_relay(url, key, subscription)) for url in upstreams]
@@ -454,6 +459,8 @@ async def _live_stream(request: Request, console: Console) -> aioweb.StreamRespo
         await response.write(sse("hello", {"worker": console.url, "relayed": upstreams}))
         while True:
             event = await subscription.next(HEARTBEAT_S)
+            if event == END:
+                break
             if event is not None:
                 await response.write(event)
             elif not routed and console.live_upstreams(key) != upstreams:

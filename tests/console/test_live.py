@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streams.console.live import CLIENT_QUEUE, LAGGED, LiveDecisions, TooManyClients
+from streams.console.live import CLIENT_QUEUE, END, LAGGED, LiveDecisions, Unavailable
 from streams.core.contracts import Decision
 
 AT = datetime(2026, 11, 30, 9, 14, tzinfo=UTC)
@@ -69,5 +69,18 @@ async def test_a_slow_client_loses_events_and_is_told_so_instead_of_growing_a_bu
 def test_the_number_of_clients_is_bounded() -> None:
     live = LiveDecisions(max_clients=2)
     live.subscribe(), live.subscribe()
-    with pytest.raises(TooManyClients):
+    with pytest.raises(Unavailable, match="2 live streams"):
+        live.subscribe()
+
+
+async def test_closing_ends_every_stream_at_once_even_a_full_one() -> None:
+    live = LiveDecisions(max_clients=2)
+    idle, full = live.subscribe(), live.subscribe()
+    for n in range(CLIENT_QUEUE):
+        full.offer(f"{n}".encode())
+    live.close()
+    assert await idle.next(30) == END
+    events = [await full.next(30) for _ in range(CLIENT_QUEUE)]
+    assert events[-1] == END
+    with pytest.raises(Unavailable, match="stopping"):
         live.subscribe()
