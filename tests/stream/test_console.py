@@ -275,16 +275,42 @@ def test_the_queue_lists_the_demos_conflicts_from_both_workers(
 
 
 def test_new_decisions_appear_without_reloading(cluster: Cluster, page: Page) -> None:
+    """The page talks to worker 1 only; the new conflicts are all owned by worker 0, so they can
+    reach the page only through worker 1 relaying worker 0's live decisions."""
+    writer_url = cluster.url(cluster.writer, "").rstrip("/")
+    owners = {
+        partition_of(row["key"].encode(), cluster.deployment.partitions): row["worker"]
+        for row in cluster.reader.get("/api/conflicts")["open_conflicts"]
+    }
+    spread = one_subject_per_partition("invoice:live-", cluster.deployment.partitions, PAYMENT)
+    remote = [subject for p, subject in enumerate(spread) if owners[p] == writer_url]
+    assert remote, owners
     page.goto(cluster.url(cluster.reader, "/ui/"))
     wait_for_queue(page, set(DEMO_CONFLICTS))
     expect(page.locator("#live")).to_have_text("live", timeout=WAIT_MS)
     page.evaluate("window.__same_page = true")
-    # New conflicts on every partition: some owned by the worker this page talks to, some
-    # relayed from the other one.
-    subjects = one_subject_per_partition("invoice:live-", cluster.deployment.partitions, PAYMENT)
     now = datetime.now(UTC)
-    cluster.publish([c for subject in subjects for c in payment_conflict(subject, now)])
-    wait_for_queue(page, {state_key(subject, PAYMENT) for subject in subjects})
+    cluster.publish([c for subject in remote for c in payment_conflict(subject, now)])
+    rows = wait_for_queue(page, {state_key(subject, PAYMENT) for subject in remote})
+    assert {rows[state_key(subject, PAYMENT)] for subject in remote} == {writer_url}
+    for subject in remote:  # each row was touched by its own live event, not a mere refetch
+        fresh = page.locator(f'#queue tr.fresh[data-key="{state_key(subject, PAYMENT)}"]')
+        expect(fresh).to_have_count(1, timeout=WAIT_MS)
+
+    # A key page follows its key at the owner: the ledger's newer word settles the conflict.
+    key = state_key(remote[0], PAYMENT)
+    page.goto(key_page(cluster, cluster.reader, key))
+    expect(page.locator("#outcome")).to_contain_text("conflict", timeout=WAIT_MS)
+    expect(page.locator("#live")).to_have_text("live", timeout=WAIT_MS)
+    page.evaluate("window.__same_page = true")
+    newer = {
+        **payment_conflict(remote[0], now)[0],
+        "claim_id": f"{remote[0]}-c",
+        "value": "overdue",
+        "observed_at": datetime.now(UTC).isoformat(),
+    }
+    cluster.publish([newer])
+    expect(page.locator("#outcome.fresh")).to_contain_text("resolved", timeout=WAIT_MS)
     assert page.evaluate("window.__same_page") is True  # not reloaded
 
 

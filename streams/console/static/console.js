@@ -122,6 +122,7 @@ function queueView(params) {
     });
   }
   const shown = new Map();
+  const changed = new Set(); // keys a live event touched: highlighted until the next page
 
   async function refresh() {
     const { ok, body } = await api(`/api/conflicts?${filters}`);
@@ -138,7 +139,7 @@ function queueView(params) {
     }));
     shown.clear();
     table.replaceChildren(...body.open_conflicts.map((row) => {
-      const tr = el("tr", { "data-key": row.key },
+      const tr = el("tr", { "data-key": row.key, class: changed.has(row.key) ? "fresh" : null },
         el("td", {}, ago(row.age_s)),
         el("td", {}, el("a", { href: keyHref(row.key) }, row.subject)),
         el("td", {}, row.field),
@@ -157,9 +158,10 @@ function queueView(params) {
     key: null,
     refresh,
     onDecision(event) {
+      changed.add(event.key);
       const row = shown.get(event.key);
       if (row && !OPEN.has(event.outcome)) {
-        row.classList.add("closed");
+        row.classList.add("closed", "fresh");
         row.querySelector(".outcome").replaceChildren(badge(event.outcome, event.conflict_kind));
       }
       later();
@@ -319,7 +321,7 @@ function keyView(key, asOf) {
         : el("p", { class: "muted" }, "The claims behind this decision are no longer retained for this key (max_claims_per_key); only the decision itself is.")));
   }
 
-  async function refresh() {
+  async function refresh(live) {
     const [now, history] = await Promise.all([
       api(`/api/decisions/${encodeURIComponent(key)}`),
       api(`/api/decisions/${encodeURIComponent(key)}/history`),
@@ -335,7 +337,7 @@ function keyView(key, asOf) {
     const [subject, field] = [current.subject, current.field];
     container.replaceChildren(
       el("h1", {}, `${subject} · ${field}`),
-      el("p", { id: "outcome" }, badge(current.outcome, current.conflict_kind), " ",
+      el("p", { id: "outcome", class: live ? "fresh" : null }, badge(current.outcome, current.conflict_kind), " ",
         `reason ${current.reason} · action ${current.action}`,
         current.resolution_id ? ` · resolution ${current.resolution_id}` : "",
         now.body.open_since ? ` · open since ${now.body.open_since}` : ""),
@@ -376,7 +378,7 @@ function keyView(key, asOf) {
   return {
     key,
     refresh,
-    onDecision(event) { if (event.key === key) refresh(); },
+    onDecision(event) { if (event.key === key) refresh(true); },
     awaitChange(from) {
       // The live feed brings the new decision; polling covers a reconnect that missed it.
       if (waiting) clearInterval(waiting.timer);
