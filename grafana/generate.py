@@ -6,41 +6,61 @@
 The JSON is committed and provisioned by Grafana as is (grafana/provisioning/dashboards/);
 tests/ops/test_dashboards.py fails when it drifts from this generator.
 
-Every query reads the raw worker metrics (streams/metrics.py), not recording rules, so the
-dashboards work on any Prometheus that scrapes the workers, with or without the alert rules.
-The conflict-rate expressions are the same ratios the rules record
+Every query reads the raw worker metrics (streams/metrics.py), so the dashboards work on any
+Prometheus that scrapes the workers, with or without the alert rules; the one exception is the
+field drill-down's baseline panel, which shows the very series the surge page reads. The
+conflict-rate expressions are the same ratios the rules record
 (deploy/prometheus/rules/claimstream.rules.yml).
+
+Every dashboard picks its Prometheus (`$datasource`, no hard-coded uid) and its environment
+(`$job`, `$namespace`): `scoped()` adds those matchers to every metric selector of every query.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 DASHBOARDS = Path(__file__).resolve().parent / "dashboards"
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioning/datasources/prometheus.yml
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+ENVIRONMENT = 'job=~"$job",namespace=~"$namespace"'
+# A raw metric name (not a recorded `level:metric:operation`), with its matchers if any.
+_SELECTOR = re.compile(r"(?<![\w:])(claimstream_\w+|process_\w+|up)\b(?![\w(])(\{[^}]*\})?")
 RATE = "$__rate_interval"
 OVERVIEW_UID = "claimstream-overview"
 FIELD_UID = "claimstream-field"
 
 
 def conflict_ratio(selector: str = "", window: str = RATE, offset: str = "") -> str:
-    """Share of a field's decisions that are conflicts; 0 when it decided without conflict."""
+    """Share of a field's decisions that are conflicts or quarantines (what the alerts watch);
+    0 when it decided without either."""
     sel = f",{selector}" if selector else ""
     off = f" offset {offset}" if offset else ""
-    conflicts = f'sum by (field) (rate(claimstream_decisions_total{{outcome="conflict"{sel}}}[{window}]{off}))'
+    conflicts = f'sum by (field) (rate(claimstream_decisions_total{{outcome=~"conflict|quarantined"{sel}}}[{window}]{off}))'
     matchers = f"{{{selector}}}" if selector else ""
     decisions = f"sum by (field) (rate(claimstream_decisions_total{matchers}[{window}]{off}))"
     return f"({conflicts} or on (field) 0 * {decisions}) / on (field) ({decisions} > 0)"
 
 
+def scoped(expr: str) -> str:
+    """`expr` with the environment's matchers added to every raw metric selector."""
+
+    def add(match: re.Match[str]) -> str:
+        name, matchers = match.group(1), match.group(2)
+        inner = matchers[1:-1] if matchers else ""
+        return f"{name}{{{ENVIRONMENT}{',' if inner else ''}{inner}}}"
+
+    return _SELECTOR.sub(add, expr)
+
+
 def target(expr: str, legend: str = "", *, instant: bool = False) -> dict[str, Any]:
     return {
         "datasource": dict(DATASOURCE),
-        "expr": expr,
+        "expr": scoped(expr),
         "legendFormat": legend or "__auto",
         "range": not instant,
         "instant": instant,
@@ -90,7 +110,7 @@ def panel(
     description: str,
     targets: list[dict[str, Any]],
     *,
-    unit: str = "short",
+    unit: str,
     stack: bool = False,
     links: list[dict[str, Any]] | None = None,
     overrides: list[dict[str, Any]] | None = None,
@@ -165,6 +185,73 @@ def right_axis(refid: str, unit: str) -> dict[str, Any]:
     }
 
 
+# Firing claimstream alerts of the selected environment, drawn on every time series (the Watchdog,
+# which always fires, left out).
+ALERT_ANNOTATIONS = {
+    "name": "claimstream alerts",
+    "datasource": dict(DATASOURCE),
+    "enable": True,
+    "hide": False,
+    "iconColor": "red",
+    "expr": 'ALERTS{alertstate="firing",alertname=~"Claimstream.+",alertname!="ClaimstreamWatchdog",'
+    + ENVIRONMENT
+    + "}",
+    "step": "60s",
+    "titleFormat": "{{alertname}}",
+    "textFormat": "{{severity}} {{field}}{{source}}{{instance}}{{topic}}",
+    "tagKeys": "severity",
+    "useValueForTime": False,
+}
+
+
+def query_variable(name: str, label: str, query: str, *, include_all: bool) -> dict[str, Any]:
+    variable: dict[str, Any] = {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": dict(DATASOURCE),
+        "query": {
+            "qryType": 1,
+            "query": query,
+            "refId": "PrometheusVariableQueryEditor-VariableQuery",
+        },
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "multi": include_all,
+        "includeAll": include_all,
+        "current": {},
+        "options": [],
+        "hide": 0,
+        "regex": "",
+    }
+    if include_all:
+        # Matches series without the label too (compose has no namespace).
+        variable["allValue"] = ".*"
+    return variable
+
+
+ENVIRONMENT_VARIABLES = [
+    {
+        "name": "datasource",
+        "label": "Prometheus",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+        "refresh": 1,
+        "regex": "",
+    },
+    query_variable("job", "Job", "label_values(claimstream_worker_up, job)", include_all=True),
+    query_variable(
+        "namespace",
+        "Namespace",
+        'label_values(claimstream_worker_up{job=~"$job"}, namespace)',
+        include_all=True,
+    ),
+]
+
+
 def dashboard(uid: str, title: str, description: str, layout: Layout, **extra: Any) -> dict:
     return {
         "uid": uid,
@@ -188,10 +275,11 @@ def dashboard(uid: str, title: str, description: str, layout: Layout, **extra: A
                     "iconColor": "rgba(0, 211, 255, 1)",
                     "name": "Annotations & Alerts",
                     "type": "dashboard",
-                }
+                },
+                ALERT_ANNOTATIONS,
             ]
         },
-        "templating": {"list": extra.pop("variables", [])},
+        "templating": {"list": [*ENVIRONMENT_VARIABLES, *extra.pop("variables", [])]},
         "links": extra.pop("links", []),
         "panels": layout.panels,
         **extra,
@@ -211,13 +299,16 @@ def overview() -> dict[str, Any]:
         panel(
             "stat",
             "Workers up",
-            "Workers whose pipeline runs (claimstream_worker_up) and targets Prometheus scrapes.",
+            "Workers live (arbiter loop iterating: /healthz), ready (tasks restored: /readyz) and "
+            "scraped by Prometheus.",
             [
-                target("sum(claimstream_worker_up)", "pipelines running"),
-                target('sum(up{job="claimstream"})', "scraped"),
+                target("sum(claimstream_worker_up)", "live"),
+                target("sum(claimstream_worker_ready)", "ready"),
+                target("sum(up)", "scraped"),
             ],
             thresholds=[(None, "red"), (1, "green")],
             decimals=0,
+            unit="short",
         ),
         w=6,
         h=5,
@@ -250,6 +341,7 @@ def overview() -> dict[str, Any]:
             [target("sum(claimstream_open_conflicts)", "open")],
             thresholds=[(None, "green"), (1, "orange")],
             decimals=0,
+            unit="short",
         ),
         w=6,
         h=5,
@@ -346,6 +438,7 @@ def overview() -> dict[str, Any]:
             [target("sum by (field) (claimstream_open_conflicts)", "{{field}}")],
             stack=True,
             decimals=0,
+            unit="short",
             links=drill,
         ),
         w=12,
@@ -412,6 +505,25 @@ def overview() -> dict[str, Any]:
     g.add(
         panel(
             "timeseries",
+            "Dead letters by source and reason",
+            "Claims sent to the dead-letter topic per second, by declared source and reason "
+            "(unauthenticated: someone used the source's name; processing_failed: a valid claim "
+            "failed inside the worker).",
+            [
+                target(
+                    "sum by (source, reason) (rate(claimstream_claims_rejected_total[$__rate_interval]))",
+                    "{{source}} / {{reason}}",
+                )
+            ],
+            unit="reqps",
+            stack=True,
+        ),
+        w=8,
+        h=8,
+    )
+    g.add(
+        panel(
+            "timeseries",
             "Losses by source",
             "Claims that lost to a stronger source in a resolved decision, per second: a source "
             "that loses often is a lagging replica or a stale cache.",
@@ -452,10 +564,12 @@ def overview() -> dict[str, Any]:
         panel(
             "timeseries",
             "Consumer lag by topic",
-            "Records not yet processed on the input topics, summed over workers "
-            "(ClaimstreamConsumerLagHigh fires above 10 000 for 10 minutes).",
+            "Records not yet committed on the input topics (log end minus the group's committed "
+            "offsets, asked from the broker), summed over workers (ClaimstreamConsumerLagHigh "
+            "fires above 10 000 for 10 minutes).",
             [target("sum by (topic) (claimstream_consumer_lag_records)", "{{topic}}")],
             thresholds=[(None, "green"), (10000, "red")],
+            unit="short",
         ),
         w=8,
         h=8,
@@ -464,13 +578,16 @@ def overview() -> dict[str, Any]:
         panel(
             "timeseries",
             "Worker up",
-            "Per worker: scraped by Prometheus (up) and pipeline running (claimstream_worker_up).",
+            "Per worker: scraped by Prometheus (up), live (claimstream_worker_up) and ready "
+            "(claimstream_worker_ready).",
             [
-                target("claimstream_worker_up", "pipeline {{instance}}"),
-                target('up{job="claimstream"}', "scraped {{instance}}"),
+                target("claimstream_worker_up", "live {{instance}}"),
+                target("claimstream_worker_ready", "ready {{instance}}"),
+                target("up", "scraped {{instance}}"),
             ],
             decimals=0,
             minimum=0,
+            unit="bool",
         ),
         w=8,
         h=8,
@@ -502,6 +619,48 @@ def overview() -> dict[str, Any]:
     )
     g.add(
         panel(
+            "timeseries",
+            "Memory and key state",
+            "Per worker: resident memory and the encoded key state it holds "
+            "(ClaimstreamStateLarge past 256 MiB; size the memory limit by docs/runbook.md).",
+            [
+                target("process_resident_memory_bytes", "memory {{instance}}"),
+                target("claimstream_state_bytes", "state {{instance}}"),
+            ],
+            unit="bytes",
+            minimum=0,
+        ),
+        w=12,
+        h=8,
+    )
+    g.add(
+        panel(
+            "timeseries",
+            "Rebalances and commit failures",
+            "Per worker, over the dashboard's interval: consumer-group rebalances, failed batch "
+            "commits (re-read) and tasks fenced by a newer owner.",
+            [
+                target(
+                    "sum by (instance) (increase(claimstream_rebalances_total[$__rate_interval]))",
+                    "rebalances {{instance}}",
+                ),
+                target(
+                    "sum by (instance) (increase(claimstream_commit_failures_total[$__rate_interval]))",
+                    "commit failures {{instance}}",
+                ),
+                target(
+                    "sum by (instance) (increase(claimstream_tasks_fenced_total[$__rate_interval]))",
+                    "fenced {{instance}}",
+                ),
+            ],
+            unit="short",
+            minimum=0,
+        ),
+        w=12,
+        h=8,
+    )
+    g.add(
+        panel(
             "bargauge",
             "Policy versions",
             "Workers per policy version (more than one for 15 minutes: ClaimstreamPolicyVersionSkew).",
@@ -513,6 +672,7 @@ def overview() -> dict[str, Any]:
                 )
             ],
             decimals=0,
+            unit="short",
         ),
         w=12,
         h=8,
@@ -579,6 +739,7 @@ def field_dashboard() -> dict[str, Any]:
             [target(f"sum(claimstream_open_conflicts{{{f}}})", "open")],
             thresholds=[(None, "green"), (1, "orange")],
             decimals=0,
+            unit="short",
         ),
         w=6,
         h=5,
@@ -637,6 +798,30 @@ def field_dashboard() -> dict[str, Any]:
         w=12,
         h=8,
     )
+    recorded = f"{{{f},{ENVIRONMENT}}}"
+    g.add(
+        panel(
+            "timeseries",
+            "Conflict rate against its baseline",
+            "What ClaimstreamConflictRateSurge reads (recorded by the alert rules): the 5-minute "
+            "ratio, the median of the last 12 hours, and the z-score against the 12-hour spread "
+            "(right axis; the page needs above 3, 1.5x the median, 5 points above it and 30 "
+            "decisions in 5 minutes).",
+            [
+                target(f"field:claimstream_conflict_ratio:rate5m{recorded}", "ratio {{job}}"),
+                target(
+                    f"field:claimstream_conflict_ratio_baseline:median12h{recorded}",
+                    "baseline (12 h median) {{job}}",
+                ),
+                target(f"field:claimstream_conflict_ratio:zscore12h{recorded}", "z-score {{job}}"),
+            ],
+            unit="percentunit",
+            minimum=0,
+            overrides=[right_axis("C", "none")],
+        ),
+        w=12,
+        h=8,
+    )
     g.add(
         panel(
             "timeseries",
@@ -681,6 +866,7 @@ def field_dashboard() -> dict[str, Any]:
                 target(f"max(claimstream_oldest_open_conflict_age_seconds{{{f}}})", "oldest age"),
             ],
             decimals=0,
+            unit="short",
             overrides=[right_axis("B", "s")],
         ),
         w=12,
@@ -725,26 +911,12 @@ def field_dashboard() -> dict[str, Any]:
         w=24,
         h=8,
     )
-    variable = {
-        "name": "field",
-        "label": "Field",
-        "type": "query",
-        "datasource": dict(DATASOURCE),
-        "query": {
-            "qryType": 1,
-            "query": "label_values(claimstream_decisions_total, field)",
-            "refId": "PrometheusVariableQueryEditor-VariableQuery",
-        },
-        "definition": "label_values(claimstream_decisions_total, field)",
-        "refresh": 2,
-        "sort": 1,
-        "multi": False,
-        "includeAll": False,
-        "current": {},
-        "options": [],
-        "hide": 0,
-        "regex": "",
-    }
+    variable = query_variable(
+        "field",
+        "Field",
+        f"label_values(claimstream_decisions_total{{{ENVIRONMENT}}}, field)",
+        include_all=False,
+    )
     return dashboard(
         FIELD_UID,
         "claimstream: field drill-down",

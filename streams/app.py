@@ -10,6 +10,7 @@ and state committed with their input, belongs to the arbiter.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,13 +22,16 @@ from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
 from streams.console.web import Console, register_console
-from streams.core.contracts import Outcome
+from streams.core.contracts import ConflictKind, Outcome
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
+from streams.health import LagProbe, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
+
+OUTCOME_WINDOW = timedelta(minutes=1)
 
 
 def alias_key(subject: str) -> str:
@@ -125,7 +129,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         partitions=settings.partitions,
         help="Decisions per field|outcome|kind in one-minute windows: conflict rates.",
     )
-    outcome_counts = field_outcomes.tumbling(timedelta(minutes=1), expires=timedelta(hours=2))
+    outcome_counts = field_outcomes.tumbling(OUTCOME_WINDOW, expires=timedelta(hours=2))
 
     def alias_of(subject: str) -> str | None:
         found: str | None = aliases.get(alias_key(subject))
@@ -158,28 +162,54 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
+    lag_probe = LagProbe(
+        settings, metrics, arbiter.group, arbiter.inputs, lambda: arbiter.pulse.owned
+    )
+    report_health(metrics, arbiter.pulse, lambda: arbiter.tasks)
+
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
-        metrics.up.set(1)
+        await app.add_runtime_dependency(lag_probe)
 
-    register_views(app, policy, outcome_counts)
+    register_views(app, arbiter, policy, outcome_counts)
     console = register_console(app, arbiter, policy, settings, metrics)
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
-def register_views(app: faust.App, policy: Policy, outcome_counts: Any) -> None:
+def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
     @app.page("/healthz")
-    async def health_view(web: View, request: Request) -> Response:
-        return web.json({"status": "ok", "policy_version": policy.version})
+    async def liveness_view(web: View, request: Request) -> Response:
+        verdict = arbiter.pulse.liveness()
+        body = verdict.json() | {"policy_version": policy.version}
+        return web.json(body, status=200 if verdict.ok else 503)
+
+    @app.page("/readyz")
+    async def readiness_view(web: View, request: Request) -> Response:
+        verdict = arbiter.pulse.readiness(arbiter.tasks)
+        return web.json(verdict.json(), status=200 if verdict.ok else 503)
 
     @app.page("/api/fields/{field}/outcomes")
     async def outcomes_view(web: View, request: Request, field: str) -> Response:
-        """Decisions per outcome in the current one-minute window (keys this worker owns)."""
+        """Decisions per outcome over a rolling last minute: the current one-minute window plus
+        the previous one, so the answer never empties as a minute turns (keys this worker owns)."""
         counts = {}
+        # Two fixed instants read once: faust's delta() needs a stream event to be relative to.
+        now_s = time.time()
+        current = outcome_counts.relative_to(now_s)
+        previous = outcome_counts.relative_to(now_s - OUTCOME_WINDOW.total_seconds())
         for outcome in Outcome:
-            for kind in ("none", "value", "existence", "semantic", "cross_epoch", "provenance"):
-                count = outcome_counts[f"{field}|{outcome.value}|{kind}"].now()
+            for kind in ("none", *ConflictKind):
+                key = f"{field}|{outcome.value}|{kind}"
+                count = current[key].value() + previous[key].value()
                 if count:
                     counts[f"{outcome.value}/{kind}"] = count
-        return web.json({"field": field, "worker_local": True, "window_s": 60, "counts": counts})
+        return web.json(
+            {
+                "field": field,
+                "worker_local": True,
+                "window_s": OUTCOME_WINDOW.total_seconds(),
+                "covers": "the current and the previous window",
+                "counts": counts,
+            }
+        )

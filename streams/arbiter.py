@@ -48,6 +48,7 @@ from mode import Service
 from streams.client import client_options
 from streams.core.contracts import Decision, Outcome
 from streams.core.keystate import KeyState
+from streams.health import Pulse
 from streams.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Outgoing, Processor
 from streams.settings import Guarantee, Settings
@@ -187,6 +188,7 @@ class Arbiter(Service):
         self._last_scan = 0.0
         self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
         self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+        self.pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s)
         # Told of every decision this worker emits (the console's live feed); must not block.
         self.observers: list[Callable[[Decision], None]] = []
 
@@ -242,6 +244,7 @@ class Arbiter(Service):
                 if fetched:
                     await self._batch(fetched)
                 await self._scan()
+            self.pulse.beat()
             if any(tp.partition not in self.tasks for tp in fetched):
                 await asyncio.sleep(0.05)  # a rebalance is preparing this worker's tasks
 
@@ -327,6 +330,7 @@ class Arbiter(Service):
         try:
             await commit
         except Exception as exc:
+            self.metrics.commit_failures.inc()
             log.warning("arbiter: offset commit failed (%s: %s)", type(exc).__name__, exc)
 
     def _journaled(self, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
@@ -350,12 +354,14 @@ class Arbiter(Service):
                 # Another worker opened this task: it is the owner now, and reopening the task
                 # here would fence it in turn. Drop it; the rebalance under way takes it away.
                 log.warning("arbiter: task %d was fenced by its new owner; dropping it", partition)
+                self.pulse.fence(partition)
                 await self._close(partition)
             elif isinstance(result, Exception):
                 self._failed(1, result)
                 await self._rewind([partition])
 
     def _failed(self, tasks: int, exc: Exception) -> None:
+        self.metrics.commit_failures.inc()
         log.warning(
             "arbiter: batch of %d tasks failed to commit (%s: %s); rewinding them",
             tasks,
@@ -437,20 +443,6 @@ class Arbiter(Service):
         for field_name, since in self.schedule.open_since.values():
             ages.setdefault(field_name, []).append((now - since).total_seconds())
         self.metrics.set_open_conflicts(ages)
-        self._record_lag()
-
-    def _record_lag(self) -> None:
-        # From the offsets this loop has reached, not `consumer.position()`: that may wait on
-        # the group coordinator, which during a rebalance waits on this loop's turn.
-        consumer = self._consumer
-        assert consumer is not None
-        lag: dict[str, int] = dict.fromkeys(self.inputs, 0)
-        for tp in consumer.assignment():
-            highwater, reached = consumer.highwater(tp), self.reached.get(tp)
-            if highwater is not None and reached is not None:
-                lag[tp.topic] += max(0, highwater - reached)
-        for name, value in lag.items():
-            self.metrics.consumer_lag.labels(name).set(value)
 
     # -- rebalances ------------------------------------------------------------------------------
 
@@ -552,10 +544,14 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.arbiter = arbiter
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        self.arbiter.pulse.rebalancing()
         await self.arbiter.revoked({tp.partition for tp in revoked})
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        await self.arbiter.assigned({tp.partition for tp in assigned})
+        partitions = {tp.partition for tp in assigned}
+        self.arbiter.pulse.assigned(partitions)
+        await self.arbiter.assigned(partitions)
+        self.arbiter.pulse.restored()
 
 
 def incoming(message: ConsumerRecord) -> Incoming:

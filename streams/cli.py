@@ -6,9 +6,12 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from pydantic import ValidationError
 
 from streams.core.contracts import Decision
 from streams.core.errors import ClaimstreamError
@@ -40,19 +43,30 @@ def _run_replay(
 ) -> ReplayResult:
     policy = load_policy(policy_path)
     resolution_lines = _read_lines(resolutions) if resolutions else []
-    return replay(_read_lines(claims), policy, now, resolution_lines)
+    return replay(_read_lines(claims), policy, now, resolution_lines, str(resolutions))
+
+
+def _open_for_writing(path: Path) -> TextIO:
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise ClaimstreamError(f"{path}: cannot write: {exc.strerror}") from exc
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    result = _run_replay(args.policy, args.now, args.claims, args.resolutions)
-    out = sys.stdout
-    for decision in result.decisions:
-        out.write(decision.model_dump_json() + "\n")
-    if args.rejected:
-        with open(args.rejected, "w", encoding="utf-8") as fh:
-            fh.writelines(rejection.to_json() + "\n" for rejection in result.rejections)
+    # Opened first: an unwritable path fails before any decision is printed.
+    with _open_for_writing(args.rejected) if args.rejected else nullcontext() as rejected:
+        result = _run_replay(args.policy, args.now, args.claims, args.resolutions)
+        out = sys.stdout
+        for decision in result.decisions:
+            out.write(decision.model_dump_json() + "\n")
+        if rejected is not None:
+            rejected.writelines(rejection.to_json() + "\n" for rejection in result.rejections)
+    for problem in result.rejected_resolutions:
+        print(f"claimstream: rejected resolution: {problem}", file=sys.stderr)
     print(
-        f"replay: {len(result.decisions)} decisions, {len(result.rejections)} rejected claims",
+        f"replay: {len(result.decisions)} decisions, {len(result.rejections)} rejected claims, "
+        f"{len(result.rejected_resolutions)} rejected resolutions",
         file=sys.stderr,
     )
     return 0
@@ -104,16 +118,22 @@ def _summary(decision: Decision | None) -> str:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     if args.decisions == "-":
-        return _explain_lines(sys.stdin, args)
-    with open(args.decisions, encoding="utf-8") as source:
-        return _explain_lines(source, args)
+        return _explain_lines(sys.stdin, "stdin", args)
+    return _explain_lines(_read_lines(Path(args.decisions)), args.decisions, args)
 
 
-def _explain_lines(source: Iterable[str], args: argparse.Namespace) -> int:
-    for line in source:
+def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace) -> int:
+    for number, line in enumerate(source, start=1):
         if not line.strip():
             continue
-        decision = Decision.model_validate_json(line)
+        try:
+            decision = Decision.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "(line)"
+            raise ClaimstreamError(
+                f"{origin}:{number}: not a decision record: {where}: {first['msg']}"
+            ) from exc
         if args.subject and decision.subject != args.subject:
             continue
         if args.field and decision.field != args.field:
@@ -133,7 +153,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from streams.runtime import run_dev
+    from streams.devkit.dev import run_dev
 
     return run_dev(
         _settings(args),
@@ -159,7 +179,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from streams.bench import main as bench_main
+    from streams.devkit.bench import main as bench_main
 
     return bench_main(
         args.claims, args.subjects, args.broker_kind, args.partitions, args.latency_s, args.soak_s

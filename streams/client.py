@@ -173,7 +173,7 @@ def build_resolution(
         )
     except ValidationError as exc:
         raise ClaimstreamError(f"invalid resolution: {exc}") from exc
-    admit_resolution(resolution, policy)
+    admit_resolution(resolution, policy, decided_at)
     return resolution
 
 

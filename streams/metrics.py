@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 from streams.core.contracts import Decision, Evidence, EvidenceRole, Outcome
 from streams.core.policy import Policy
 
 OTHER = "_other"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+RESTORE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class Metrics:
@@ -125,7 +133,43 @@ class Metrics:
             registry=r,
         )
         self.up = Gauge(
-            "claimstream_worker_up", "1 while the worker's pipeline is running.", registry=r
+            "claimstream_worker_up",
+            "1 while the worker is live (its arbiter loop iterates; /healthz answers 200).",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "claimstream_worker_ready",
+            "1 while every partition assigned to the worker has a restored task (/readyz).",
+            registry=r,
+        )
+        self.tasks_owned = Gauge(
+            "claimstream_tasks_owned", "Arbiter tasks (partitions) open on this worker.", registry=r
+        )
+        self.rebalances = Counter(
+            "claimstream_rebalances_total",
+            "Consumer-group rebalances that assigned this worker its tasks.",
+            registry=r,
+        )
+        self.restore_seconds = Histogram(
+            "claimstream_restore_seconds",
+            "From a rebalance starting to this worker's assigned tasks being restored and open.",
+            buckets=RESTORE_BUCKETS,
+            registry=r,
+        )
+        self.commit_failures = Counter(
+            "claimstream_commit_failures_total",
+            "Batches whose outputs or input offsets failed to commit (the batch is re-read).",
+            registry=r,
+        )
+        self.tasks_fenced = Counter(
+            "claimstream_tasks_fenced_total",
+            "Tasks dropped because a newer owner fenced their transactional producer.",
+            registry=r,
+        )
+        self.records_committed = Counter(
+            "claimstream_records_committed_total",
+            "Input records whose processing this worker committed (group offsets advanced).",
+            registry=r,
         )
         self.policy_info = Gauge(
             "claimstream_policy_info",
@@ -134,6 +178,9 @@ class Metrics:
             registry=r,
         )
         self.policy_info.labels(policy.version).set(1)
+        # Memory, CPU, open files and start time of this process, next to its own metrics.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         for field in sorted(self._fields):
             self.open_conflicts.labels(field).set(0)
             self.oldest_open_conflict_age.labels(field).set(0)
@@ -162,6 +209,10 @@ class Metrics:
 
     def lost(self, field: str, source: str) -> None:
         self.losses.labels(self.field_label(field), self.source_label(source)).inc()
+
+    def rebalanced(self, restore_s: float) -> None:
+        self.rebalances.inc()
+        self.restore_seconds.observe(restore_s)
 
     def set_open_conflicts(self, ages_by_field: dict[str, list[float]]) -> None:
         for field in self._fields:

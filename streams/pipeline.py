@@ -181,6 +181,8 @@ class Processor:
             self._now(record, wall),
             self.limits,
         )
+        if step.refused is not None:
+            return self._emit(key, step, record)
         self.metrics.accepted(claim.field, claim.source, wall.timestamp())
         decided = step.arbitration
         if (
@@ -198,7 +200,10 @@ class Processor:
         state_of: Callable[[bytes], KeyState | None],
         alias_of: Callable[[str], str | None],
     ) -> Handled:
-        resolution = admit_resolution(self.codec.decode(Resolution, record.value), self.policy)
+        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
+        resolution = admit_resolution(
+            self.codec.decode(Resolution, record.value), self.policy, wall
+        )
         canonical = alias_of(resolution.subject)
         if canonical and canonical != resolution.subject:
             resolution = resolution.model_copy(update={"subject": canonical})
@@ -207,7 +212,6 @@ class Processor:
             return self._forward(record, key, KIND_RESOLUTION)
         rules = self.policy.rules_for(resolution.field)
         assert rules is not None
-        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
         step = add_resolution(
             state_of(key),
             resolution,
@@ -293,6 +297,8 @@ class Processor:
     def _emit(self, key: bytes, step: Step, record: Incoming) -> Handled:
         handled = Handled(key=key, state=step.state)
         topics = self.topics
+        if step.refused is not None:
+            handled.outputs.append(self._dead_letter(record, step.refused, 1))
         if step.emitted is not None:
             handled.outputs += self._arbitration_records(key, step.emitted)
             handled.decisions.append(step.emitted.decision)
@@ -341,7 +347,14 @@ class Processor:
         detail = exc.detail if isinstance(exc, RejectedInput) else str(exc)
         source = _declared_source(record, self.codec)
         self.metrics.rejected(reason.value, source)
-        log.info("dead letter %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
+        log.info(
+            "dead letter %s[%d]@%d: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
+            extra={"reason": reason.value, "attempts": attempts},
+        )
         error_headers = {
             "reason": reason.value,
             "detail": detail[:2000],

@@ -1,4 +1,4 @@
-"""Running things: a worker, the `dev` bundle (broker + worker + demo feed), publish and tail."""
+"""Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev)."""
 
 from __future__ import annotations
 
@@ -7,35 +7,25 @@ import contextlib
 import gc
 import json
 import logging
-import os
-import secrets
-import signal
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
-from pydantic import SecretStr
 
 from streams.app import Pipeline, build
-from streams.brokers import start_broker
-from streams.client import ClaimPublisher, DecisionFeed, client_options, ensure_topics
-from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest, Resolution
+from streams.client import ClaimPublisher, client_options, ensure_topics
+from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest
 from streams.core.errors import ClaimstreamError
-from streams.core.explain import explain
 from streams.core.intake import parse_claim
 from streams.core.policy import load_policy
-from streams.demo import scenario_claims, scenario_resolutions
+from streams.logs import configure_logging
 from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
-DEMO_ROUND_S = 20.0
 
 
 def freeze_survivors(phase: str, info: dict[str, int]) -> None:
@@ -53,6 +43,7 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
     if freeze_survivors not in gc.callbacks:
         gc.callbacks.append(freeze_survivors)
+    configure_logging(settings.log_level, settings.log_format)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     policy = load_policy(settings.policy)
@@ -62,7 +53,11 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     if customize is not None:
         customize(pipeline)
     worker = faust.Worker(
-        pipeline.app, loop=loop, loglevel=settings.log_level, redirect_stdouts=False
+        pipeline.app,
+        loop=loop,
+        loglevel=settings.log_level,
+        redirect_stdouts=False,
+        override_logging=False,  # configure_logging above: JSON lines or text
     )
     # Faust's startup spinner sets the root logger to DEBUG so it can spin on every record: every
     # debug call in aiokafka's hot path then builds a LogRecord (measured: ~15% of the worker).
@@ -72,71 +67,6 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     except SystemExit as exit_:
         return int(exit_.code or 0)
     return 0
-
-
-def run_dev(
-    settings: Settings,
-    broker_kind: str = "tansu",
-    rounds: int = 0,
-    round_seconds: float = DEMO_ROUND_S,
-) -> int:
-    """The embedded default: a bundled broker, a worker, a demo feed and a decision printer."""
-    broker = start_broker(broker_kind)
-    print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
-    # The bundled broker forgets everything when it stops, so local table state must too.
-    scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
-    settings = settings.model_copy(
-        update={"broker": f"kafka://{broker.bootstrap}", "data_dir": Path(scratch.name)}
-    )
-    web = f"http://{settings.web_host}:{settings.web_port}"
-    print(f"dev: web API and /metrics on {web}/", flush=True)
-    if settings.steward_tokens is None and settings.steward_tokens_file is None:
-        # A local demo lets its user resolve from the browser: a fresh token for this run only.
-        token = secrets.token_urlsafe(18)
-        settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
-        print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
-    else:
-        print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
-    try:
-        return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
-    finally:
-        broker.stop()
-        scratch.cleanup()
-        print("dev: broker stopped", flush=True)
-
-
-def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:
-    app, settings = pipeline.app, pipeline.settings
-
-    @app.task
-    async def demo_feed() -> None:
-        async with (
-            ClaimPublisher(settings) as tools,
-            ClaimPublisher(settings, user_assertions=True) as users,
-        ):
-            round_no = 0
-            while rounds == 0 or round_no < rounds:
-                now = datetime.now(UTC)
-                claims = scenario_claims(now, round_no)
-                await tools.publish_many(c for c in claims if c.get("source_class") != "user")
-                await users.publish_many(c for c in claims if c.get("source_class") == "user")
-                print(f"dev: demo round {round_no} published {len(claims)} claims", flush=True)
-                if round_no == 0:
-                    await asyncio.sleep(5)
-                    for data in scenario_resolutions(datetime.now(UTC), round_no):
-                        await tools.resolve(Resolution.model_validate(data))
-                    print("dev: published a person's resolution for globex", flush=True)
-                round_no += 1
-                await asyncio.sleep(round_seconds)
-        await asyncio.sleep(5)  # let the last decisions print
-        os.kill(os.getpid(), signal.SIGTERM)  # stop this worker the way Ctrl-C would
-
-    @app.task
-    async def print_decisions() -> None:
-        async with DecisionFeed(settings) as feed:
-            async for decision in feed.decisions():
-                first, second, *_ = explain(decision).splitlines()
-                print(f"decision: {first}\n         {second.strip()}", flush=True)
 
 
 async def publish_lines(settings: Settings, lines: Iterable[str], user_assertions: bool) -> int:

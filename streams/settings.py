@@ -23,6 +23,11 @@ class Guarantee(StrEnum):
     EXACTLY_ONCE = "exactly_once"
 
 
+class LogFormat(StrEnum):
+    JSON = "json"  # one JSON object per line, for log collectors
+    TEXT = "text"  # for people: `claimstream dev` defaults to it
+
+
 class Topics(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -86,6 +91,18 @@ class Settings(BaseModel):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     log_level: str = "warn"
+    log_format: LogFormat = LogFormat.JSON
+    liveness_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="/healthz fails when the arbiter loop has not iterated for this long",
+    )
+    restore_timeout_s: float = Field(
+        default=600.0, gt=0, description="/healthz fails when a rebalance restores for this long"
+    )
+    lag_interval_s: float = Field(
+        default=5.0, gt=0, description="how often consumer lag is asked from the broker"
+    )
     steward_tokens: SecretStr | None = Field(
         default=None,
         description="comma-separated tokens that let a steward publish resolutions from the "

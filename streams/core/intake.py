@@ -20,11 +20,20 @@ from streams.core.contracts import (
     Value,
 )
 from streams.core.errors import ContractError
-from streams.core.normalize import normalize_value, statement_order
-from streams.core.policy import FieldRules, Policy
+from streams.core.normalize import (
+    canonical_value,
+    normalize_scope,
+    normalize_value,
+    statement_order,
+)
+from streams.core.policy import FieldRules, Policy, SourcePolicy
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE: Authority.INFERRED}
+_ASSERTED_RANK = Authority.ASSERTED.rank
+# What a claim says beyond its value: compared as received (value and unit are compared
+# normalized, scope as normalized).
+_CONTENT_EXCLUDES = frozenset({"value", "unit", "scope"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,10 @@ class AdmittedClaim:
         init=False, compare=False, repr=False
     )
     """Status and value in `statement_order`, then claim_id: how the engine clusters claims."""
+    observes: bool = field(init=False, compare=False, repr=False)
+    """An observation of the world (authority above `asserted`): only these prove state."""
+    scope_key: str | None = field(init=False, compare=False, repr=False)
+    """The declared scope as compared: case folded, spacing collapsed."""
     journaled: str | None = field(default=None, init=False, compare=False, repr=False)
     """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
@@ -57,6 +70,21 @@ class AdmittedClaim:
         object.__setattr__(self, "recency", (claim.observed_at, claim.claim_id))
         statement = (statement_order(claim.status.value, self.value), claim.claim_id)
         object.__setattr__(self, "statement", statement)
+        object.__setattr__(self, "observes", self.rank < _ASSERTED_RANK)
+        scope = claim.scope
+        object.__setattr__(self, "scope_key", None if scope is None else normalize_scope(scope))
+
+    def same_content(self, other: AdmittedClaim) -> bool:
+        """Whether two claims with one claim_id say the same thing: equal once normalized (an
+        enum spelled in another case, a number in another unit), admitted alike."""
+        if (self.authority, self.lineage, self.scope_key) != (
+            other.authority,
+            other.lineage,
+            other.scope_key,
+        ) or canonical_value(self.value) != canonical_value(other.value):
+            return False
+        mine, theirs = vars(self.claim), vars(other.claim)
+        return all(mine[name] == theirs[name] for name in mine if name not in _CONTENT_EXCLUDES)
 
 
 def admit(
@@ -95,16 +123,33 @@ def admit(
     authority = _CLASS_AUTHORITY.get(effective_class) or rules.authorities.get(
         claim.source, source_policy.authority
     )
-    lineage = claim.lineage or source_policy.lineage or f"source:{claim.source}"
-    return AdmittedClaim(claim=claim, authority=authority, value=value, lineage=lineage)
+    return AdmittedClaim(
+        claim=claim, authority=authority, value=value, lineage=lineage_of(claim, source_policy)
+    )
 
 
-def admit_resolution(resolution: Resolution, policy: Policy) -> Resolution:
-    """Return `resolution` with its value normalized like a claim's, or raise ContractError."""
+def lineage_of(claim: Claim, source_policy: SourcePolicy | None) -> str:
+    """Lineage belongs to the operator, like authority: the policy's lineage for the source wins;
+    a claim's own lineage only applies where the policy names none (and, as independence is
+    also counted per source, can only join sources, never split one)."""
+    if source_policy is not None and source_policy.lineage:
+        return source_policy.lineage
+    return claim.lineage or f"source:{claim.source}"
+
+
+def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> Resolution:
+    """Return `resolution` with its value normalized like a claim's, or raise ContractError.
+    A resolution dated beyond `now` plus the allowed clock skew is refused like a future claim."""
     rules = policy.rules_for(resolution.field)
     if rules is None:
         raise ContractError(
             RejectReason.UNKNOWN_FIELD, f"field {resolution.field!r} is not in the policy"
+        )
+    if resolution.decided_at > now + policy.defaults.max_clock_skew:
+        raise ContractError(
+            RejectReason.FUTURE_OBSERVATION,
+            f"decided_at {resolution.decided_at.isoformat()} is beyond the allowed clock skew of "
+            f"{policy.defaults.max_clock_skew} past {now.isoformat()}",
         )
     if resolution.status not in (ClaimStatus.PRESENT, ClaimStatus.NOT_FOUND):
         raise ContractError(

@@ -8,6 +8,7 @@ sending a decision can repeat a decision but never lose one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,7 @@ from streams.core.contracts import (
     Resolution,
     Value,
 )
-from streams.core.engine import Arbitration, arbitrate
+from streams.core.engine import Arbitration, arbitrate, extend
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import canonical_value, format_timestamp
@@ -74,6 +75,12 @@ class KeyState:
     conflict_since: datetime | None = None
     escalated: bool = False
     next_check_at: datetime | None = None
+    disputed: tuple[str, ...] = ()
+    """Claim ids seen with different content: no version of them counts (kept to refuse any
+    later version too, whichever order they arrive in)."""
+    arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
+    """The last arbitration, in memory only (never journaled): lets a claim that cannot change
+    the belief be placed without running the rules again."""
 
     @property
     def current(self) -> DecisionSummary | None:
@@ -133,6 +140,7 @@ def encode_state(state: KeyState) -> bytes:
         "conflict_since": state.conflict_since and format_timestamp(state.conflict_since),
         "escalated": state.escalated,
         "next_check_at": state.next_check_at and format_timestamp(state.next_check_at),
+        "disputed": list(state.disputed),
     }
     text = _COMPACT_JSON.encode({name: value for name, value in encoded.items() if value})
     if state.claims:
@@ -158,6 +166,7 @@ def decode_state(data: bytes) -> KeyState:
         conflict_since=_timestamp(raw.get("conflict_since")),
         escalated=raw.get("escalated", False),
         next_check_at=_timestamp(raw.get("next_check_at")),
+        disputed=tuple(raw.get("disputed", ())),
     )
 
 
@@ -238,6 +247,7 @@ def _timestamp(text: str | None) -> datetime | None:
 class Limits:
     max_claims: int = 16
     max_history: int = 10
+    max_disputed: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +259,8 @@ class Step:
     arbitration: Arbitration
     emitted: Arbitration | None = None
     escalation: Decision | None = None
+    refused: ContractError | None = None
+    """The input was refused (a reused claim_id): dead-letter it, and still apply the step."""
 
 
 Trigger = Literal["claim", "duplicate", "resolution", "time"]
@@ -262,19 +274,56 @@ def add_claim(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Step:
-    """Add one admitted claim and re-decide. A reused claim_id with another payload is refused."""
+    """Add one admitted claim and re-decide.
+
+    A claim_id identifies one claim within its key (subject and field). Seen again with the same
+    normalized content it is a redelivery. Seen with different content, neither version counts:
+    the earlier one leaves the evidence, this one is refused, and so is any later version, the
+    same final state whatever order the versions arrive in (as `engine.distinct` in replay)."""
     claim = admitted.claim
     state = state or KeyState(subject=claim.subject, field=claim.field)
-    seen = next((s for s in state.claims if s.claim.claim_id == claim.claim_id), None)
-    if seen is not None:
-        if seen.claim != claim:
-            raise ContractError(
-                RejectReason.CONFLICTING_DUPLICATE,
-                f"claim_id {claim.claim_id!r} was already used for a different claim",
-            )
+    claim_id = claim.claim_id
+    if claim_id in state.disputed:
+        step = _decide(state, rules, policy_version, now, "claim", limits)
+        return replace(step, refused=_conflicting_duplicate(claim_id))
+    seen = next((s for s in state.claims if s.claim.claim_id == claim_id), None)
+    if seen is None:
+        grown = _with_claims(state, (*state.claims, admitted))
+        return _decide(grown, rules, policy_version, now, "claim", limits, added=admitted)
+    if seen.same_content(admitted):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    grown = replace(state, claims=(*state.claims, admitted))
-    return _decide(grown, rules, policy_version, now, "claim", limits)
+    withdrawn = replace(
+        state,
+        claims=tuple(s for s in state.claims if s is not seen),
+        disputed=(*state.disputed, claim_id)[-limits.max_disputed :],
+    )
+    step = _decide(withdrawn, rules, policy_version, now, "claim", limits)
+    return replace(step, refused=_conflicting_duplicate(claim_id))
+
+
+def _with_claims(state: KeyState, claims: tuple[AdmittedClaim, ...]) -> KeyState:
+    """`replace(state, claims=...)` spelled out: this runs for every new claim, and
+    `dataclasses.replace` costs several times a constructor call."""
+    return KeyState(
+        state.subject,
+        state.field,
+        claims,
+        state.resolutions,
+        state.history,
+        state.conflict_since,
+        state.escalated,
+        state.next_check_at,
+        state.disputed,
+        state.arbitration,
+    )
+
+
+def _conflicting_duplicate(claim_id: str) -> ContractError:
+    return ContractError(
+        RejectReason.CONFLICTING_DUPLICATE,
+        f"claim_id {claim_id!r} is used for claims that say different things; "
+        "no version of it counts as evidence",
+    )
 
 
 def add_resolution(
@@ -308,8 +357,13 @@ def advance(
 def current_decision(
     state: KeyState, rules: FieldRules, policy_version: str, now: datetime
 ) -> Decision:
-    """What the worker believes about this key at `now` (for the web API)."""
-    return _arbitrate(state, rules, policy_version, now).decision
+    """What the worker believes about this key at `now` (for the web API). When that is the
+    belief last emitted, it names what that decision superseded, not itself."""
+    arbitration = _arbitrate(state, rules, policy_version, now)
+    last = state.current
+    if last is not None and arbitration.decision_id == last.decision_id:
+        arbitration = arbitration.restated(now, last.supersedes)
+    return arbitration.decision
 
 
 def _arbitrate(
@@ -335,17 +389,41 @@ def _decide(
     now: datetime,
     trigger: Trigger,
     limits: Limits,
+    added: AdmittedClaim | None = None,
 ) -> Step:
     last = state.current
     if last is not None and now < last.decided_at:
         now = last.decided_at  # a key's clock never runs backwards
+    arbitration = _extended(state, added, rules, policy_version, now, limits)
+    if arbitration is not None:
+        # Nothing the rules look at moved: the belief, history and timers stand.
+        assert added is not None
+        expires = _expiry(added, rules)
+        next_check_at = state.next_check_at
+        if expires is not None and (next_check_at is None or expires < next_check_at):
+            next_check_at = expires
+        return Step(
+            state=KeyState(
+                state.subject,
+                state.field,
+                state.claims,
+                state.resolutions,
+                state.history,
+                state.conflict_since,
+                state.escalated,
+                next_check_at,
+                state.disputed,
+                arbitration,
+            ),
+            arbitration=arbitration,
+        )
     arbitration = _arbitrate(state, rules, policy_version, now)
     claims = _evicted(state.claims, arbitration.roles, limits)
     history, conflict_since, escalated = state.history, state.conflict_since, state.escalated
 
     emitted: Arbitration | None = None
     if last is None or arbitration.decision_id != last.decision_id:
-        history = (*history, _summary(arbitration.decision))[-limits.max_history :]
+        history = (*history, _summary(arbitration, now))[-limits.max_history :]
         was_open = last is not None and last.outcome in _OPEN
         is_open = arbitration.outcome in _OPEN
         conflict_since = (conflict_since if was_open else now) if is_open else None
@@ -373,19 +451,60 @@ def _decide(
         conflict_since,
         escalated,
         next_check_at,
+        state.disputed,
+        # Kept only where `extend` can use it, and as a copy without the records built for
+        # sending: what deciding needs stays in memory, the evidence records do not.
+        arbitration.restated(now, None) if arbitration.belief is not None else None,
     )
     return Step(state=state, arbitration=arbitration, emitted=emitted, escalation=escalation)
 
 
-def _summary(decision: Decision) -> DecisionSummary:
+def _extended(
+    state: KeyState,
+    added: AdmittedClaim | None,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits,
+) -> Arbitration | None:
+    """The incremental path (`engine.extend`), where its preconditions hold: the last
+    arbitration is at hand and was made under these rules, no timer of the key has come due since
+    (so time alone changed nothing), and the new claim needs no eviction."""
+    previous, last = state.arbitration, state.current
+    if (
+        added is None
+        or previous is None
+        or previous.belief is None
+        or previous.belief.rules is not rules
+        or previous.belief.policy_version != policy_version
+        or last is None
+        or previous.decision_id != last.decision_id
+        or (state.next_check_at is not None and now >= state.next_check_at)
+        or len(state.claims) > limits.max_claims
+    ):
+        return None
+    return extend(previous, added, now, last.decision_id)
+
+
+def _expiry(admitted: AdmittedClaim, rules: FieldRules) -> datetime | None:
+    """When a plain claim goes stale: one tick after it is exactly as old as the budget."""
+    if rules.freshness is None:
+        return None
+    return admitted.claim.observed_at + rules.freshness + _MICROSECOND
+
+
+def _summary(arbitration: Arbitration, decided_at: datetime) -> DecisionSummary:
+    """Read from the arbitration, not its Decision: the evidence records are built only for
+    what is sent."""
+    verdict = arbitration.verdict
     return DecisionSummary.model_construct(
-        decision_id=decision.decision_id,
-        outcome=decision.outcome,
-        conflict_kind=decision.conflict_kind,
-        value=decision.value,
-        reason=decision.reason,
-        decided_at=decision.decided_at,
-        supersedes=decision.supersedes,
+        decision_id=arbitration.decision_id,
+        outcome=verdict.outcome,
+        conflict_kind=verdict.kind,
+        value=verdict.value,
+        reason=verdict.reason,
+        decided_at=decided_at,
+        supersedes=arbitration.supersedes,
     )
 
 
@@ -417,8 +536,9 @@ def _next_check(
     moments: list[datetime] = []
     for admitted in claims:
         claim = admitted.claim
-        if rules.freshness is not None:
-            moments.append(claim.observed_at + rules.freshness)
+        expires = _expiry(admitted, rules)
+        if expires is not None:
+            moments.append(expires)
         moments += [m for m in (claim.valid_from, claim.valid_to) if m is not None]
     if conflict_since is not None and not escalated:
         moments.append(conflict_since + rules.escalate_after)

@@ -3,8 +3,10 @@
 Rules (documented in the README):
 - money: `{amount_minor, currency}` only; the currency must equal the field's (never converted).
 - number: int or float, finite, in the field's unit after conversion from a known unit of the same
-  dimension; two numbers agree when they differ by at most the field's tolerance (plus a relative
-  1e-9, so 0.1 + 0.2 agrees with 0.3).
+  dimension, then rounded to 15 significant digits (so 0.7 s on a ms field is 700.0, not
+  699.9999999999999: unit noise never changes a decided value or its id); two numbers agree when
+  they differ by at most the field's tolerance (plus a relative 1e-9, so 0.1 + 0.2 agrees with
+  0.3).
 - integer: an int (or an integral float) within the signed 64-bit range.
 - string: Unicode NFC, outer whitespace stripped, inner whitespace runs collapsed to one space;
   case preserved unless the field says `case: fold`.
@@ -65,6 +67,12 @@ _UNIT_ALIASES = {
 }
 
 
+def canonical_number(number: float) -> float:
+    """The float a number stands for: 15 significant digits (what a double holds exactly in
+    decimal), so conversion noise in the last bits disappears; -0.0 is 0.0."""
+    return float(f"{number:.15g}") + 0.0
+
+
 def canonical_unit(unit: str) -> str:
     stripped = unit.strip()
     return _UNIT_ALIASES.get(stripped, stripped)
@@ -73,6 +81,11 @@ def canonical_unit(unit: str) -> str:
 def normalize_string(raw: str, case: StringCase) -> str:
     text = " ".join(unicodedata.normalize("NFC", raw).split())
     return text.casefold() if case is StringCase.FOLD else text
+
+
+def normalize_scope(scope: str) -> str:
+    """A scope label as compared: `Server` and ` server ` are one scope."""
+    return normalize_string(scope, StringCase.FOLD)
 
 
 def format_timestamp(moment: datetime) -> str:
@@ -122,7 +135,7 @@ def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
             raise ContractError(
                 RejectReason.UNIT_MISMATCH, f"{rules.name}: unit {unit!r} on a unitless field"
             )
-        return number
+        return canonical_number(number)
     if unit is None:
         raise ContractError(
             RejectReason.UNIT_MISMATCH,
@@ -130,14 +143,14 @@ def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
         )
     have, want = canonical_unit(unit), canonical_unit(rules.unit)
     if have == want:
-        return number
+        return canonical_number(number)
     have_dim, want_dim = _UNITS.get(have), _UNITS.get(want)
     if have_dim is None or want_dim is None or have_dim[0] != want_dim[0]:
         raise ContractError(
             RejectReason.UNIT_MISMATCH,
             f"{rules.name}: unit {unit!r} does not convert to {rules.unit!r}",
         )
-    return number * have_dim[1] / want_dim[1]
+    return canonical_number(number * have_dim[1] / want_dim[1])
 
 
 def _number(raw: Value, unit: str | None, rules: FieldRules) -> Value:
@@ -159,9 +172,11 @@ def _check_int64(number: int, rules: FieldRules) -> None:
 def _integer(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _type_error(rules, raw, "an integer")
-    if isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer()):
+    converts = bool(unit or rules.unit)
+    # With a unit, only the converted amount must be whole (0.7 s is 700 ms).
+    if isinstance(raw, float) and not (math.isfinite(raw) and (converts or raw.is_integer())):
         raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not an integer")
-    converted = _convert_unit(float(raw), unit, rules) if unit or rules.unit else raw
+    converted = _convert_unit(float(raw), unit, rules) if converts else raw
     if not float(converted).is_integer():
         raise ContractError(
             RejectReason.INVALID_VALUE,

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from streams.core.contracts import Decision, RejectReason, Resolution
-from streams.core.engine import arbitrate
+from streams.core.engine import arbitrate, distinct
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim, admit, admit_resolution, parse_claim
 from streams.core.policy import Policy
@@ -46,6 +46,8 @@ class ReplayRejection:
 class ReplayResult:
     decisions: list[Decision]
     rejections: list[ReplayRejection]
+    rejected_resolutions: list[str]
+    """One line per unusable resolution: where it is (file:line), the reason and the problem."""
 
 
 def replay(
@@ -53,9 +55,16 @@ def replay(
     policy: Policy,
     now: datetime,
     resolution_lines: Iterable[str] = (),
+    resolutions_origin: str = "resolutions",
 ) -> ReplayResult:
+    """Final decisions for recorded claims and resolutions at `now`, as a worker would reach.
+
+    A claim_id identifies a claim within its subject and field, as in the stream: a key's
+    versions of one id that say different things are all rejected (`conflicting_duplicate`), and
+    none of them counts. A resolution line that cannot be used is rejected on its own, naming
+    `resolutions_origin` and its line number."""
     rejections: list[ReplayRejection] = []
-    admitted_by_id: dict[str, list[tuple[str, AdmittedClaim, Any]]] = defaultdict(list)
+    by_key: dict[tuple[str, str], list[tuple[AdmittedClaim, Any]]] = defaultdict(list)
     for line in lines:
         if not line.strip():
             continue
@@ -76,34 +85,29 @@ def replay(
                 )
             )
         else:
-            fingerprint = json.dumps(claim.model_dump(mode="json"), sort_keys=True)
-            admitted_by_id[claim.claim_id].append((fingerprint, admitted, data))
+            by_key[(claim.subject, claim.field)].append((admitted, data))
 
-    by_key: dict[tuple[str, str], list[AdmittedClaim]] = defaultdict(list)
-    for claim_id, versions in admitted_by_id.items():
-        versions.sort(key=lambda version: version[0])
-        kept_fingerprint, kept, _ = versions[0]
-        by_key[(kept.claim.subject, kept.claim.field)].append(kept)
-        for fingerprint, _, data in versions[1:]:
-            if fingerprint != kept_fingerprint:
-                rejections.append(
-                    ReplayRejection(
-                        claim_id,
-                        RejectReason.CONFLICTING_DUPLICATE,
-                        "claim_id reused with a different payload",
-                        data,
-                    )
-                )
-
-    resolutions = _resolutions(resolution_lines, policy)
+    resolutions, refused = _resolutions(resolution_lines, policy, now, resolutions_origin)
     decisions = []
     for subject, field in sorted(by_key):
+        received = by_key[(subject, field)]
+        kept, disputed = distinct(admitted for admitted, _ in received)
+        rejections += (
+            ReplayRejection(
+                admitted.claim.claim_id,
+                RejectReason.CONFLICTING_DUPLICATE,
+                "claim_id used for claims that say different things; no version counts",
+                data,
+            )
+            for admitted, data in received
+            if admitted.claim.claim_id in disputed
+        )
         rules = policy.rules_for(field)
         assert rules is not None  # admit() refused claims for unknown fields
         arbitration = arbitrate(
             subject,
             field,
-            by_key[(subject, field)],
+            kept,
             rules,
             policy.version,
             now,
@@ -111,19 +115,27 @@ def replay(
         )
         decisions.append(arbitration.decision)
     rejections.sort(key=lambda r: (r.claim_id or "", r.reason.value, r.to_json()))
-    return ReplayResult(decisions=decisions, rejections=rejections)
+    return ReplayResult(decisions=decisions, rejections=rejections, rejected_resolutions=refused)
 
 
-def _resolutions(lines: Iterable[str], policy: Policy) -> dict[tuple[str, str], list[Resolution]]:
+def _resolutions(
+    lines: Iterable[str], policy: Policy, now: datetime, origin: str
+) -> tuple[dict[tuple[str, str], list[Resolution]], list[str]]:
     found: dict[tuple[str, str], list[Resolution]] = defaultdict(list)
+    refused: list[str] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            resolution = admit_resolution(Resolution.model_validate_json(line), policy)
+            resolution = admit_resolution(Resolution.model_validate_json(line), policy, now)
         except ValidationError as exc:
-            raise ContractError(
-                RejectReason.MALFORMED, f"resolution on line {number}: {exc}"
-            ) from exc
-        found[(resolution.subject, resolution.field)].append(resolution)
-    return found
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(resolution)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            refused.append(f"{origin}:{number}: {RejectReason.MALFORMED.value}: {problems}")
+        except ContractError as exc:
+            refused.append(f"{origin}:{number}: {exc.reason.value}: {exc.detail}")
+        else:
+            found[(resolution.subject, resolution.field)].append(resolution)
+    return found, refused

@@ -6,13 +6,12 @@ import json
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streams.core.contracts import Money, RejectReason
-from streams.core.errors import ContractError
+from streams.core.engine import extend
 from streams.core.intake import admit
 from streams.core.keystate import (
     KeyState,
@@ -68,17 +67,39 @@ def test_a_redelivered_claim_repeats_the_decision_exactly_as_first_emitted() -> 
     assert again.state.history == state.history
 
 
-def test_a_reused_claim_id_with_another_payload_is_refused() -> None:
-    state, _ = grow(claim(1))
-    with pytest.raises(ContractError) as caught:
-        add_claim(state, admit(claim(1, value="overdue"), POLICY, NOW), RULES, POLICY.version, NOW)
-    assert caught.value.reason is RejectReason.CONFLICTING_DUPLICATE
+def test_a_reused_claim_id_with_another_payload_is_refused_and_neither_version_counts() -> None:
+    state, _ = grow(claim(1), claim(2, source="crm"))
+    assert state is not None
+    step = add_claim(
+        state, admit(claim(1, value="overdue"), POLICY, NOW), RULES, POLICY.version, NOW
+    )
+    assert step.refused is not None
+    assert step.refused.reason is RejectReason.CONFLICTING_DUPLICATE
+    assert [a.claim.claim_id for a in step.state.claims] == ["c2"]
+    assert step.state.disputed == ("c1",)
+    # Any later version, the first one included, is refused too and changes nothing.
+    again = add_claim(step.state, admit(claim(1), POLICY, NOW), RULES, POLICY.version, NOW)
+    assert again.refused is not None
+    assert again.state.claims == step.state.claims
+    assert decode_state(encode_state(again.state)).disputed == ("c1",)
+
+
+def test_a_reused_claim_id_with_the_same_normalized_content_is_one_claim() -> None:
+    state, _ = grow(claim(1, value="paid"))
+    step = add_claim(
+        state, admit(claim(1, value=" PAID "), POLICY, NOW), RULES, POLICY.version, NOW
+    )
+    assert step.refused is None
+    assert len(step.state.claims) == 1
 
 
 def test_time_alone_expires_and_the_next_check_is_the_expiry_instant() -> None:
     state, _ = grow(claim(1))
     assert state is not None
-    assert state.next_check_at == NOW - timedelta(seconds=1) + timedelta(seconds=60)
+    # Exactly as old as the budget is fresh; one microsecond older is stale.
+    budget_ends = NOW - timedelta(seconds=1) + timedelta(seconds=60)
+    assert state.next_check_at == budget_ends + timedelta(microseconds=1)
+    assert advance(state, RULES, POLICY.version, budget_ends).emitted is None
     step = advance(state, RULES, POLICY.version, state.next_check_at)
     assert step.emitted is not None
     assert step.emitted.decision.outcome == "insufficient"
@@ -168,3 +189,23 @@ def test_a_claim_with_every_field_set_round_trips_through_the_state_encoding() -
     state = add_claim(state, absent, rules, POLICY.version, NOW).state
     assert decode_state(encode_state(state)) == state
     assert decode_state(encode_state(state)).claims[0].value == admitted.value
+
+
+def test_a_claim_that_cannot_change_the_belief_skips_the_rules() -> None:
+    state, _ = grow(claim(1), claim(2, source="reporting-replica", value="overdue"))
+    assert state is not None
+    assert state.arbitration is not None
+    assert state.arbitration.belief is not None
+    weaker = admit(claim(3, source="billing-cache"), POLICY, NOW)
+    newer_same = admit(claim(4, source="crm", observed_at=NOW), POLICY, NOW)
+    stronger_disagreeing = admit(claim(5, source="crm", value="unpaid"), POLICY, NOW)
+    placed = extend(state.arbitration, weaker, NOW, None)
+    assert placed is not None
+    assert placed.roles["c3"] == "corroborating"
+    won = extend(state.arbitration, newer_same, NOW, None)
+    assert won is not None
+    assert (won.roles["c4"], won.roles["c1"]) == ("winner", "corroborating")
+    assert won.decision_id == state.arbitration.decision_id
+    assert extend(state.arbitration, stronger_disagreeing, NOW, None) is None
+    # A state read back from the changelog has no arbitration: the rules run again.
+    assert decode_state(encode_state(state)).arbitration is None

@@ -2,42 +2,66 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.contracts import Claim
+from streams.core.engine import arbitrate, distinct
+from streams.core.intake import admit
+from streams.core.keystate import KeyState, Limits, add_claim, advance, current_decision
 from streams.core.policy import Policy, load_policy
 from tests.core.conftest import NOW, REPO, decide
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
+_rules = POLICY.rules_for("order.payment_status")
+assert _rules is not None
+RULES = _rules
+WIDE = Limits(max_claims=64)  # no eviction: replay keeps every claim
 SOURCES = ["billing-api", "crm", "ledger-service", "reporting-replica", "billing-cache", "chat"]
 
 
 @st.composite
 def payment_claims(draw: st.DrawFn) -> list[Claim]:
+    """Claims of every kind the rules treat apart: statuses, classes, epochs, scopes spelled
+    differently, validity periods, and claim ids reused with the same or other content."""
     count = draw(st.integers(min_value=1, max_value=7))
     claims = []
     for n in range(count):
         status = draw(st.sampled_from(["present"] * 6 + ["not_found", "unavailable", "error"]))
+        period = draw(st.sampled_from([None, None, (-3, None), (-2, -1), (-2, None), (-1, 2)]))
         claims.append(
             Claim(
-                claim_id=f"c{n}",
+                claim_id=f"c{draw(st.integers(min_value=0, max_value=n))}",
                 subject="invoice:42",
                 field="order.payment_status",
                 status=status,
-                value=draw(st.sampled_from(["paid", "unpaid", "overdue"]))
+                value=draw(st.sampled_from(["paid", "unpaid", "overdue", "PAID"]))
                 if status == "present"
                 else None,
                 source=draw(st.sampled_from(SOURCES)),
                 source_class="user" if draw(st.booleans()) and n == 0 else "observation",
                 observed_at=NOW - timedelta(seconds=draw(st.integers(min_value=0, max_value=90))),
+                valid_from=None if period is None else NOW + timedelta(minutes=period[0]),
+                valid_to=None
+                if period is None or period[1] is None
+                else NOW + timedelta(minutes=period[1]),
                 epoch=draw(st.sampled_from([None, 1, 2])),
-                scope=draw(st.sampled_from([None, None, None, "server"])),
+                scope=draw(st.sampled_from([None, None, None, "server", " Server"])),
             )
         )
     return claims
+
+
+def fold(claims: list[Claim], now: datetime) -> KeyState:
+    """What a worker's state becomes when the claims arrive one by one in this order."""
+    state: KeyState | None = None
+    for c in claims:
+        step = add_claim(state, admit(c, POLICY, now), RULES, POLICY.version, now, WIDE)
+        state = step.state
+    assert state is not None
+    return state
 
 
 @settings(max_examples=300, deadline=None)
@@ -95,3 +119,79 @@ def test_tolerance_grouping_does_not_depend_on_order(
     ]
     shuffled = data.draw(st.permutations(claims))
     assert decide(POLICY, *claims).decision == decide(POLICY, *shuffled).decision
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims=payment_claims(), data=st.data(), later_s=st.integers(min_value=0, max_value=400))
+def test_a_key_folded_claim_by_claim_decides_as_replay_in_any_order(
+    claims: list[Claim], data: st.DataObject, later_s: int
+) -> None:
+    """Stream = replay in the pure core: the state a worker reaches from any arrival order (with
+    redeliveries) decides what the engine decides over the set, now and as time passes."""
+    arrivals = data.draw(st.permutations(claims))
+    arrivals += data.draw(st.lists(st.sampled_from(claims), max_size=3))
+    state = fold(arrivals, NOW)
+    kept, _ = distinct(admit(c, POLICY, NOW) for c in claims)
+
+    def replayed(at: datetime) -> str:
+        decided = arbitrate("invoice:42", RULES.name, kept, RULES, POLICY.version, at)
+        return decided.decision_id
+
+    assert current_decision(state, RULES, POLICY.version, NOW).decision_id == replayed(NOW)
+    later = NOW + timedelta(seconds=later_s)
+    moved = advance(state, RULES, POLICY.version, later, WIDE)
+    assert moved.arbitration.decision_id == replayed(later)
+    assert (
+        moved.arbitration.decision.evidence
+        == arbitrate("invoice:42", RULES.name, kept, RULES, POLICY.version, later).decision.evidence
+    )
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> list[tuple[int, Claim]]:
+    """Claims arriving one by one at non-decreasing instants (seconds after NOW): mostly plain
+    claims the incremental path takes, some that force the rules to run again."""
+    moments = sorted(draw(st.lists(st.integers(0, 200), min_size=1, max_size=10)))
+    out = []
+    for n, moment in enumerate(moments):
+        at = NOW + timedelta(seconds=moment)
+        status = draw(st.sampled_from(["present"] * 8 + ["not_found", "error"]))
+        special = draw(st.sampled_from([{}] * 6 + [{"epoch": 1}, {"scope": "server"}]))
+        out.append(
+            (
+                moment,
+                Claim(
+                    claim_id=f"c{n}",
+                    subject="invoice:42",
+                    field="order.payment_status",
+                    status=status,
+                    value=draw(st.sampled_from(["paid", "paid", "unpaid"]))
+                    if status == "present"
+                    else None,
+                    source=draw(st.sampled_from(SOURCES)),
+                    source_class="user" if draw(st.integers(0, 5)) == 0 else "observation",
+                    observed_at=at - timedelta(seconds=draw(st.integers(0, 70))),
+                    **special,
+                ),
+            )
+        )
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(claims=arrivals())
+def test_incremental_arbitration_equals_the_full_engine_at_every_step(
+    claims: list[tuple[int, Claim]],
+) -> None:
+    """Every step of a key, whether the incremental path placed the claim or the rules ran,
+    decides and assigns roles exactly as the full engine over the key's claims at that instant."""
+    state: KeyState | None = None
+    for moment, c in claims:
+        at = NOW + timedelta(seconds=moment)
+        step = add_claim(state, admit(c, POLICY, at), RULES, POLICY.version, at, WIDE)
+        state = step.state
+        full = arbitrate("invoice:42", RULES.name, state.claims, RULES, POLICY.version, at)
+        assert step.arbitration.decision_id == full.decision_id
+        assert step.arbitration.decision.evidence == full.decision.evidence
+        assert state.current is not None
+        assert state.current.decision_id == full.decision_id

@@ -6,7 +6,9 @@
         ...  # GET /api/v1/query?query=expr and expect a non-empty result
 
 Grafana's template variables are substituted: `$field` (and any other dashboard variable given in
-`variables`), `$__rate_interval` and `$__interval` by `interval`, `$__range` by `range_`.
+`variables`), `$__rate_interval` and `$__interval` by `interval`, `$__range` by `range_`; the
+environment variables by what the dashboards' "All" means: `$job` by `claimstream`, `$namespace`
+by `.*`.
 Queries that read a day back (`offset 1d`) return nothing on a Prometheus younger than a day:
 `reads_history(expr)` tells them apart.
 """
@@ -64,6 +66,8 @@ def substitute(
     """Replace Grafana's variables in `expr`; an unknown variable raises KeyError."""
     values = {
         "field": field,
+        "job": "claimstream",
+        "namespace": ".*",
         "__rate_interval": interval,
         "__interval": interval,
         "__interval_ms": str(int(_seconds(interval) * 1000)),

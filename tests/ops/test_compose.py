@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -27,6 +28,7 @@ DOCKERFILE = REPO / "deploy" / "worker" / "Dockerfile"
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 GRAFANA_PROVIDERS = REPO / "grafana" / "provisioning" / "dashboards" / "claimstream.yml"
 KUBERNETES = REPO / "deploy" / "kubernetes"
+RULES = REPO / "deploy" / "prometheus" / "rules" / "claimstream.rules.yml"
 
 WORKER_ENV = {
     "CLAIMSTREAM_BROKER": "kafka:9092",
@@ -269,7 +271,7 @@ def kubernetes_objects() -> list[dict[str, Any]]:
     return [
         doc
         for path in sorted(KUBERNETES.glob("*.yaml"))
-        if path.name != "kustomization.yaml"
+        if path.name != "kustomization.yaml" and path.name not in generated_files()
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
         if doc
     ]
@@ -279,11 +281,90 @@ def by_kind(kind: str) -> list[dict[str, Any]]:
     return [obj for obj in kubernetes_objects() if obj["kind"] == kind]
 
 
+def kustomization() -> dict[str, Any]:
+    return yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text(encoding="utf-8"))
+
+
+def generated_files() -> set[str]:
+    return {f for gen in kustomization()["configMapGenerator"] for f in gen["files"]}
+
+
 def test_kustomization_lists_every_manifest() -> None:
-    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text(encoding="utf-8"))
-    listed = set(kustomization["resources"])
+    listed = set(kustomization()["resources"])
     on_disk = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
-    assert listed == on_disk
+    assert listed == on_disk - generated_files()
+
+
+def rendered() -> list[dict[str, Any]]:
+    """`kubectl kustomize deploy/kubernetes`: the manifests exactly as `kubectl apply -k` sends them."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail(
+            "kubectl is not installed: apt-get install kubectl (.ci/run does)", pytrace=False
+        )
+    result = subprocess.run(
+        [kubectl, "kustomize", str(KUBERNETES)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def rendered_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def test_kustomize_renders_hardened_workers_with_their_policy_and_rules() -> None:
+    objects = rendered()
+    assert {obj["metadata"].get("namespace") for obj in objects if obj["kind"] != "Namespace"} == {
+        "claimstream"
+    }
+    (statefulset,) = rendered_kind(objects, "StatefulSet")
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["privileged"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert writable == {env["CLAIMSTREAM_DATA_DIR"], "/tmp"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["limits"]["memory"] == "1Gi"
+    assert env["CLAIMSTREAM_LOG_FORMAT"] == "json"
+
+    # The policy ConfigMap is generated with a content hash in its name, and the pods mount it
+    # by that name: a policy change is a new name, hence a new pod template, hence a rollout.
+    (configmap,) = rendered_kind(objects, "ConfigMap")
+    assert re.fullmatch(r"claimstream-policy-[a-z0-9]{10}", configmap["metadata"]["name"])
+    policy_volume = next(v for v in pod["volumes"] if v["name"] == "policy")
+    assert policy_volume["configMap"]["name"] == configmap["metadata"]["name"]
+    policy = parse_policy(yaml.safe_load(configmap["data"]["policy.yaml"]), "policy.yaml")
+    assert policy.fields
+
+    (rule,) = rendered_kind(objects, "PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+
+
+def test_the_prometheusrule_is_generated_from_the_rules_file() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "prometheus" / "prometheusrule.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_one_scrape_path_the_podmonitor() -> None:
+    """Annotations AND a PodMonitor would scrape each pod twice under two job names."""
+    (statefulset,) = by_kind("StatefulSet")
+    annotations = statefulset["spec"]["template"]["metadata"].get("annotations", {})
+    assert not [name for name in annotations if name.startswith("prometheus.io/")]
+    assert len(by_kind("PodMonitor")) == 1
 
 
 def test_kubernetes_statefulset_keeps_rocksdb_state_per_pod() -> None:
@@ -300,28 +381,11 @@ def test_kubernetes_statefulset_keeps_rocksdb_state_per_pod() -> None:
     assert container["command"] == ["claimstream", "worker"]
     labels = spec["template"]["metadata"]["labels"]
     assert spec["selector"]["matchLabels"].items() <= labels.items()
-    annotations = spec["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/port"] == env["CLAIMSTREAM_WEB_PORT"]
 
     (service,) = by_kind("Service")
     assert service["spec"]["clusterIP"] == "None"
     assert spec["serviceName"] == service["metadata"]["name"]
     assert service["spec"]["selector"].items() <= labels.items()
-
-
-def test_kubernetes_policy_configmap_is_a_valid_policy() -> None:
-    (statefulset,) = by_kind("StatefulSet")
-    pod = statefulset["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    env = {item["name"]: item["value"] for item in container["env"]}
-    policy_dir, policy_file = env["CLAIMSTREAM_POLICY"].rsplit("/", 1)
-    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == policy_dir)
-    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    configmap = next(
-        c for c in by_kind("ConfigMap") if c["metadata"]["name"] == volume["configMap"]["name"]
-    )
-    policy = parse_policy(yaml.safe_load(configmap["data"][policy_file]), "configmap-policy.yaml")
-    assert policy.fields
 
 
 def test_kubernetes_podmonitor_scrapes_as_job_claimstream() -> None:
@@ -331,3 +395,32 @@ def test_kubernetes_podmonitor_scrapes_as_job_claimstream() -> None:
     assert {"targetLabel": "job", "replacement": "claimstream", "action": "replace"} in endpoint[
         "relabelings"
     ]
+
+
+def published_ports(service: dict[str, Any]) -> list[str]:
+    return [str(port) for port in service.get("ports", [])]
+
+
+def test_published_ports_bind_to_localhost_unless_told_otherwise() -> None:
+    for name, service in services().items():
+        for port in published_ports(service):
+            host_ip = port.rsplit(":", 2)[0]
+            assert host_ip == "${CLAIMSTREAM_BIND_ADDRESS:-127.0.0.1}", (name, port)
+
+
+def test_grafana_has_no_anonymous_access_and_no_default_password() -> None:
+    env = environment(services()["grafana"])
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    # Compose refuses to start without it (`:?`): no admin/admin.
+    assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+
+
+def test_prometheus_expands_the_runbook_base_from_the_environment() -> None:
+    prometheus = services()["prometheus"]
+    assert "--enable-feature=expand-external-labels" in prometheus["command"]
+    assert environment(prometheus)["CLAIMSTREAM_RUNBOOK_BASE"].startswith(
+        "${CLAIMSTREAM_RUNBOOK_BASE:?"
+    )
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
+    assert config["global"]["external_labels"]["runbook_base"] == "${CLAIMSTREAM_RUNBOOK_BASE}"

@@ -72,23 +72,81 @@ def test_committed_json_is_the_generators_output() -> None:
         )
 
 
+SELECTED_DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# Grafana units the dashboards use (a panel without a deliberate unit fails the test below).
+UNITS = {"short", "bool", "s", "bytes", "reqps", "percentunit"}
+
+
+def variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in dashboard["templating"]["list"]}
+
+
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
-def test_every_target_has_a_refid_and_a_provisioned_datasource(path: Path) -> None:
-    uids = provisioned_uids()
+def test_every_target_has_a_refid_and_the_selected_datasource(path: Path) -> None:
     dashboard = load(path)
     panels = list(iter_panels(dashboard))
     assert panels
     for panel in panels:
         title = panel.get("title")
         assert panel.get("targets"), f"{title}: no targets"
-        assert panel["datasource"]["uid"] in uids, title
+        assert panel["datasource"] == SELECTED_DATASOURCE, title
         refids = [t.get("refId") for t in panel["targets"]]
         assert all(refids), f"{title}: empty refId"
         assert len(set(refids)) == len(refids), f"{title}: duplicate refId"
         for target in panel["targets"]:
-            assert target["datasource"]["type"] == "prometheus", title
-            assert target["datasource"]["uid"] in uids, title
+            assert target["datasource"] == SELECTED_DATASOURCE, title
             assert target.get("expr", "").strip(), f"{title}: empty expr"
+
+
+def datasource_uids(node: Any) -> set[str]:
+    """Every datasource uid anywhere in a dashboard (panels, targets, variables, annotations)."""
+    if isinstance(node, list):
+        return set().union(*(datasource_uids(item) for item in node))
+    if not isinstance(node, dict):
+        return set()
+    found = {node["datasource"]["uid"]} if isinstance(node.get("datasource"), dict) else set()
+    return found.union(*(datasource_uids(value) for value in node.values()))
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_datasource_job_and_namespace_variables_select_every_query(path: Path) -> None:
+    dashboard = load(path)
+    found = variables(dashboard)
+    assert found["datasource"]["type"] == "datasource"
+    assert found["datasource"]["query"] == "prometheus"
+    for name in ("job", "namespace"):
+        assert found[name]["type"] == "query"
+        assert found[name]["datasource"] == SELECTED_DATASOURCE
+        assert found[name]["includeAll"] is True
+    assert datasource_uids(dashboard) <= {"${datasource}", "-- Grafana --"}, "a hard-coded uid"
+    for panel, target in iter_targets(dashboard):
+        # Every metric selector carries the environment's matchers (recorded series included).
+        for selector in re.findall(r"[\w:]+\{[^}]*\}", target["expr"]):
+            assert 'job=~"$job"' in selector, (panel["title"], selector)
+            assert 'namespace=~"$namespace"' in selector, (panel["title"], selector)
+        bare = re.findall(r"(?<![\w:])(?:claimstream_\w+|up|process_\w+)(?![\w{(])", target["expr"])
+        assert bare == [], (panel["title"], bare)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_every_panel_has_a_unit(path: Path) -> None:
+    for panel in iter_panels(load(path)):
+        assert panel["fieldConfig"]["defaults"]["unit"] in UNITS, panel["title"]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_firing_alerts_are_annotated(path: Path) -> None:
+    (alerts,) = [
+        a for a in load(path)["annotations"]["list"] if a.get("name") == "claimstream alerts"
+    ]
+    assert alerts["datasource"] == SELECTED_DATASOURCE
+    assert alerts["enable"] is True
+    assert alerts["expr"].startswith('ALERTS{alertstate="firing",alertname=~"Claimstream.+"')
+    assert 'alertname!="ClaimstreamWatchdog"' in alerts["expr"]
+
+
+def test_provisioned_datasource_is_the_compose_prometheus() -> None:
+    assert provisioned_uids() == {"prometheus"}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
@@ -112,11 +170,12 @@ def test_dashboard_uids_are_unique_and_linked() -> None:
 
 def test_field_drill_down_has_a_field_variable_from_the_decisions() -> None:
     dashboard = load(FIELD)
-    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "field"]
+    variable = variables(dashboard)["field"]
+    query = 'label_values(claimstream_decisions_total{job=~"$job",namespace=~"$namespace"}, field)'
     assert variable["type"] == "query"
-    assert variable["definition"] == "label_values(claimstream_decisions_total, field)"
-    assert variable["query"]["query"] == "label_values(claimstream_decisions_total, field)"
-    assert variable["datasource"]["uid"] in provisioned_uids()
+    assert variable["definition"] == query
+    assert variable["query"]["query"] == query
+    assert variable["datasource"] == SELECTED_DATASOURCE
     for panel, target in iter_targets(dashboard):
         assert 'field="$field"' in target["expr"], panel["title"]
 
@@ -133,11 +192,20 @@ def test_overview_has_the_required_panels() -> None:
         "Decision latency",
         "Consumer lag by topic",
         "Worker up",
+        "Dead letters by source and reason",
+        "Memory and key state",
+        "Rebalances and commit failures",
     } <= titles
     exprs = " ".join(expr for _, expr in dashboard_queries(OVERVIEW))
     assert "topk(" in exprs
     assert "histogram_quantile(0.5," in exprs
     assert "histogram_quantile(0.99," in exprs
+    dead_letters = [
+        e for t, e in dashboard_queries(OVERVIEW) if t == "Dead letters by source and reason"
+    ]
+    assert [re.search(r"sum by \(([^)]*)\)", e).group(1) for e in dead_letters] == [
+        "source, reason"
+    ]  # type: ignore[union-attr]
 
 
 def test_drill_down_has_the_required_panels() -> None:
@@ -149,7 +217,17 @@ def test_drill_down_has_the_required_panels() -> None:
         "Losses per source",
         "Open conflicts and oldest age",
         "Conflict rate vs a day ago",
+        "Conflict rate against its baseline",
     } <= titles
+    baseline = " ".join(
+        expr for title, expr in queries if title == "Conflict rate against its baseline"
+    )
+    for recorded in (
+        "field:claimstream_conflict_ratio:rate5m",
+        "field:claimstream_conflict_ratio_baseline:median12h",
+        "field:claimstream_conflict_ratio:zscore12h",
+    ):
+        assert recorded in baseline
     history = [expr for title, expr in queries if title == "Conflict rate vs a day ago"]
     assert [reads_history(expr) for expr in history] == [False, True]
 
@@ -183,6 +261,11 @@ def test_every_query_reads_metrics_the_worker_exposes() -> None:
     }
     used |= set(re.findall(r"(?<![\w:])claimstream_\w+", RULES.read_text(encoding="utf-8")))
     assert used - exposed == set()
+    recorded = set(re.findall(r"record: (\S+)", RULES.read_text(encoding="utf-8")))
+    read = {
+        name for _, _, expr in all_dashboard_queries() for name in re.findall(r"\w+:\w+:\w+", expr)
+    }
+    assert read <= recorded
 
 
 def test_every_query_is_valid_promql(tmp_path: Path) -> None:

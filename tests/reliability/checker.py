@@ -184,7 +184,7 @@ def workload(count: int, seed: int) -> list[Claim]:
     """Valid claims over a few hundred keys, with contention, staleness and policy rejections."""
     from streams.core.errors import ContractError
     from streams.core.intake import parse_claim
-    from streams.synthetic import generate_claims
+    from streams.devkit.synthetic import generate_claims
 
     claims = []
     for data in generate_claims(count, datetime.now(UTC), seed=seed, subjects=count // 8):

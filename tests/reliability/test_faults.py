@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from streams.brokers import KafkaBroker
 from streams.core.contracts import Claim, Decision
 from streams.core.policy import load_policy
+from streams.devkit.brokers import KafkaBroker
 from tests.reliability.checker import (
     History,
     Verdict,

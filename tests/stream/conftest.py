@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streams.brokers import KafkaBroker, TansuBroker
+from streams.devkit.brokers import KafkaBroker, TansuBroker
 from tests.stream.support import REPO, Deployment
 
 pytestmark = pytest.mark.integration

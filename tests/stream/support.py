@@ -18,8 +18,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.brokers import free_port
 from streams.core.contracts import Decision
+from streams.devkit.brokers import free_port
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Topics
 
@@ -38,6 +38,7 @@ class Deployment:
     partitions: int = 4
     guarantee: str = "at_least_once"
     state_cache_keys: int = 100_000
+    max_claims_per_key: int = 16
     name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
 
     @property
@@ -59,6 +60,7 @@ class Deployment:
                 "CLAIMSTREAM_LOG_LEVEL": "warn",
                 "CLAIMSTREAM_EXPIRY_INTERVAL_S": "0.5",
                 "CLAIMSTREAM_STATE_CACHE_KEYS": str(self.state_cache_keys),
+                "CLAIMSTREAM_MAX_CLAIMS_PER_KEY": str(self.max_claims_per_key),
             }
         )
         for name, topic in self.topics.model_dump().items():

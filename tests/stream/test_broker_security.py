@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
-from streams.brokers import KafkaBroker
+from streams.devkit.brokers import KafkaBroker
 
 pytestmark = pytest.mark.integration
 

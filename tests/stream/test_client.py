@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from streams.brokers import KafkaBroker
 from streams.client import DecisionFeed
+from streams.devkit.brokers import KafkaBroker
 from streams.settings import load_settings
 from tests.stream.support import REPO, Deployment
 

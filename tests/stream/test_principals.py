@@ -16,9 +16,9 @@ import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from streams.brokers import KafkaBroker
 from streams.core.contracts import Claim, Decision
 from streams.core.keystate import state_key
+from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import CODEC, REPO, Deployment
 
 pytestmark = pytest.mark.integration

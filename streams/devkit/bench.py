@@ -30,7 +30,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.brokers import free_port, start_broker
 from streams.client import ensure_topics
 from streams.core.contracts import Claim, Decision
 from streams.core.engine import arbitrate
@@ -38,9 +37,10 @@ from streams.core.errors import ContractError, RejectedInput
 from streams.core.intake import admit, parse_claim
 from streams.core.keystate import KeyState, Limits, add_claim, encode_state, state_key
 from streams.core.policy import Policy, load_policy
+from streams.devkit.brokers import free_port, start_broker
+from streams.devkit.synthetic import generate_claims
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import REPO_ROOT, Settings, Topics
-from streams.synthetic import generate_claims
 
 CODEC = WireCodec(FolderRegistry())
 PAID = "order.payment_status"  # the field the latency, soak and engine phases use

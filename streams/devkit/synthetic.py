@@ -49,8 +49,11 @@ def generate_claims(
     stale_share: float = 0.05,
     bad_share: float = 0.03,
     epochs: bool = False,
+    reused_id_share: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """JSON-ready claim dicts (timestamps as RFC 3339 strings), `count` of them."""
+    """JSON-ready claim dicts (timestamps as RFC 3339 strings), `count` of them, plus, for
+    `reused_id_share` of them, a second claim with the same id at a random position: half a
+    redelivery of the same content, half the same id for another value (a conflicting duplicate)."""
     rng = random.Random(seed)
     fields = sorted(_FIELDS)
     claims = []
@@ -90,6 +93,12 @@ def generate_claims(
         if rng.random() < bad_share:
             claim = _bad(claim, rng)
         claims.append(claim)
+    for original in rng.sample(claims, int(count * reused_id_share)):
+        reused = dict(original)
+        if rng.random() < 0.5 and reused.get("value") is not None:
+            others = [v for v in _FIELDS.get(reused["field"], []) if v != reused["value"]]
+            reused["value"] = rng.choice(others) if others else reused["value"]
+        claims.insert(rng.randrange(len(claims) + 1), reused)
     return claims
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.brokers import KafkaBroker, TansuBroker, port_is_free, start_broker
+from streams.devkit.brokers import KafkaBroker, TansuBroker, port_is_free, start_broker
 
 pytestmark = pytest.mark.integration
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSEMBLE_SCRIPT = REPO_ROOT / "scripts" / "kafka-assemble.sh"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0

