@@ -10,7 +10,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -19,6 +23,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +32,7 @@ from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 from streams.arbiter import partition_of
 from streams.client import ClaimPublisher
 from streams.core.keystate import state_key
+from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
 from streams.settings import Settings
 from tests.stream.conftest import write_policy
@@ -429,3 +435,57 @@ def test_a_steward_resolves_the_demos_conflict_from_the_browser(
     assert 'claimstream_console_resolutions_total{field="order.payment_status"} 1.0' in (
         cluster.writer.get("/metrics")
     )
+
+
+def test_a_newcomer_resolves_a_demo_conflict_in_claimstream_dev(page: Page, tmp_path: Path) -> None:
+    """What the README promises: run `claimstream dev`, open the printed URL, paste the printed
+    token, resolve. (The semantic latency conflict stays open for ten minutes: time enough.)"""
+    web_port = free_port()
+    log = tmp_path / "dev.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "dev", "--round-seconds", "600"],
+            cwd=REPO,
+            env=dict(os.environ, CLAIMSTREAM_WEB_PORT=str(web_port), CLAIMSTREAM_LOG_LEVEL="error"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        printed = None
+        deadline = time.monotonic() + 90
+        while printed is None and time.monotonic() < deadline and proc.poll() is None:
+            printed = re.search(
+                r"steward console on (\S+) \(steward token: (\S+)\)", log.read_text()
+            )
+            time.sleep(0.3)
+        assert printed is not None, log.read_text()[-2000:]
+        url, token = printed.groups()
+        assert url == f"http://127.0.0.1:{web_port}/ui/"
+        while time.monotonic() < deadline:  # printed before the worker's web server is up
+            try:
+                with urllib.request.urlopen(url, timeout=5):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        page.goto(url)
+        key = "api:checkout|api.latency"
+        wait_for_queue(page, {key})
+        page.locator("#token").fill(token)
+        page.locator("#token-use").click()
+        page.locator(f'#queue tr[data-key="{key}"] a').click()
+        form = page.locator("#resolve")
+        expect(form).to_be_visible(timeout=WAIT_MS)
+        form.locator("input[name=choice]").first.check()
+        page.locator("#author").fill("New Steward")
+        page.locator("#resolve-submit").click()
+        expect(page.locator("#outcome")).to_contain_text("reason manual", timeout=WAIT_MS)
+        expect(page.locator("#outcome")).to_contain_text("resolved")
+        shoot(page, "dev-resolved")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

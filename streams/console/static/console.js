@@ -231,7 +231,8 @@ function timeline(history, roles, cursor, pick) {
     const dim = DIM_ROLES.has(role) ? " dim" : "";
     const from = c.valid_from ? Date.parse(c.valid_from) : Date.parse(c.observed_at);
     const to = c.valid_to ? Date.parse(c.valid_to) : end;
-    root.append(svg("text", { class: `label${dim}`, x: 4, y: y + 12 }, `${c.source} ${said(c)}`.slice(0, 28)));
+    const words = c.status === "present" ? showValue(c.value, c.unit) : c.status;
+    root.append(svg("text", { class: `label${dim}`, x: 4, y: y + 12 }, `${c.source} ${words}`.slice(0, 28)));
     root.append(svg("rect", { class: `bar${dim}`, x: x(from), y: y + 3, width: Math.max(2, x(to) - x(from)), height: 12, rx: 2 }));
     root.append(svg("circle", { class: "seen", cx: x(Date.parse(c.observed_at)), cy: y + 9, r: 3.5 }));
     if (c.epoch !== null && c.epoch !== undefined) {
