@@ -595,9 +595,11 @@ def overview() -> dict[str, Any]:
     g.add(
         panel(
             "timeseries",
-            "Escalations, epoch changes, retries",
+            "Escalations, epoch changes, retries, partition hops",
             "Conflicts escalated past their field's threshold, values changed across an epoch "
-            "boundary, and retried claims, per second.",
+            "boundary, retried claims, and claims moved to their key's partition because their "
+            "producer partitions by another hash than murmur2 (librdkafka's default CRC32: set "
+            "partitioner=murmur2_random there), per second.",
             [
                 target(
                     "sum(rate(claimstream_escalations_total[$__rate_interval])) or vector(0)",
@@ -610,6 +612,11 @@ def overview() -> dict[str, Any]:
                 target(
                     "sum(rate(claimstream_processing_retries_total[$__rate_interval])) or vector(0)",
                     "retries",
+                ),
+                target(
+                    'sum(rate(claimstream_rekey_hops_total{cause="partition"}[$__rate_interval]))'
+                    " or vector(0)",
+                    "partition hops",
                 ),
             ],
             unit="reqps",

@@ -5,15 +5,15 @@
 # fetch the broker's runtime jars from deploy/kafka/pom.xml. Re-running is cheap: a marker file in the
 # libs dir says the copy finished, so a half-copied dir (interrupted run) is never trusted.
 #
-# Env:  CLAIMSTREAM_KAFKA_VERSION  Kafka version (default: the kafka.version property in the pom)
+# Env:  CLAIMSTREAM_KAFKA_POM      the pom (default: deploy/kafka/pom.xml; the dev kit passes its copy)
+#       CLAIMSTREAM_KAFKA_VERSION  Kafka version (default: the kafka.version property in the pom)
 #       CLAIMSTREAM_KAFKA_HOME     cache root (default: $HOME/.cache/claimstream/kafka-<version>)
 # Prints the libs dir (the only stdout line) so callers can use `java -cp "<libs>/*"`.
 set -euo pipefail
 
 die() { echo "kafka-assemble: $*" >&2; exit 1; }
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-pom="$repo_root/deploy/kafka/pom.xml"
+pom="${CLAIMSTREAM_KAFKA_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/deploy/kafka/pom.xml}"
 [[ -f "$pom" ]] || die "missing $pom"
 
 default_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom" | head -n1)"

@@ -177,7 +177,36 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
+ENDPOINTS = {
+    "GET /ui/": "the steward console: the cluster's open conflicts, a key's evidence, timeline "
+    "and past beliefs, resolutions (a browser opening / lands there)",
+    "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
+    "evidence, recomputed now, and the last emitted one; or the belief in force at as_of, with "
+    "the evidence it had (any worker answers)",
+    "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
+    "claims and resolutions",
+    "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]": "open conflicts and "
+    "quarantines across the cluster, oldest first, with counts per field and the workers that "
+    "did not answer",
+    "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
+    "(Authorization: Bearer <steward token>)",
+    "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
+    "GET /api/fields/{field}/outcomes": "decisions per outcome over the last minute (the current "
+    "and the previous one-minute window; keys this worker owns)",
+    "GET /healthz": "liveness (the arbiter loop iterating) and the policy version; 503 with "
+    "reasons when failing",
+    "GET /readyz": "readiness (assigned tasks restored); 503 with reasons when not ready",
+    "GET /metrics": "Prometheus metrics",
+}
+
+
 def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
+    async def endpoints_view(web: View, request: Request) -> Response:
+        return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
+
+    app.page("/api")(endpoints_view)
+    app.page("/")(endpoints_view)
+
     @app.page("/healthz")
     async def liveness_view(web: View, request: Request) -> Response:
         verdict = arbiter.pulse.liveness()

@@ -41,7 +41,6 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.errors import ProducerFenced
-from aiokafka.partitioner import murmur2
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
 
@@ -50,7 +49,7 @@ from streams.core.contracts import Decision, Outcome
 from streams.core.keystate import KeyState
 from streams.health import Pulse
 from streams.metrics import Metrics
-from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.pipeline import Handled, Incoming, Outgoing, Processor, partition_of
 from streams.settings import Guarantee, Settings
 from streams.statestore import StateCache, TaskStore
 
@@ -58,12 +57,6 @@ log = logging.getLogger(__name__)
 
 OPEN = (Outcome.CONFLICT, Outcome.QUARANTINED)
 CAUGHT_UP_IDLE_MS = 200
-
-
-def partition_of(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner puts `key` on (what producers of claims use)."""
-    hashed: int = murmur2(key)
-    return (hashed & 0x7FFFFFFF) % partitions
 
 
 def advertised_url(settings: Settings) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import logging
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -13,11 +16,13 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from streams.core.contracts import Decision
+from streams import __version__
+from streams.core.contracts import ClaimStatus, Decision, Resolution
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
+from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
 
 
@@ -146,6 +151,12 @@ def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
     return load_settings(args.settings, broker=getattr(args, "broker", None), **overrides)
 
 
+def _client_logs_quiet() -> None:
+    """publish, resolve and tail report a broker they cannot reach as one error line; aiokafka
+    would log each failed connection attempt before it as well."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from streams.runtime import run_worker
 
@@ -164,17 +175,122 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from streams.client import publish_resolutions
     from streams.runtime import publish_lines
 
-    lines = sys.stdin.read().splitlines() if args.claims == "-" else _read_lines(Path(args.claims))
-    sent = asyncio.run(publish_lines(_settings(args), lines, user_assertions=args.user))
-    print(f"publish: {sent} claims sent", file=sys.stderr)
+    _client_logs_quiet()
+    settings = _settings(args)
+    # Every resolution is checked before anything is sent: one bad line sends none of them.
+    resolutions = _resolutions_file(args.resolutions) if args.resolutions else []
+    if args.claims is not None or not args.resolutions:
+        claims = args.claims or "-"
+        lines = sys.stdin.read().splitlines() if claims == "-" else _read_lines(Path(claims))
+        sent = asyncio.run(publish_lines(settings, lines, user_assertions=args.user))
+        print(f"publish: {sent} claims sent", file=sys.stderr)
+    if resolutions:
+        sent = asyncio.run(publish_resolutions(settings, resolutions))
+        print(f"publish: {sent} resolutions sent", file=sys.stderr)
+    return 0
+
+
+def _resolutions_file(path: Path) -> list[Resolution]:
+    from streams.client import build_resolution
+
+    now = datetime.now(UTC)
+    resolutions = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        if not line.strip():
+            continue
+        origin = f"{path}:{number}"
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ClaimstreamError(f"{origin}: not JSON: {exc.msg}") from exc
+        if not isinstance(request, dict):
+            raise ClaimstreamError(f"{origin}: a resolution is a JSON object")
+        problems = [
+            f"{origin}: {key}: missing"
+            for key in ("subject", "field", "decided_by")
+            if not isinstance(request.get(key), str)
+        ]
+        problems += [
+            f"{origin}: {key}: not a resolution field"
+            for key in sorted(request.keys() - Resolution.model_fields.keys())
+        ]
+        if problems:
+            raise ClaimstreamError("\n".join(problems))
+        fields = {"decided_at": now, **request, "origin": origin}
+        resolutions.append(build_resolution(None, **fields))
+    return resolutions
+
+
+def _json_or_text(raw: str) -> Any:
+    """`--value 40` is a number, `--value true` a boolean, `--value '{"amount_minor": 1250,
+    "currency": "USD"}'` money; anything that is not JSON (`--value paid`) is a string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from streams.client import build_resolution, publish_resolutions
+
+    _client_logs_quiet()
+    status = ClaimStatus(args.status)
+    if (args.value is None) == (status is ClaimStatus.PRESENT):
+        raise ClaimstreamError(
+            "give --value for a present value, or --status not_found without a value"
+        )
+    resolution = build_resolution(
+        load_policy(args.policy) if args.policy else None,
+        args.subject,
+        args.field,
+        decided_by=args.by,
+        decided_at=datetime.now(UTC),
+        status=status,
+        value=None if args.value is None else _json_or_text(args.value),
+        unit=args.unit,
+        note=args.note,
+        resolves_decision_id=args.decision_id,
+    )
+    asyncio.run(publish_resolutions(_settings(args), [resolution]))
+    print(resolution.model_dump_json())
+    print(
+        f"resolve: {resolution.resolution_id} sent for {args.subject} {args.field}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    target: Path = args.directory
+    existing = [target / name for name in EXAMPLE_FILES if (target / name).exists()]
+    if existing and not args.force:
+        raise ClaimstreamError(
+            f"{existing[0]} exists; pass --force to overwrite the example files in {target}"
+        )
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name in EXAMPLE_FILES:
+            shutil.copyfile(example_path(name), target / name)
+    except OSError as exc:
+        raise ClaimstreamError(f"{target}: cannot write the examples: {exc.strerror}") from exc
+    print(f"init: wrote {', '.join(str(target / name) for name in EXAMPLE_FILES)}")
+    print("try:")
+    print(f"  claimstream policy check {target / 'policy.yaml'}")
+    print(
+        f"  claimstream replay --policy {target / 'policy.yaml'} --now {EXAMPLES_NOW} "
+        f"--resolutions {target / 'resolutions.jsonl'} {target / 'claims.jsonl'}"
+        " | claimstream explain"
+    )
     return 0
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
     from streams.runtime import tail
 
+    _client_logs_quiet()
     return asyncio.run(tail(_settings(args), args.stream, args.count, args.timeout))
 
 
@@ -186,42 +302,78 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
 
 
+def _broker_kind_option(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--broker-kind",
+        choices=["tansu", "kafka"],
+        default=default,
+        help=f"tansu (bundled, no JVM) or kafka (Apache Kafka: Java 17 and Maven); "
+        f"default {default}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
     )
+    parser.add_argument("--version", action="version", version=f"claimstream {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    it = commands.add_parser(
+        "init", help="write the example policy, claims and resolution into a folder"
+    )
+    it.add_argument(
+        "directory",
+        nargs="?",
+        type=Path,
+        default=Path("examples"),
+        help="where to write them (default: ./examples)",
+    )
+    it.add_argument("--force", action="store_true", help="overwrite example files already there")
+    it.set_defaults(handler=cmd_init)
 
     rp = commands.add_parser("replay", help="arbitrate recorded claims offline (JSON lines)")
     rp.add_argument("claims", type=Path, help="claims, one JSON object per line")
-    rp.add_argument("--policy", type=Path, required=True)
-    rp.add_argument("--now", type=_timestamp, required=True, help="RFC 3339 evaluation time")
+    rp.add_argument("--policy", type=Path, required=True, help="the policy file (YAML)")
+    rp.add_argument(
+        "--now",
+        type=_timestamp,
+        required=True,
+        help=f"RFC 3339 evaluation time (the examples are recorded for {EXAMPLES_NOW})",
+    )
     rp.add_argument("--rejected", type=Path, help="write rejected claims here (JSON lines)")
-    rp.add_argument("--resolutions", type=Path, help="human resolutions, JSON lines")
+    rp.add_argument("--resolutions", type=Path, help="people's resolutions, JSON lines")
     rp.set_defaults(handler=cmd_replay)
 
     policy = commands.add_parser("policy", help="check or compare policy files")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     check = policy_commands.add_parser("check", help="validate a policy file")
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="the policy file (YAML)")
     check.set_defaults(handler=cmd_policy_check)
     diff = policy_commands.add_parser("diff", help="decisions a policy change would flip")
-    diff.add_argument("old", type=Path)
-    diff.add_argument("new", type=Path)
-    diff.add_argument("claims", type=Path)
-    diff.add_argument("--now", type=_timestamp, default=datetime.now(UTC))
+    diff.add_argument("old", type=Path, help="the policy in force")
+    diff.add_argument("new", type=Path, help="the proposed policy")
+    diff.add_argument("claims", type=Path, help="recorded claims to replay under both, JSON lines")
+    diff.add_argument(
+        "--now",
+        type=_timestamp,
+        default=datetime.now(UTC),
+        help="RFC 3339 evaluation time (default: now)",
+    )
     diff.add_argument("--exit-code", action="store_true", help="exit 1 when a decision flips")
     diff.set_defaults(handler=cmd_policy_diff)
 
     ex = commands.add_parser("explain", help="render decisions (JSON lines) for people")
     ex.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")
-    ex.add_argument("--subject")
-    ex.add_argument("--field")
+    ex.add_argument("--subject", help="only decisions about this subject")
+    ex.add_argument("--field", help="only decisions about this field")
     ex.set_defaults(handler=cmd_explain)
 
     connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument("--settings", type=Path, help="YAML settings file")
-    connection.add_argument("--broker", help="kafka://host:port (overrides settings)")
+    connection.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
+    connection.add_argument(
+        "--broker", metavar="URL", help="kafka://host:port or host:port (overrides settings)"
+    )
 
     wk = commands.add_parser(
         "worker", parents=[connection], help="run a worker against the configured broker"
@@ -231,20 +383,71 @@ def build_parser() -> argparse.ArgumentParser:
     dv = commands.add_parser(
         "dev", parents=[connection], help="bundled broker + worker + demo feed, printing decisions"
     )
-    dv.add_argument("--broker-kind", choices=["tansu", "kafka"], default="tansu")
+    _broker_kind_option(dv, default="tansu")
     dv.add_argument("--rounds", type=int, default=0, help="stop after N demo rounds (0: run on)")
-    dv.add_argument("--round-seconds", type=float, default=20.0, help="pause between rounds")
+    dv.add_argument(
+        "--round-seconds", type=float, default=20.0, help="pause between rounds (seconds)"
+    )
     dv.set_defaults(handler=cmd_dev)
 
-    pb = commands.add_parser("publish", parents=[connection], help="JSON claims in, Avro out")
-    pb.add_argument("claims", nargs="?", default="-", help="JSON lines file, or - for stdin")
-    pb.add_argument("--user", action="store_true", help="publish as user assertions")
+    pb = commands.add_parser(
+        "publish", parents=[connection], help="JSON claims or resolutions in, Avro out"
+    )
+    pb.add_argument(
+        "claims",
+        nargs="?",
+        help="claims, JSON lines file or - for stdin (the default unless --resolutions is given)",
+    )
+    pb.add_argument("--user", action="store_true", help="publish the claims as user assertions")
+    pb.add_argument(
+        "--resolutions",
+        type=Path,
+        help="also publish people's resolutions from this JSON lines file "
+        "(resolution_id and decided_at default to a fresh id and now)",
+    )
     pb.set_defaults(handler=cmd_publish)
+
+    rs = commands.add_parser(
+        "resolve",
+        parents=[connection],
+        help="publish a person's decision that closes a conflict (reason manual)",
+    )
+    rs.add_argument("subject", help="the subject, e.g. invoice:42")
+    rs.add_argument("field", help="the field, e.g. order.payment_status")
+    rs.add_argument(
+        "--value",
+        metavar="V",
+        help='the decided value: JSON (40, true, {"amount_minor": 1250, "currency": '
+        '"USD"}) or else a string (paid)',
+    )
+    rs.add_argument(
+        "--status",
+        choices=[ClaimStatus.PRESENT.value, ClaimStatus.NOT_FOUND.value],
+        default=ClaimStatus.PRESENT.value,
+        help="present (with --value; default) or not_found (the thing does not exist)",
+    )
+    rs.add_argument(
+        "--unit", metavar="U", help="the value's unit, e.g. s or ms (numbers with units)"
+    )
+    rs.add_argument(
+        "--by", required=True, metavar="NAME", help="who decides: a person or team identity"
+    )
+    rs.add_argument("--note", default="", metavar="TEXT", help="why, in your words")
+    rs.add_argument("--decision-id", metavar="ID", help="the conflict decision you looked at")
+    rs.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="check the value against this policy before sending "
+        "(the worker checks it anyway and dead-letters what it refuses)",
+    )
+    rs.set_defaults(handler=cmd_resolve)
 
     tl = commands.add_parser("tail", parents=[connection], help="print a stream as JSON lines")
     tl.add_argument(
         "stream",
         choices=["decisions", "dead-letters", "epoch-changes", "reobserve", "escalations"],
+        help="which stream",
     )
     tl.add_argument("--count", type=int, default=0, help="stop after N records (0: follow)")
     tl.add_argument("--timeout", type=float, default=0.0, help="stop after S idle seconds")
@@ -253,10 +456,10 @@ def build_parser() -> argparse.ArgumentParser:
     bn = commands.add_parser(
         "bench", help="claims/s, latency and state next to the raw aiokafka limit (prints JSON)"
     )
-    bn.add_argument("--claims", type=int, default=100_000)
-    bn.add_argument("--subjects", type=int, default=12_000)
-    bn.add_argument("--broker-kind", choices=["kafka", "tansu"], default="kafka")
-    bn.add_argument("--partitions", type=int, default=4)
+    bn.add_argument("--claims", type=int, default=100_000, help="generated claims to process")
+    bn.add_argument("--subjects", type=int, default=12_000, help="distinct subjects among them")
+    _broker_kind_option(bn, default="kafka")
+    bn.add_argument("--partitions", type=int, default=4, help="partitions per topic")
     bn.add_argument("--latency-s", type=float, default=20.0, help="seconds of offered load")
     bn.add_argument(
         "--soak-s",
@@ -274,8 +477,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except ClaimstreamError as exc:
-        print(f"claimstream: error: {exc}", file=sys.stderr)
+        for problem in str(exc).splitlines():
+            print(f"claimstream: error: {problem}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C ends `tail` and friends; a traceback would say nothing
+        return 130
 
 
 if __name__ == "__main__":

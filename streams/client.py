@@ -1,6 +1,8 @@
-"""The client side: create topics, publish claims, follow decisions, gate plan steps.
+"""The client side: create topics, publish claims and people's resolutions, follow decisions, gate
+plan steps.
 
-Services publish with `ClaimPublisher`; consumers follow `DecisionFeed`, whose `gate` answers
+Services publish with `ClaimPublisher`; people close conflicts with `build_resolution` and
+`publish_resolutions`; consumers follow `DecisionFeed`, whose `gate` answers
 "may this step run?": a step that reads a field whose latest decision is not `resolved`, or whose
 action is `block`, is not runnable.
 """
@@ -19,8 +21,16 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import ValidationError
 
-from streams.core.contracts import Action, Claim, ClaimStatus, Decision, Outcome, Resolution, Value
-from streams.core.errors import ClaimstreamError
+from streams.core.contracts import (
+    Action,
+    Claim,
+    ClaimStatus,
+    Decision,
+    Outcome,
+    Resolution,
+    Value,
+)
+from streams.core.errors import ClaimstreamError, RejectedInput, validation_problems
 from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
 from streams.core.policy import Policy
@@ -109,7 +119,13 @@ class ClaimPublisher:
         )
 
     async def __aenter__(self) -> ClaimPublisher:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise ClaimstreamError(
+                f"cannot reach the broker {self.settings.bootstrap}: {exc}"
+            ) from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -140,31 +156,39 @@ class ClaimPublisher:
 
 
 def build_resolution(
-    policy: Policy,
+    policy: Policy | None,
     subject: str,
     field: str,
     *,
     decided_by: str,
     decided_at: datetime,
-    status: ClaimStatus = ClaimStatus.PRESENT,
+    status: ClaimStatus | str = ClaimStatus.PRESENT,
     value: Value = None,
+    unit: str | None = None,
     note: str = "",
     resolves_decision_id: str | None = None,
+    resolution_id: str | None = None,
+    origin: str = "resolution",
 ) -> Resolution:
-    """A person's decision about one key, checked against the policy as the worker will check it
-    (so a bad value is refused here, not dead-lettered later). Raises ClaimstreamError."""
+    """A person's decision about one key as a `Resolution` record: it covers the claims observed
+    before `decided_at`. Without `resolution_id` it gets a fresh one. With `policy`, a bare value
+    takes the field's unit and the value is checked the way the worker will check it, so a
+    mistake is refused here rather than dead-lettered later. Raises ClaimstreamError naming
+    `origin`, one problem per line."""
     if not decided_by.strip():
-        raise ClaimstreamError("a resolution names the person who decided it (decided_by)")
-    rules = policy.rules_for(field)
+        raise ClaimstreamError(f"{origin}: a resolution names who decided it (decided_by)")
+    rules = policy.rules_for(field) if policy is not None else None
+    if unit is None and rules is not None:
+        unit = rules.unit or rules.currency
     try:
         resolution = Resolution.model_validate(
             {
-                "resolution_id": f"res-{uuid.uuid4().hex}",
+                "resolution_id": resolution_id or f"res-{uuid.uuid4().hex}",
                 "subject": subject,
                 "field": field,
                 "status": status,
                 "value": value,
-                "unit": rules.unit or rules.currency if rules is not None else None,
+                "unit": unit,
                 "decided_by": decided_by.strip(),
                 "note": note,
                 "decided_at": decided_at,
@@ -172,15 +196,24 @@ def build_resolution(
             }
         )
     except ValidationError as exc:
-        raise ClaimstreamError(f"invalid resolution: {exc}") from exc
-    admit_resolution(resolution, policy, decided_at)
+        raise ClaimstreamError(validation_problems(exc.errors(), origin)) from exc
+    if policy is not None:
+        try:
+            admit_resolution(resolution, policy, resolution.decided_at)
+        except RejectedInput as exc:
+            raise ClaimstreamError(f"{origin}: {exc}") from exc
     return resolution
 
 
-async def publish_resolution(settings: Settings, resolution: Resolution) -> None:
-    """Publish one resolution to the resolutions topic and wait for the broker's acknowledgement."""
+async def publish_resolutions(settings: Settings, resolutions: Iterable[Resolution]) -> int:
+    """Publish resolutions on the resolutions topic, keyed by subject|field; returns how many
+    the broker acknowledged. The worker closes the key's conflict (reason `manual`)."""
+    sent = 0
     async with ClaimPublisher(settings) as publisher:
-        await publisher.resolve(resolution)
+        for resolution in resolutions:
+            await publisher.resolve(resolution)
+            sent += 1
+    return sent
 
 
 @dataclass(frozen=True, slots=True)

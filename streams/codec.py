@@ -1,4 +1,4 @@
-"""Avro at the edge: the schemas in schemas/ encode and decode the core's records.
+"""Avro at the edge: the packaged schemas (schemas/) encode and decode the core's records.
 
 fastavro's errors are translated into CodecError here, so the rest of the code sees one error tree.
 """
@@ -6,7 +6,6 @@ fastavro's errors are translated into CodecError here, so the rest of the code s
 from __future__ import annotations
 
 import io
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,15 +15,10 @@ from pydantic import BaseModel, ValidationError
 
 from streams.core.contracts import RejectReason
 from streams.core.errors import CodecError
+from streams.packaged import schema_dir
 
 NAMESPACE = "claimstream"
 M = TypeVar("M", bound=BaseModel)
-
-
-def schema_dir() -> Path:
-    """The schemas/ folder of the checkout (override with CLAIMSTREAM_SCHEMAS)."""
-    override = os.environ.get("CLAIMSTREAM_SCHEMAS")
-    return Path(override) if override else Path(__file__).resolve().parent.parent / "schemas"
 
 
 @cache

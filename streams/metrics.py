@@ -75,6 +75,14 @@ class Metrics:
             "Retries of a valid claim whose processing failed.",
             registry=r,
         )
+        self.rekey_hops = Counter(
+            "claimstream_rekey_hops_total",
+            "Records forwarded to their key's partition before being decided, by cause: `key` "
+            "(keyed otherwise by the producer) or `partition` (key right, partitioned by another "
+            "hash than murmur2, e.g. librdkafka's default CRC32).",
+            ["cause"],
+            registry=r,
+        )
         self.open_conflicts = Gauge(
             "claimstream_open_conflicts",
             "Keys whose current decision is a conflict or quarantine, on this worker.",

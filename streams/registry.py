@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from streams import codec
 from streams.core.contracts import RejectReason
 from streams.core.errors import ClaimstreamError, CodecError
+from streams.packaged import schema_dir as packaged_schemas
 
 __all__ = [
     "CONTENT_TYPE",
@@ -127,7 +128,7 @@ class FolderRegistry:
     folder is the contract. Only schemas present in the folder (current or history) have ids."""
 
     def __init__(self, schema_dir: Path | None = None) -> None:
-        self.schema_dir = Path(schema_dir) if schema_dir is not None else codec.schema_dir()
+        self.schema_dir = Path(schema_dir) if schema_dir is not None else packaged_schemas()
         self._schemas: dict[int, dict[str, Any]] = {}
         self._canonical: dict[int, str] = {}
         self._files: dict[str, int] = {}
@@ -222,12 +223,15 @@ class HttpRegistry:
         cached = self._ids.get(key)
         if cached is not None:
             return cached
-        answer = self._call(
-            "POST",
-            f"/subjects/{quote(subject, safe='')}/versions",
-            {"schema": json.dumps(schema, sort_keys=True)},
-            what=f"schema for subject {subject}",
-        )
+        body = {"schema": json.dumps(schema, sort_keys=True)}
+        what = f"schema for subject {subject}"
+        path = f"/subjects/{quote(subject, safe='')}"
+        try:
+            # Looked up first: production registries often refuse writes from applications
+            # (read-only mode or permissions) and hold schemas registered by CI instead.
+            answer = self._call("POST", path, body, what)
+        except CodecError:  # 404: not a version of the subject yet
+            answer = self._call("POST", f"{path}/versions", body, what)
         sid = answer.get("id") if isinstance(answer, dict) else None
         if not isinstance(sid, int) or isinstance(sid, bool):
             raise RegistryError(f"{self.url}: registering {subject} returned no id: {answer!r}")

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,6 +40,13 @@ def freeze_survivors(phase: str, info: dict[str, int]) -> None:
         gc.freeze()
 
 
+class QuietWorker(faust.Worker):
+    """Stops on Ctrl-C like on SIGTERM, without mode's "-INT- -INT- ..." line on stderr."""
+
+    def _on_sigint(self) -> None:
+        self._schedule_shutdown(signal.SIGINT)
+
+
 def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
     if freeze_survivors not in gc.callbacks:
@@ -52,7 +60,7 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     pipeline = build(settings, policy)
     if customize is not None:
         customize(pipeline)
-    worker = faust.Worker(
+    worker = QuietWorker(
         pipeline.app,
         loop=loop,
         loglevel=settings.log_level,

@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from streams.core.errors import ClaimstreamError
+from streams.core.errors import ClaimstreamError, validation_problems
+from streams.packaged import example_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "CLAIMSTREAM_"
 
 
@@ -53,9 +53,12 @@ class Settings(BaseModel):
 
     app_id: str = "claimstream"
     broker: str = "kafka://127.0.0.1:9092"
-    policy: Path = REPO_ROOT / "examples" / "policy.yaml"
+    policy: Path = Field(
+        default_factory=lambda: example_path("policy.yaml"),
+        description="the policy file (default: the packaged example policy)",
+    )
     schema_registry: str | None = Field(
-        default=None, description="None for the schemas/ folder, or a Confluent-compatible URL"
+        default=None, description="None for the packaged schemas, or a Confluent-compatible URL"
     )
     store: str = "memory://"
     data_dir: Path = Path("var/claimstream")
@@ -178,4 +181,4 @@ def load_settings(
     try:
         return Settings.model_validate({**data, "topics": topics})
     except ValidationError as exc:
-        raise ClaimstreamError(f"invalid settings: {exc}") from exc
+        raise ClaimstreamError(validation_problems(exc.errors(), "settings")) from exc

@@ -1,9 +1,13 @@
-"""The command line as users run it: replay, policy check / diff, explain, dev without its extra."""
+"""The command line as users run it: replay, policy check / diff, explain, init, resolve's checks,
+help and errors, dev without its extra."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -12,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import streams
 from streams.devkit.synthetic import generate_claims
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,6 +174,91 @@ def test_dev_without_the_devkit_extra_says_so_in_one_line() -> None:
     ]
 
 
+def test_every_option_and_argument_has_help_text() -> None:
+    from streams.cli import build_parser
+
+    def undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    missing += undocumented(sub, f"{path} {name}")
+            elif not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+        return missing
+
+    assert undocumented(build_parser(), "claimstream") == []
+
+
+def test_version() -> None:
+    assert claimstream("--version").stdout.strip() == f"claimstream {streams.__version__}"
+
+
+def test_init_writes_the_packaged_examples_once(tmp_path: Path) -> None:
+    first = claimstream("init", tmp_path / "ex")
+    assert "claimstream replay --policy" in first.stdout
+    for name in ("policy.yaml", "claims.jsonl", "resolutions.jsonl"):
+        assert (tmp_path / "ex" / name).read_bytes() == (REPO / "examples" / name).read_bytes()
+    again = claimstream("init", tmp_path / "ex", check=False)
+    assert again.returncode == 2
+    assert "--force" in again.stderr
+    assert claimstream("init", tmp_path / "ex", "--force").returncode == 0
+
+
+def test_errors_are_one_problem_per_line_without_pydantic_prefixes(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    text = POLICY.read_text()
+    broken.write_text(text.replace("values: [paid, unpaid, overdue, refunded]", "values: []"))
+    failed = claimstream("policy", "check", broken, check=False)
+    lines = failed.stderr.splitlines()
+    assert lines, failed.stderr
+    assert all(line.startswith(f"claimstream: error: {broken}: ") for line in lines), lines
+    assert "Value error" not in failed.stderr
+    assert "order.payment_status" in failed.stderr
+
+
+def test_resolve_checks_its_arguments_before_reaching_a_broker() -> None:
+    # Port 9 on loopback: nothing listens, so reaching a broker would be an error too.
+    both = claimstream(
+        "resolve", "globex", "contract.seats", "--by", "me", "--broker", "127.0.0.1:9", check=False
+    )
+    assert both.stderr.splitlines() == [
+        "claimstream: error: give --value for a present value, or --status not_found without a value"
+    ]
+    wrong_type = claimstream(
+        "resolve",
+        "globex",
+        "contract.seats",
+        "--value",
+        "forty",
+        "--by",
+        "me",
+        "--policy",
+        POLICY,
+        "--broker",
+        "127.0.0.1:9",
+        check=False,
+    )
+    assert wrong_type.returncode == 2
+    assert wrong_type.stderr.startswith("claimstream: error: resolution: type_mismatch: ")
+    unreachable = claimstream(
+        "resolve",
+        "globex",
+        "contract.seats",
+        "--value",
+        "40",
+        "--by",
+        "me",
+        "--broker",
+        "127.0.0.1:9",
+        check=False,
+    )
+    assert unreachable.returncode == 2
+    assert unreachable.stderr.splitlines()[0].startswith(
+        "claimstream: error: cannot reach the broker 127.0.0.1:9"
+    )
+
+
 def test_replay_with_an_unwritable_rejected_path_fails_before_printing(
     claims_file: Path, tmp_path: Path
 ) -> None:
@@ -227,3 +317,57 @@ def test_explain_names_the_line_that_is_not_a_decision(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"claimstream: error: {mixed}:2: not a decision record" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_batch_of_resolutions_is_checked_before_anything_is_sent(tmp_path: Path) -> None:
+    batch = tmp_path / "resolutions.jsonl"
+    good = {"subject": "globex", "field": "contract.seats", "value": 40, "decided_by": "renewals"}
+    batch.write_text(
+        json.dumps(good)
+        + "\n\n"
+        + json.dumps({"subject": "globex", "value": 40, "seats": 3})
+        + "\n"
+        + json.dumps(good | {"decided_at": "yesterday"})
+        + "\n"
+    )
+    # Port 9 on loopback: nothing listens, so a send would fail differently.
+    failed = claimstream("publish", "--resolutions", batch, "--broker", "127.0.0.1:9", check=False)
+    assert failed.returncode == 2
+    assert failed.stderr.splitlines() == [
+        f"claimstream: error: {batch}:3: field: missing",
+        f"claimstream: error: {batch}:3: decided_by: missing",
+        f"claimstream: error: {batch}:3: seats: not a resolution field",
+    ]
+    batch.write_text(json.dumps(good | {"decided_at": "yesterday"}) + "\n")
+    failed = claimstream("publish", "--resolutions", batch, "--broker", "127.0.0.1:9", check=False)
+    (line,) = failed.stderr.splitlines()
+    assert line.startswith(f"claimstream: error: {batch}:1: decided_at: ")
+    assert "Value error" not in line
+
+
+def test_ctrl_c_ends_a_command_without_a_traceback() -> None:
+    # `explain` following stdin stands in for any command a person stops with Ctrl-C.
+    replayed = claimstream(
+        "replay", "--policy", POLICY, "--now", NOW, REPO / "examples" / "claims.jsonl"
+    )
+    decision = replayed.stdout.splitlines()[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "explain"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(decision + "\n")
+    proc.stdin.flush()
+    first = proc.stdout.readline()  # explained: the command is running, waiting for more
+    assert first.startswith(json.loads(decision)["subject"])
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err == ""
+    assert "Traceback" not in out

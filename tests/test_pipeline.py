@@ -11,13 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.authenticity import sign
-from streams.core.contracts import Claim
+from streams.core.contracts import Claim, Resolution
 from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
 from streams.metrics import Metrics
-from streams.pipeline import Handled, Incoming, Processor
+from streams.pipeline import Handled, Incoming, Processor, partition_of
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Settings
+from tests.stream.support import crc32_partition
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-s3cret-s3cret-s3cret-s3cret!"
@@ -74,7 +75,12 @@ def claim(source: str = "billing-api") -> Claim:
 def record(topic: str, value: bytes, headers: list[tuple[str, bytes]]) -> Incoming:
     c = claim()
     key = state_key(c.subject, c.field).encode()
-    return Incoming(topic, 0, 7, key, value, tuple(headers), NOW.timestamp())
+    return Incoming(topic, owner(key), 7, key, value, tuple(headers), NOW.timestamp())
+
+
+def owner(key: bytes) -> int:
+    """The partition that owns `key` under the default settings' partition count."""
+    return partition_of(key, Settings().partitions)
 
 
 def run(processor: Processor, incoming: Incoming) -> Handled:
@@ -204,7 +210,7 @@ def test_fuzzed_claims_are_decided_or_dead_lettered_never_raised(claim: Claim, r
     value = CODEC.encode("claims.tools", claim)
     key = b"other" if rekey else state_key(claim.subject, claim.field).encode()
     handled = PLAIN.process(
-        Incoming("claims.tools", 0, 0, key, value, (), NOW.timestamp()),
+        Incoming("claims.tools", owner(key), 0, key, value, (), NOW.timestamp()),
         {}.get,
         lambda subject: None,
     )
@@ -235,7 +241,7 @@ def test_a_late_claim_that_loses_counts_as_a_loss_even_when_the_decision_stands(
     for n, arriving in enumerate((truth, lagging)):
         key = state_key(arriving.subject, arriving.field).encode()
         value = CODEC.encode("claims.tools", arriving)
-        incoming = Incoming("claims.tools", 0, n, key, value, (), NOW.timestamp())
+        incoming = Incoming("claims.tools", owner(key), n, key, value, (), NOW.timestamp())
         handled = processor.process(incoming, states.get, lambda subject: None)
         assert handled.key is not None
         assert handled.state is not None
@@ -247,3 +253,100 @@ def test_a_late_claim_that_loses_counts_as_a_loss_even_when_the_decision_stands(
         {"field": "order.payment_status", "source": "reporting-replica"},
     )
     assert losses == 1.0  # ...but it lost, and that is the signal
+
+
+def test_a_record_on_the_wrong_partition_hops_to_its_owner_before_it_is_decided() -> None:
+    policy = load_policy(REPO / "examples" / "policy.yaml")
+    metrics = Metrics(policy)
+    processor = Processor(Settings(), policy, CODEC, metrics, wall_clock=NOW.timestamp)
+    arriving = claim()
+    key = state_key(arriving.subject, arriving.field).encode()
+    landed = crc32_partition(key, Settings().partitions)
+    assert landed != owner(key)  # the case at hand: librdkafka and Kafka disagree on this key
+    value = CODEC.encode("claims.tools", arriving)
+    hop = run(processor, Incoming("claims.tools", landed, 3, key, value, (), NOW.timestamp()))
+    assert (hop.key, hop.state, hop.decisions) == (
+        None,
+        None,
+        [],
+    )  # nothing decided where it landed
+    (forwarded,) = hop.outputs
+    assert (forwarded.topic, forwarded.key, forwarded.partition) == (
+        "claimstream-rekeyed",
+        key,
+        owner(key),
+    )
+    assert (
+        metrics.registry.get_sample_value("claimstream_rekey_hops_total", {"cause": "partition"})
+        == 1.0
+    )
+    assert forwarded.partition is not None
+    decided = run(
+        processor,
+        Incoming(
+            forwarded.topic,
+            forwarded.partition,
+            0,
+            forwarded.key,
+            forwarded.value,
+            forwarded.headers,
+            NOW.timestamp(),
+        ),
+    )
+    assert [d.value for d in decided.decisions] == ["paid"]
+    assert decided.key == key
+
+
+def test_a_resolution_on_the_wrong_partition_hops_as_a_resolution() -> None:
+    resolution = Resolution(
+        resolution_id="res-1",
+        subject="inv:9",
+        field="order.payment_status",
+        value="paid",
+        decided_by="ops@example.test",
+        note="checked the ledger",
+        decided_at=NOW - timedelta(minutes=1),
+    )
+    key = state_key(resolution.subject, resolution.field).encode()
+    landed = crc32_partition(key, Settings().partitions)
+    value = CODEC.encode("claims.resolutions", resolution)
+    hop = run(PLAIN, Incoming("claims.resolutions", landed, 0, key, value, (), NOW.timestamp()))
+    assert (hop.state, hop.decisions) == (None, [])
+    (forwarded,) = hop.outputs
+    assert (forwarded.topic, forwarded.key, forwarded.partition) == (
+        "claimstream-rekeyed",
+        key,
+        owner(key),
+    )
+    assert dict(forwarded.headers)["claimstream.kind"] == b"resolution"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    subject=st.from_regex(r"[a-z0-9:-]{1,20}", fullmatch=True),
+    landed=st.integers(min_value=0, max_value=Settings().partitions - 1),
+    topic=st.sampled_from(["claims.tools", "claimstream-rekeyed"]),
+    keyed_right=st.booleans(),
+)
+def test_state_is_only_ever_kept_on_the_keys_own_partition(
+    subject: str, landed: int, topic: str, keyed_right: bool
+) -> None:
+    """Whatever partitioner or key the producer used, a key's state changes only on
+    `partition_of(key)`, and a hop goes exactly there."""
+    arriving = claim().model_copy(update={"subject": subject})
+    key = state_key(arriving.subject, arriving.field).encode()
+    value = CODEC.encode(topic, arriving)
+    sent_key = key if keyed_right else b"producer-own-key"
+    handled = PLAIN.process(
+        Incoming(topic, landed, 0, sent_key, value, (), NOW.timestamp()), {}.get, lambda s: None
+    )
+    if handled.state is not None:
+        assert landed == owner(key)
+        assert handled.key == key
+    else:
+        (forwarded,) = handled.outputs
+        assert (forwarded.topic, forwarded.key, forwarded.partition) == (
+            "claimstream-rekeyed",
+            key,
+            owner(key),
+        )

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streams import registry as reg
-from streams.codec import encode, expanded_schema, schema_dir
+from streams.codec import encode, expanded_schema
 from streams.core.contracts import (
     RECORD_MODELS,
     Claim,
@@ -36,6 +36,7 @@ from streams.core.contracts import (
 )
 from streams.core.errors import CodecError
 from streams.devkit.registry_server import RegistryServer, serve_registry
+from streams.packaged import schema_dir
 from streams.registry import (
     FolderRegistry,
     HttpRegistry,
@@ -252,6 +253,35 @@ def test_server_accepts_a_schema_that_is_not_in_the_folder(
     with pytest.raises(CodecError) as caught:
         folder.register("probe-value", schema)
     assert caught.value.reason is RejectReason.UNKNOWN_SCHEMA
+
+
+def test_a_worker_resolves_schemas_registered_by_ci_on_a_read_only_registry(
+    folder: FolderRegistry,
+) -> None:
+    """Production registries often take no writes from applications: the client looks a schema
+    up before it would register it, and only a schema nobody registered is refused."""
+    server, thread = serve_registry("127.0.0.1", 0, folder)
+    try:
+        ci = HttpRegistry(server.url)
+        sid = ci.register("claims.decisions-value", expanded_schema("Decision"))
+        request = urllib.request.Request(
+            server.url + "/mode",
+            data=json.dumps({"mode": "READONLY"}).encode(),
+            method="PUT",
+            headers={"Content-Type": reg.CONTENT_TYPE},
+        )
+        urllib.request.urlopen(request, timeout=5).close()
+        worker = WireCodec(HttpRegistry(server.url))
+        decision = SAMPLES["Decision"]
+        assert worker.encode("claims.decisions", decision)[1:5] == sid.to_bytes(4, "big")
+        with pytest.raises(RegistryError) as caught:
+            worker.encode("claims.reobserve", SAMPLES["ReobserveRequest"])
+        assert caught.value.status == 422
+        assert "read-only" in str(caught.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 def test_server_rejects_an_invalid_schema(server: RegistryServer) -> None:

@@ -32,7 +32,7 @@ from aiokafka.errors import KafkaError
 from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
-from streams.client import build_resolution, publish_resolution
+from streams.client import build_resolution, publish_resolutions
 from streams.console.live import END, LiveDecisions, Subscription, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
@@ -420,7 +420,7 @@ async def _resolve(web: View, request: Request, console: Console) -> Response:
     except (ClaimstreamError, ValueError) as exc:
         return refused(Refusal.INVALID, 400, str(exc))
     try:
-        await publish_resolution(console.settings, resolution)
+        await publish_resolutions(console.settings, [resolution])
     except (KafkaError, ClaimstreamError) as exc:
         return web.json({"error": f"could not publish the resolution: {exc}"}, status=503)
     console.metrics.console_resolutions.labels(console.metrics.field_label(field)).inc()

@@ -365,7 +365,7 @@ def _plain(admitted: AdmittedClaim) -> bool:
 def distinct(claims: Iterable[AdmittedClaim]) -> tuple[list[AdmittedClaim], set[str]]:
     """The claims once each (oldest first), and the ids used for claims that say different
     things: no version of those counts as evidence, whichever arrived first."""
-    claims = list(claims)
+    claims = claims if isinstance(claims, list) else list(claims)
     if len({a.claim.claim_id for a in claims}) == len(claims):
         return sorted(claims, key=_RECENCY), set()
     by_id: dict[str, AdmittedClaim] = {}
@@ -790,7 +790,9 @@ def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
         valid_to=claim.valid_to,
         epoch=claim.epoch,
         lineage=admitted.lineage,
-        scope=claim.scope,
+        # As compared (normalized): one claim sent twice with its scope spelled two ways is the
+        # same claim, and its evidence must not depend on which spelling arrived first.
+        scope=admitted.scope_key,
         role=role,
     )
 

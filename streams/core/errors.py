@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streams.core.contracts import RejectReason
@@ -31,3 +32,14 @@ class ContractError(RejectedInput):
 
 class CodecError(RejectedInput):
     """Bytes on a topic could not be decoded with a registered schema."""
+
+
+def validation_problems(errors: Iterable[Mapping[str, Any]], origin: str) -> str:
+    """pydantic's `ValidationError.errors()` for people: one `origin: key: problem` line each,
+    without pydantic's type prefixes ("Value error, ") or its validator names in the key."""
+    lines = []
+    for error in errors:
+        key = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+        message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        lines.append(f"{origin}: {key or '(top)'}: {message}")
+    return "\n".join(lines)

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from streams.core.contracts import Authority
-from streams.core.errors import PolicyError
+from streams.core.errors import PolicyError, validation_problems
 
 CATCH_ALL = "*"
 
@@ -256,19 +256,11 @@ class Policy(_Strict):
         return self.sources.get(source) or self.sources.get(CATCH_ALL)
 
 
-def _error_location(loc: tuple[int | str, ...]) -> str:
-    # pydantic puts validator names (e.g. "function-after[...]") into locations; keep user keys.
-    return ".".join(str(part) for part in loc if not str(part).startswith("function-")) or "(top)"
-
-
 def parse_policy(data: object, origin: str = "<policy>") -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{origin}: {_error_location(err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise PolicyError(problems) from exc
+        raise PolicyError(validation_problems(exc.errors(), origin)) from exc
 
 
 def load_policy(path: Path | str) -> Policy:

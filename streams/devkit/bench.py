@@ -39,8 +39,9 @@ from streams.core.keystate import KeyState, Limits, add_claim, encode_state, sta
 from streams.core.policy import Policy, load_policy
 from streams.devkit.brokers import free_port, start_broker
 from streams.devkit.synthetic import generate_claims
+from streams.packaged import example_path
 from streams.registry import FolderRegistry, WireCodec
-from streams.settings import REPO_ROOT, Settings, Topics
+from streams.settings import Settings, Topics
 
 CODEC = WireCodec(FolderRegistry())
 PAID = "order.payment_status"  # the field the latency, soak and engine phases use
@@ -174,7 +175,6 @@ class BenchWorker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
             env=env,
-            cwd=REPO_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -366,7 +366,7 @@ def run(
     latency_s: float,
     soak_s: float = 0.0,
 ) -> dict[str, Any]:
-    policy = load_policy(REPO_ROOT / "examples" / "policy.yaml")
+    policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
     name = f"bench{uuid.uuid4().hex[:6]}"
     topics = Topics(**{k: f"{name}.{v}" for k, v in Topics().model_dump().items()})
@@ -413,7 +413,7 @@ def run(
         finally:
             worker.stop()
     finally:
-        broker.stop()
+        broker.close()  # stops it and removes its data folder
         shutil.rmtree(work_dir, ignore_errors=True)
     soaked: dict[str, Any] = {}
     if soak_s > 0:

@@ -30,12 +30,13 @@ import subprocess
 import tempfile
 import time
 import uuid
+from importlib.resources import files
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ASSEMBLE_SCRIPT = REPO_ROOT / "scripts" / "kafka-assemble.sh"
+# scripts/kafka-assemble.sh and deploy/kafka/pom.xml, shipped with the dev kit.
+KAFKA_ASSEMBLY = files(__package__ or "streams.devkit") / "kafka"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 
@@ -444,9 +445,10 @@ class _Broker:
 
 def assemble_kafka() -> Path:
     """Run scripts/kafka-assemble.sh (a no-op once the jar cache is complete); return libs dir."""
-    cmd = ["bash", str(ASSEMBLE_SCRIPT)]
+    cmd = ["bash", str(KAFKA_ASSEMBLY / "kafka-assemble.sh")]
+    env = {**os.environ, "CLAIMSTREAM_KAFKA_POM": str(KAFKA_ASSEMBLY / "pom.xml")}
     try:
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     except subprocess.CalledProcessError as e:
         raise RuntimeError(f"kafka-assemble.sh failed (exit {e.returncode}):\n{e.stderr}") from e
     return Path(out.stdout.strip().splitlines()[-1])

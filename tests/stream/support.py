@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 import uuid
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ class Deployment:
     guarantee: str = "at_least_once"
     state_cache_keys: int = 100_000
     max_claims_per_key: int = 16
+    schema_registry: str | None = None  # None: the schemas/ folder
     name: str = field(default_factory=lambda: f"cs{uuid.uuid4().hex[:8]}")
 
     @property
@@ -63,6 +65,8 @@ class Deployment:
                 "CLAIMSTREAM_MAX_CLAIMS_PER_KEY": str(self.max_claims_per_key),
             }
         )
+        if self.schema_registry is not None:
+            env["CLAIMSTREAM_SCHEMA_REGISTRY"] = self.schema_registry
         for name, topic in self.topics.model_dump().items():
             env[f"CLAIMSTREAM_TOPIC_{name.upper()}"] = topic
         return {**env, **overrides}
@@ -151,15 +155,26 @@ class WorkerProcess:
             return "(no log)"
 
 
-async def produce(
-    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None, list[Any]]]
-) -> int:
+def crc32_partition(key: bytes, partitions: int) -> int:
+    """Where librdkafka's default partitioner (`consistent_random`) puts a keyed record."""
+    return zlib.crc32(key) % partitions
+
+
+async def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, ...]]) -> int:
+    """Send (key, value, headers[, partition]) records; without a partition, the key's murmur2
+    partition (the Java client's default partitioner)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
     await producer.start()
     try:
         futures = [
-            await producer.send(topic, value, key=key, headers=headers)
-            for key, value, headers in records
+            await producer.send(
+                topic,
+                value,
+                key=key,
+                headers=headers,
+                partition=partition[0] if partition else None,
+            )
+            for key, value, headers, *partition in records
         ]
         await asyncio.gather(*futures)
         return len(futures)
@@ -194,6 +209,15 @@ async def read_topic(
     finally:
         await consumer.stop()
     return records
+
+
+def changelog_partitions(bootstrap: str, deployment: Deployment) -> dict[bytes, set[int]]:
+    """Every changelog partition each key's state was journaled to."""
+    journal = asyncio.run(read_topic(bootstrap, f"{deployment.name}-key-state-changelog", idle_s=2))
+    where: dict[bytes, set[int]] = {}
+    for record in journal:
+        where.setdefault(record.key, set()).add(record.partition)
+    return where
 
 
 async def wait_for_decisions(

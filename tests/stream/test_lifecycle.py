@@ -173,6 +173,9 @@ def test_conflicts_open_too_long_are_escalated_and_the_web_api_answers(
             time.sleep(0.5)
             outcomes = worker.get("/api/fields/order.payment_status/outcomes")
         assert outcomes["counts"].get("conflict/value", 0) >= 1, outcomes
+        listed = worker.get("/")["endpoints"]
+        assert "GET /api/conflicts[?field=F]" in listed
+        assert worker.get("/api")["endpoints"] == listed
     finally:
         worker.stop()
 

@@ -21,7 +21,16 @@ from streams.core.policy import load_policy
 from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker, TansuBroker
 from streams.devkit.synthetic import generate_claims
-from tests.stream.support import CODEC, Deployment, produce, read_topic, wait_for_decisions
+from streams.pipeline import partition_of
+from tests.stream.support import (
+    CODEC,
+    Deployment,
+    changelog_partitions,
+    crc32_partition,
+    produce,
+    read_topic,
+    wait_for_decisions,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +57,34 @@ def publishable(
 
 
 def records(deployment: Deployment, claims: list[dict[str, Any]], rng: random.Random) -> list[Any]:
-    """Avro records; a third keyed by the producer's own scheme, so the worker must re-key them."""
+    """Avro records: a third keyed by the producer's own scheme, so the worker must re-key them;
+    a third keyed right but placed by librdkafka's default partitioner (CRC32 of the key), so
+    the worker must move those that CRC32 and murmur2 place apart; the rest as Kafka's Java
+    client places them. Every record of a claim id takes the same route, so records reusing an
+    id arrive in the order they were sent (the stream keeps the first of conflicting ones)."""
     out = []
+    routes: dict[str, float] = {}
     for data in claims:
         claim = Claim.model_validate(data)
         key = state_key(claim.subject, claim.field).encode()
-        if rng.random() < 0.33:
-            key = claim.claim_id.encode()
-        out.append((key, CODEC.encode(deployment.topics.claims, claim), []))
+        value = CODEC.encode(deployment.topics.claims, claim)
+        draw = routes.setdefault(claim.claim_id, rng.random())
+        if draw < 0.33:
+            out.append((claim.claim_id.encode(), value, []))
+        elif draw < 0.66:
+            out.append((key, value, [], crc32_partition(key, deployment.partitions)))
+        else:
+            out.append((key, value, []))
     return out
+
+
+def misplaced(deployment: Deployment, sent: list[Any]) -> int:
+    """Records keyed right but sent to another partition than the key's own."""
+    return sum(
+        1
+        for key, _, _, *partition in sent
+        if partition and partition[0] != partition_of(key, deployment.partitions)
+    )
 
 
 def expected_decisions(
@@ -81,9 +109,9 @@ def publish_and_follow(
 ) -> tuple[int, dict[tuple[str, str], str], int, dict[tuple[str, str], Decision], list[Decision]]:
     """Publish `claims`, then follow the decisions until every key reaches the replay's final
     one: (sent, expected ids, rejected, latest decisions, every decision)."""
-    sent = asyncio.run(
-        produce(bootstrap, deployment.topics.claims, records(deployment, claims, rng))
-    )
+    outgoing = records(deployment, claims, rng)
+    sent = asyncio.run(produce(bootstrap, deployment.topics.claims, outgoing))
+    assert misplaced(deployment, outgoing) > 0  # the CRC32 case is exercised
     expected, rejected = expected_decisions(deployment, claims)
     latest, every = asyncio.run(
         wait_for_decisions(bootstrap, deployment.topics.decisions, expected)
@@ -138,11 +166,22 @@ def test_streamed_decisions_equal_offline_replay(
         )
         assert set(latest) == set(expected)
         dead = asyncio.run(read_topic(broker.bootstrap, deployment.topics.dead_letters, idle_s=2))
-        accepted = metric_sum(worker.get("/metrics"), "claimstream_claims_accepted_total")
+        metrics = worker.get("/metrics")
+        accepted = metric_sum(metrics, "claimstream_claims_accepted_total")
         assert len(dead) == rejected
         assert accepted + len(dead) == sent
+        # A key's state lives on its own partition only, whatever partitioner placed its claims.
+        journaled = changelog_partitions(broker.bootstrap, deployment)
+        split = {
+            k: p for k, p in journaled.items() if p != {partition_of(k, deployment.partitions)}
+        }
+        assert not split, (
+            f"{len(split)} keys journaled off their partition: {list(split.items())[:3]}"
+        )
+        hops = metric_sum(metrics, 'claimstream_rekey_hops_total{cause="partition"}')
+        assert hops > 0
         print(
-            f"differential[{broker_kind},{store},cache={cache}]: sent={sent} keys={len(expected)} decisions={len(every)} dead_letters={len(dead)}"
+            f"differential[{broker_kind},{store},cache={cache}]: sent={sent} keys={len(expected)} decisions={len(every)} dead_letters={len(dead)} partition_hops={hops:.0f} journaled_keys={len(journaled)}"
         )
     finally:
         worker.stop()

@@ -1,0 +1,1 @@
+../../../scripts/kafka-assemble.sh
