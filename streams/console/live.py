@@ -12,7 +12,7 @@ import asyncio
 import json
 from typing import Any
 
-from streams.core.contracts import Decision
+from streams.core.contracts import Decision, Money
 from streams.core.keystate import state_key
 
 CLIENT_QUEUE = 256
@@ -25,7 +25,8 @@ class Unavailable(Exception):
 
 
 def decision_event(decision: Decision) -> dict[str, Any]:
-    """What a live client needs to update a queue row or a key page (no evidence: it reloads)."""
+    """What a live client needs to update a queue row or a key page (no evidence: it reloads).
+    Built field by field: the arbiter's loop pays for it while anyone watches."""
     return {
         "key": state_key(decision.subject, decision.field),
         "subject": decision.subject,
@@ -34,7 +35,9 @@ def decision_event(decision: Decision) -> dict[str, Any]:
         "outcome": decision.outcome.value,
         "conflict_kind": decision.conflict_kind.value if decision.conflict_kind else None,
         "status": decision.status.value if decision.status else None,
-        "value": decision.model_dump(mode="json")["value"],
+        "value": decision.value.model_dump()
+        if isinstance(decision.value, Money)
+        else decision.value,
         "unit": decision.unit,
         "action": decision.action.value,
         "reason": decision.reason,

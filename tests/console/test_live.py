@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from streams.console.live import CLIENT_QUEUE, END, LAGGED, LiveDecisions, Unavailable
-from streams.core.contracts import Decision
+from streams.core.contracts import Decision, Money
 
 AT = datetime(2026, 11, 30, 9, 14, tzinfo=UTC)
 
@@ -84,3 +84,14 @@ async def test_closing_ends_every_stream_at_once_even_a_full_one() -> None:
     assert events[-1] == END
     with pytest.raises(Unavailable, match="stopping"):
         live.subscribe()
+
+
+def test_money_values_travel_as_json_objects() -> None:
+    live = LiveDecisions(max_clients=1)
+    client = live.subscribe()
+    money = decision("account:7").model_copy(
+        update={"field": "account.balance", "value": Money(amount_minor=1250, currency="USD")}
+    )
+    live.publish(money)
+    event = client.queue.get_nowait()
+    assert payload(event)["value"] == {"amount_minor": 1250, "currency": "USD"}
