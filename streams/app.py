@@ -11,20 +11,18 @@ and state committed with their input, belongs to the arbiter.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import aiohttp
 import faust
 from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.types import StreamT
 from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
-from streams.core.contracts import ConflictKind, Decision, Outcome
-from streams.core.keystate import current_decision, split_key
+from streams.console.web import Console, register_console
+from streams.core.contracts import ConflictKind, Outcome
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.health import LagProbe, report_health
@@ -33,7 +31,6 @@ from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
-ROUTED_HEADER = "x-claimstream-routed"
 OUTCOME_WINDOW = timedelta(minutes=1)
 
 
@@ -88,6 +85,7 @@ class Pipeline:
     metrics: Metrics
     processor: Processor
     arbiter: Arbiter
+    console: Console
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -211,15 +209,24 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         await app.add_runtime_dependency(lag_probe)
 
     register_views(app, arbiter, policy, outcome_counts)
-    return Pipeline(app, settings, policy, metrics, processor, arbiter)
+    console = register_console(app, arbiter, policy, settings, metrics)
+    return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
 ENDPOINTS = {
-    "GET /api/decisions/{subject}%7C{field}": "the current decision with its evidence, "
-    "recomputed now, and the last emitted one (any worker answers)",
+    "GET /ui/": "the steward console: the cluster's open conflicts, a key's evidence, timeline "
+    "and past beliefs, resolutions (a browser opening / lands there)",
+    "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
+    "evidence, recomputed now, and the last emitted one; or the belief in force at as_of, with "
+    "the evidence it had (any worker answers)",
     "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
     "claims and resolutions",
-    "GET /api/conflicts[?field=F]": "open conflicts and quarantines on this worker, with their age",
+    "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]": "open conflicts and "
+    "quarantines across the cluster, oldest first, with counts per field and the workers that "
+    "did not answer",
+    "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
+    "(Authorization: Bearer <steward token>)",
+    "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
     "GET /api/fields/{field}/outcomes": "decisions per outcome over the last minute (the current "
     "and the previous one-minute window; keys this worker owns)",
     "GET /healthz": "liveness (the arbiter loop iterating) and the policy version; 503 with "
@@ -229,83 +236,7 @@ ENDPOINTS = {
 }
 
 
-def decision_json(decision: Decision) -> dict[str, Any]:
-    data: dict[str, Any] = decision.model_dump(mode="json")
-    return data
-
-
 def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
-    async def at_owner(
-        web: View, request: Request, key: str, answer: Callable[[], Response]
-    ) -> Response:
-        """Answer for a key this worker owns, or forward the request to the worker that does."""
-        local, owner = arbiter.owner_url(key.encode())
-        if local:
-            return answer()
-        if owner is None or request.headers.get(ROUTED_HEADER):
-            return web.json(
-                {"error": f"no worker owns {key!r} right now (rebalancing?); retry"}, status=503
-            )
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(owner + str(request.rel_url), headers={ROUTED_HEADER: "1"}) as reply,
-        ):
-            return web.bytes(
-                await reply.read(), content_type=reply.content_type, status=reply.status
-            )
-
-    @app.page("/api/decisions/{key}")
-    async def decision_view(web: View, request: Request, key: str) -> Response:
-        def answer() -> Response:
-            state = arbiter.state_of(key.encode())
-            rules = policy.rules_for(split_key(key)[1])
-            if state is None or rules is None:
-                return web.json({"error": f"no claims for {key!r}"}, status=404)
-            decision = current_decision(state, rules, policy.version, datetime.now(UTC))
-            return web.json(
-                {
-                    "decision": decision_json(decision),
-                    "last_emitted": state.current.model_dump(mode="json")
-                    if state.current
-                    else None,
-                }
-            )
-
-        return await at_owner(web, request, key, answer)
-
-    @app.page("/api/decisions/{key}/history")
-    async def history_view(web: View, request: Request, key: str) -> Response:
-        def answer() -> Response:
-            state = arbiter.state_of(key.encode())
-            if state is None:
-                return web.json({"error": f"no claims for {key!r}"}, status=404)
-            return web.json(
-                {
-                    "key": key,
-                    "decisions": [s.model_dump(mode="json") for s in state.history],
-                    "claims": [s.claim.model_dump(mode="json") for s in state.claims],
-                    "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
-                }
-            )
-
-        return await at_owner(web, request, key, answer)
-
-    @app.page("/api/conflicts")
-    async def conflicts_view(web: View, request: Request) -> Response:
-        wanted = request.query.get("field")
-        now = datetime.now(UTC)
-        rows = [
-            {
-                "key": key.decode(),
-                "field": field_name,
-                "open_since": since.isoformat(),
-                "age_s": (now - since).total_seconds(),
-            }
-            for key, (field_name, since) in sorted(arbiter.schedule.open_since.items())
-            if wanted is None or field_name == wanted
-        ]
-        return web.json({"worker_local": True, "open_conflicts": rows})
-
     async def endpoints_view(web: View, request: Request) -> Response:
         return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
 

@@ -47,7 +47,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
 
 from streams.client import client_options
-from streams.core.contracts import Outcome
+from streams.core.contracts import Decision, Outcome
 from streams.core.keystate import KeyState
 from streams.health import Pulse
 from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics
@@ -202,6 +202,8 @@ class Arbiter(Service):
         self._unkeyed = 0  # spreads records without a key over partitions
         self._record_cost = 0.0  # seconds per input record, averaged over recent batches
         self.pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s)
+        # Told of every decision this worker emits (the console's live feed); must not block.
+        self.observers: list[Callable[[Decision], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -343,6 +345,8 @@ class Arbiter(Service):
             now = time.time()
             for decision in handled.decisions:
                 self.metrics.decided(decision, now)
+                for observe in self.observers:
+                    observe(decision)
                 if received > 0:
                     self.metrics.decision_latency.observe(max(0.0, now - received))
 

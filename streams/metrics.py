@@ -147,6 +147,19 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+        self.console_writes_refused = Counter(
+            "claimstream_console_writes_refused_total",
+            "Console writes (resolutions) refused: writes disabled, missing or wrong steward "
+            "token, or an invalid resolution.",
+            ["reason"],
+            registry=r,
+        )
+        self.console_resolutions = Counter(
+            "claimstream_console_resolutions_total",
+            "Resolutions stewards published from the console, by field.",
+            ["field"],
+            registry=r,
+        )
         self.up = Gauge(
             "claimstream_worker_up",
             "1 while the worker is live (its arbiter loop iterates; /healthz answers 200).",

@@ -112,6 +112,17 @@ class Settings(BaseModel):
     lag_interval_s: float = Field(
         default=5.0, gt=0, description="how often consumer lag is asked from the broker"
     )
+    steward_tokens: SecretStr | None = Field(
+        default=None,
+        description="comma-separated tokens that let a steward publish resolutions from the "
+        "console (writes are off without one)",
+    )
+    steward_tokens_file: Path | None = Field(
+        default=None, description="a file of steward tokens, one per line (# comments)"
+    )
+    console_live_clients: int = Field(
+        default=32, ge=1, description="live decision streams a worker serves at once"
+    )
 
     @field_validator("broker")
     @classmethod

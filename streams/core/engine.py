@@ -83,6 +83,7 @@ class Context:
     __slots__ = (
         "evidence",
         "now",
+        "plain",
         "resolutions",
         "roles",
         "rules",
@@ -97,6 +98,8 @@ class Context:
     def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
         self.rules, self.now, self.resolutions = rules, now, resolutions
         self.evidence: list[AdmittedClaim] = []
+        self.plain = False
+        """No claim carries an epoch, a period or a scope (set by the first rule)."""
         self.weaker: list[AdmittedClaim] = []
         """Live claims below the deciding authority (and epoch-less assertions): they agree with
         the result or are contested, never decide."""
@@ -276,7 +279,7 @@ def arbitrate(
         winner is not None
         and verdict.value is winner.value
         and verdict.reason.endswith("_precedence")
-        and all(_plain(a) for a in context.evidence)
+        and context.plain
     ):
         belief = Belief(winner, rules, policy_version)
     return Arbitration(
@@ -320,7 +323,7 @@ def extend(
         return None
     rules, winner = belief.rules, belief.winner
     claim, value = added.claim, added.value
-    if not _plain(added) or claim.status in _NO_EVIDENCE_STATUSES or isinstance(value, float):
+    if not added.plain or claim.status in _NO_EVIDENCE_STATUSES or isinstance(value, float):
         return None
     if rules.freshness is not None and claim.observed_at < now - rules.freshness:
         return None
@@ -352,16 +355,6 @@ def extend(
     )
 
 
-def _plain(admitted: AdmittedClaim) -> bool:
-    claim = admitted.claim
-    return (
-        claim.epoch is None
-        and claim.valid_from is None
-        and claim.valid_to is None
-        and admitted.scope_key is None
-    )
-
-
 def distinct(claims: Iterable[AdmittedClaim]) -> tuple[list[AdmittedClaim], set[str]]:
     """The claims once each (oldest first), and the ids used for claims that say different
     things: no version of those counts as evidence, whichever arrived first."""
@@ -389,6 +382,7 @@ def _duplicates(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """A claim_id counts once; one reused for different content counts for nothing."""
     kept, _ = distinct(claims)
     context.evidence = kept
+    context.plain = all(a.plain for a in kept)
     if not kept:
         return Marked(kept, verdict=_Verdict(Outcome.INSUFFICIENT, "no_claims"))
     return Marked(kept)
@@ -411,6 +405,8 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> Marked | No
     """A statement about a later period describes a change, and closes for good every earlier
     statement of equal or weaker authority that does not explicitly reach into it, whether or not
     either period has ended."""
+    if context.plain:
+        return None
     latest_start: dict[int, datetime] = {}
     for admitted in claims:
         start = admitted.claim.valid_from
@@ -469,6 +465,8 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> Marked | None:
 def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Where some claims carry an epoch, an observation without one lacks provenance:
     quarantined. An assertion without one is only evidence: it is judged with the weaker claims."""
+    if context.plain:
+        return None
     anchored = len([a for a in claims if a.claim.epoch is not None])
     if anchored == 0 or anchored == len(claims):
         return None
@@ -487,6 +485,8 @@ def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | No
 def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Only the newest epoch decides. A value that changed across the boundary (by the field's
     own equality) is quarantined until re-observed, unless the field accepts epoch changes."""
+    if context.plain:
+        return None
     found = {a.claim.epoch for a in claims}  # all set or all None, after missing_epoch
     if len(found) < 2:
         return None
@@ -555,6 +555,8 @@ def _lineage(claims: list[AdmittedClaim], context: Context) -> Marked | None:
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> Marked | None:
     """Different declared scopes (compared normalized) at the top are a semantic conflict."""
+    if context.plain:
+        return None
     scopes = {a.scope_key for a in claims}
     scopes.discard(None)
     if len(scopes) > 1:

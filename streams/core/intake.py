@@ -59,6 +59,8 @@ class AdmittedClaim:
     """An observation of the world (authority above `asserted`): only these prove state."""
     scope_key: str | None = field(init=False, compare=False, repr=False)
     """The declared scope as compared: case folded, spacing collapsed."""
+    plain: bool = field(init=False, compare=False, repr=False)
+    """No epoch, validity period or scope: the rules about those have nothing to look at."""
     journaled: str | None = field(default=None, init=False, compare=False, repr=False)
     """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
@@ -73,6 +75,8 @@ class AdmittedClaim:
         object.__setattr__(self, "observes", self.rank < _ASSERTED_RANK)
         scope = claim.scope
         object.__setattr__(self, "scope_key", None if scope is None else normalize_scope(scope))
+        plain = claim.epoch is None and claim.valid_from is None and claim.valid_to is None
+        object.__setattr__(self, "plain", plain and scope is None)
 
     def same_content(self, other: AdmittedClaim) -> bool:
         """Whether two claims with one claim_id say the same thing: equal once normalized (an

@@ -47,7 +47,7 @@ class Deployment:
     def topics(self) -> Topics:
         return Topics(**{k: f"{self.name}.{v}" for k, v in Topics().model_dump().items()})
 
-    def env(self, web_port: int, data_dir: Path) -> dict[str, str]:
+    def env(self, web_port: int, data_dir: Path, **overrides: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
             {
@@ -69,18 +69,22 @@ class Deployment:
             env["CLAIMSTREAM_SCHEMA_REGISTRY"] = self.schema_registry
         for name, topic in self.topics.model_dump().items():
             env[f"CLAIMSTREAM_TOPIC_{name.upper()}"] = topic
-        return env
+        return {**env, **overrides}
 
-    def worker(self, index: int = 0) -> WorkerProcess:
-        return WorkerProcess(self, self.workdir / f"worker-{index}")
+    def worker(self, index: int = 0, **env: str) -> WorkerProcess:
+        """Worker `index`; `env` adds settings for this worker only (CLAIMSTREAM_...)."""
+        return WorkerProcess(self, self.workdir / f"worker-{index}", env)
 
 
 class WorkerProcess:
     """A `claimstream worker` subprocess; stopped (or killed) only by the test that started it."""
 
-    def __init__(self, deployment: Deployment, data_dir: Path) -> None:
+    def __init__(
+        self, deployment: Deployment, data_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.deployment = deployment
         self.data_dir = data_dir
+        self.env = env or {}
         self.web_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.with_suffix(".log")
@@ -90,7 +94,7 @@ class WorkerProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
-            env=self.deployment.env(self.web_port, self.data_dir),
+            env=self.deployment.env(self.web_port, self.data_dir, **self.env),
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
