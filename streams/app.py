@@ -11,20 +11,18 @@ and state committed with their input, belongs to the arbiter.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import aiohttp
 import faust
 from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.types import StreamT
 from faust.web import Request, Response, View
 
 from streams.arbiter import Arbiter
-from streams.core.contracts import ConflictKind, Decision, Outcome
-from streams.core.keystate import current_decision, split_key
+from streams.console.web import Console, register_console
+from streams.core.contracts import ConflictKind, Outcome
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.health import LagProbe, report_health
@@ -33,13 +31,48 @@ from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 
-ROUTED_HEADER = "x-claimstream-routed"
 OUTCOME_WINDOW = timedelta(minutes=1)
 
 
 def alias_key(subject: str) -> str:
     """Aliases match regardless of case and spacing: `ACME  Corp` finds `acme corp`."""
     return normalize_string(subject, StringCase.FOLD)
+
+
+class AliasTable(faust.GlobalTable):
+    """The subject-alias table, with its lookups remembered: the arbiter looks up every claim's
+    subject, and a Faust table read runs its sensors each time (about as much as admitting the
+    claim). Any change to the table, a local write or a changelog batch applied, forgets them."""
+
+    MEMO_LIMIT = 100_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._memo: dict[str, str | None] = {}
+
+    def canonical(self, subject: str) -> str | None:
+        """The canonical subject `subject` is an alias of, if any."""
+        try:
+            return self._memo[subject]
+        except KeyError:
+            pass
+        if len(self._memo) >= self.MEMO_LIMIT:
+            self._memo.clear()
+        found: str | None = self.get(alias_key(subject))
+        self._memo[subject] = found
+        return found
+
+    def on_key_set(self, key: Any, value: Any) -> None:
+        super().on_key_set(key, value)
+        self._memo.clear()
+
+    def on_key_del(self, key: Any) -> None:
+        super().on_key_del(key)
+        self._memo.clear()
+
+    def apply_changelog_batch(self, batch: Any) -> None:
+        super().apply_changelog_batch(batch)
+        self._memo.clear()
 
 
 @dataclass
@@ -52,6 +85,7 @@ class Pipeline:
     metrics: Metrics
     processor: Processor
     arbiter: Arbiter
+    console: Console
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -77,6 +111,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "value_serializer": "raw",
         "table_standby_replicas": 0,
         "web_access_log": None,
+        "GlobalTable": AliasTable,
     }
     credentials = broker_credentials(settings)
     if credentials is not None:
@@ -134,9 +169,8 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     )
     outcome_counts = field_outcomes.tumbling(OUTCOME_WINDOW, expires=timedelta(hours=2))
 
-    def alias_of(subject: str) -> str | None:
-        found: str | None = aliases.get(alias_key(subject))
-        return found
+    assert isinstance(aliases, AliasTable)
+    alias_of = aliases.canonical
 
     arbiter = Arbiter(
         settings,
@@ -176,15 +210,24 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         await app.add_runtime_dependency(lag_probe)
 
     register_views(app, arbiter, policy, outcome_counts)
-    return Pipeline(app, settings, policy, metrics, processor, arbiter)
+    console = register_console(app, arbiter, policy, settings, metrics)
+    return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
 ENDPOINTS = {
-    "GET /api/decisions/{subject}%7C{field}": "the current decision with its evidence, "
-    "recomputed now, and the last emitted one (any worker answers)",
+    "GET /ui/": "the steward console: the cluster's open conflicts, a key's evidence, timeline "
+    "and past beliefs, resolutions (a browser opening / lands there)",
+    "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
+    "evidence, recomputed now, and the last emitted one; or the belief in force at as_of, with "
+    "the evidence it had (any worker answers)",
     "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
     "claims and resolutions",
-    "GET /api/conflicts[?field=F]": "open conflicts and quarantines on this worker, with their age",
+    "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]": "open conflicts and "
+    "quarantines across the cluster, oldest first, with counts per field and the workers that "
+    "did not answer",
+    "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
+    "(Authorization: Bearer <steward token>)",
+    "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
     "GET /api/fields/{field}/outcomes": "decisions per outcome over the last minute (the current "
     "and the previous one-minute window; keys this worker owns)",
     "GET /healthz": "liveness (the arbiter loop iterating) and the policy version; 503 with "
@@ -194,83 +237,7 @@ ENDPOINTS = {
 }
 
 
-def decision_json(decision: Decision) -> dict[str, Any]:
-    data: dict[str, Any] = decision.model_dump(mode="json")
-    return data
-
-
 def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
-    async def at_owner(
-        web: View, request: Request, key: str, answer: Callable[[], Response]
-    ) -> Response:
-        """Answer for a key this worker owns, or forward the request to the worker that does."""
-        local, owner = arbiter.owner_url(key.encode())
-        if local:
-            return answer()
-        if owner is None or request.headers.get(ROUTED_HEADER):
-            return web.json(
-                {"error": f"no worker owns {key!r} right now (rebalancing?); retry"}, status=503
-            )
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(owner + str(request.rel_url), headers={ROUTED_HEADER: "1"}) as reply,
-        ):
-            return web.bytes(
-                await reply.read(), content_type=reply.content_type, status=reply.status
-            )
-
-    @app.page("/api/decisions/{key}")
-    async def decision_view(web: View, request: Request, key: str) -> Response:
-        def answer() -> Response:
-            state = arbiter.state_of(key.encode())
-            rules = policy.rules_for(split_key(key)[1])
-            if state is None or rules is None:
-                return web.json({"error": f"no claims for {key!r}"}, status=404)
-            decision = current_decision(state, rules, policy.version, datetime.now(UTC))
-            return web.json(
-                {
-                    "decision": decision_json(decision),
-                    "last_emitted": state.current.model_dump(mode="json")
-                    if state.current
-                    else None,
-                }
-            )
-
-        return await at_owner(web, request, key, answer)
-
-    @app.page("/api/decisions/{key}/history")
-    async def history_view(web: View, request: Request, key: str) -> Response:
-        def answer() -> Response:
-            state = arbiter.state_of(key.encode())
-            if state is None:
-                return web.json({"error": f"no claims for {key!r}"}, status=404)
-            return web.json(
-                {
-                    "key": key,
-                    "decisions": [s.model_dump(mode="json") for s in state.history],
-                    "claims": [s.claim.model_dump(mode="json") for s in state.claims],
-                    "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
-                }
-            )
-
-        return await at_owner(web, request, key, answer)
-
-    @app.page("/api/conflicts")
-    async def conflicts_view(web: View, request: Request) -> Response:
-        wanted = request.query.get("field")
-        now = datetime.now(UTC)
-        rows = [
-            {
-                "key": key.decode(),
-                "field": field_name,
-                "open_since": since.isoformat(),
-                "age_s": (now - since).total_seconds(),
-            }
-            for key, (field_name, since) in sorted(arbiter.schedule.open_since.items())
-            if wanted is None or field_name == wanted
-        ]
-        return web.json({"worker_local": True, "open_conflicts": rows})
-
     async def endpoints_view(web: View, request: Request) -> Response:
         return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
 

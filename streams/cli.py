@@ -23,7 +23,7 @@ from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
-from streams.settings import Settings, load_settings
+from streams.settings import Guarantee, Settings, load_settings
 
 
 def _timestamp(raw: str) -> datetime:
@@ -298,7 +298,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from streams.devkit.bench import main as bench_main
 
     return bench_main(
-        args.claims, args.subjects, args.broker_kind, args.partitions, args.latency_s, args.soak_s
+        args.claims,
+        args.subjects,
+        args.broker_kind,
+        args.partitions,
+        args.latency_s,
+        args.soak_s,
+        Guarantee(args.guarantee),
     )
 
 
@@ -466,6 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         help="then a steady run of this many seconds sampling memory (600 for the 10-min check)",
+    )
+    bn.add_argument(
+        "--guarantee",
+        choices=[g.value for g in Guarantee],
+        default=Guarantee.AT_LEAST_ONCE.value,
+        help="the worker's processing guarantee (exactly_once: the same run under transactions)",
     )
     bn.set_defaults(handler=cmd_bench)
     return parser

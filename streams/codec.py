@@ -6,15 +6,17 @@ fastavro's errors are translated into CodecError here, so the rest of the code s
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import fastavro
 from pydantic import BaseModel, ValidationError
 
-from streams.core.contracts import RejectReason
+from streams.core.contracts import Claim, ClaimStatus, Money, RejectReason, SourceClass
 from streams.core.errors import CodecError
+from streams.core.intake import parse_claim
 from streams.packaged import schema_dir
 
 NAMESPACE = "claimstream"
@@ -48,8 +50,34 @@ def record_name(model: type[BaseModel]) -> str:
 
 
 def to_avro(record: BaseModel) -> dict[str, Any]:
-    data: dict[str, Any] = record.model_dump(mode="python")
-    return data
+    """The record's fields as fastavro writes them, read from the model's own `__dict__`, with
+    only the fields that may hold models (a Money value, a decision's evidence) converted: a
+    decision's records cost 8 µs through `model_dump` or a walk over every value. Enums are
+    StrEnums and datetimes stay datetimes, as `model_dump(mode="python")` leaves them."""
+    fields: dict[str, Any] = vars(record)
+    nested = _nested_fields(type(record))
+    if not nested:
+        return fields  # fastavro only reads it
+    fields = dict(fields)
+    for name in nested:
+        value = fields[name]
+        if isinstance(value, BaseModel):
+            fields[name] = to_avro(value)
+        elif isinstance(value, tuple | list):
+            fields[name] = [to_avro(v) if isinstance(v, BaseModel) else v for v in value]
+    return fields
+
+
+@cache
+def _nested_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields whose annotation names a model, alone, in a union or in a sequence."""
+    return tuple(name for name, info in model.model_fields.items() if _names_model(info.annotation))
+
+
+def _names_model(annotation: Any) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_names_model(arg) for arg in get_args(annotation))
 
 
 def encode(record: BaseModel) -> bytes:
@@ -89,3 +117,101 @@ def decode(model: type[M], body: bytes, writer_schema: Any | None = None) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise CodecError(RejectReason.MALFORMED, f"{model.__name__}: {exc}") from exc
+
+
+# -- claims without pydantic validation ---------------------------------------------------------
+# A claim is decoded on every record; pydantic's validation of the Avro dict costs about as much
+# as the Avro read itself. Avro already typed every field, so the hot path checks the types
+# fastavro produces and builds the model from them; anything else takes the validating path,
+# which raises exactly as `decode` does (tests/test_codec_lean.py holds the two paths equal).
+
+
+_STATUSES = {status.value: status for status in ClaimStatus}
+_SOURCE_CLASSES = {kind.value: kind for kind in SourceClass}
+_PLAIN_VALUES = frozenset({type(None), bool, int, float, str})
+_MONEY_FIELDS = frozenset(Money.model_fields)
+_CLAIM_FIELDS = frozenset(Claim.model_fields)
+
+
+def claim_from_avro(data: dict[str, Any]) -> Claim:
+    """The Claim of a decoded Avro record: built from the checked fields when they have the types
+    Avro gives them, else validated by the contract's own `parse_claim` (which raises for it)."""
+    if data.keys() == _CLAIM_FIELDS and _avro_typed(data):
+        status = _symbol(_STATUSES, data["status"])
+        source_class = _symbol(_SOURCE_CLASSES, data["source_class"])
+        value = _lean_value(data["value"])
+        if status is not None and source_class is not None and value is not _REFUSED:
+            fields = {**data, "status": status, "source_class": source_class, "value": value}
+            return _constructed(Claim, fields)
+    return parse_claim(data)
+
+
+def _avro_typed(d: dict[str, Any]) -> bool:
+    """Whether every field but status, source_class and value has the type the model holds.
+    One expression: a check per field as a function call cost more than pydantic's validation."""
+    observed, start, end, attributes = (
+        d["observed_at"],
+        d["valid_from"],
+        d["valid_to"],
+        d["attributes"],
+    )
+    return (
+        type(d["claim_id"]) is str
+        and type(d["subject"]) is str
+        and type(d["field"]) is str
+        and type(d["source"]) is str
+        and (d["unit"] is None or type(d["unit"]) is str)
+        and (d["replica"] is None or type(d["replica"]) is str)
+        and (d["lineage"] is None or type(d["lineage"]) is str)
+        and (d["scope"] is None or type(d["scope"]) is str)
+        and (d["trace_id"] is None or type(d["trace_id"]) is str)
+        and (d["producer"] is None or type(d["producer"]) is str)
+        and (d["epoch"] is None or type(d["epoch"]) is int)
+        and (d["confidence"] is None or type(d["confidence"]) is float)
+        and type(observed) is datetime
+        and observed.tzinfo is UTC
+        and (start is None or (type(start) is datetime and start.tzinfo is UTC))
+        and (end is None or (type(end) is datetime and end.tzinfo is UTC))
+        and type(attributes) is dict
+        and (
+            not attributes or all(type(k) is str and type(v) is str for k, v in attributes.items())
+        )
+    )
+
+
+_REFUSED = object()
+E = TypeVar("E")
+
+
+def _symbol(members: dict[str, E], symbol: Any) -> E | None:
+    return members.get(symbol) if type(symbol) is str else None
+
+
+def _lean_value(value: Any) -> Any:
+    if type(value) in _PLAIN_VALUES:
+        return value
+    if (
+        type(value) is dict
+        and value.keys() == _MONEY_FIELDS
+        and type(value["amount_minor"]) is int
+        and type(value["currency"]) is str
+    ):
+        return _constructed(Money, value)
+    return _REFUSED
+
+
+def _constructed(model: type[M], fields: dict[str, Any]) -> M:
+    """A model from fields already of their validated types, through the pickle protocol
+    (`__setstate__`): measured 1.2 µs a claim, where `model_construct` takes 7-16 µs (a Python
+    loop over aliases and defaults) and `model_validate` 5-12 µs. Every field is given, so all
+    are set, as validating a complete Avro record sets them."""
+    built = model.__new__(model)
+    built.__setstate__(
+        {
+            "__dict__": fields,
+            "__pydantic_fields_set__": set(fields),
+            "__pydantic_extra__": None,
+            "__pydantic_private__": None,
+        }
+    )
+    return built

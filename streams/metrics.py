@@ -7,7 +7,9 @@ and no metric ever carries a subject, a claim id or a claim value.
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Iterable
+from time import perf_counter
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,6 +24,10 @@ from streams.core.contracts import Decision, Evidence, EvidenceRole, Outcome
 from streams.core.policy import Policy
 
 OTHER = "_other"
+# The hot path's stages, in the order a claim goes through them (see StageClock).
+DECODE, ADMIT, ARBITRATE, ENCODE = "decode", "admit", "arbitrate", "encode"
+PRODUCE, JOURNAL, COMMIT = "produce", "journal", "commit"
+STAGES = (DECODE, ADMIT, ARBITRATE, ENCODE, PRODUCE, JOURNAL, COMMIT)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 RESTORE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -127,6 +133,33 @@ class Metrics:
             "Encoded size of the key state this worker holds (what its changelog partitions hold).",
             registry=r,
         )
+        self.expiry_ticks = Counter(
+            "claimstream_expiry_ticks_total",
+            "Re-decisions by time alone started (a key went stale or a conflict is due to "
+            "escalate).",
+            registry=r,
+        )
+        self.stage_seconds = Counter(
+            "claimstream_stage_seconds_total",
+            "Time the arbiter spent in each stage of the hot path: decode, admit (authenticate, "
+            "alias, policy), arbitrate, encode (outputs), produce (send until acknowledged), "
+            "journal (key state encoded for the changelog), commit (offsets or transaction).",
+            ["stage"],
+            registry=r,
+        )
+        self.console_writes_refused = Counter(
+            "claimstream_console_writes_refused_total",
+            "Console writes (resolutions) refused: writes disabled, missing or wrong steward "
+            "token, or an invalid resolution.",
+            ["reason"],
+            registry=r,
+        )
+        self.console_resolutions = Counter(
+            "claimstream_console_resolutions_total",
+            "Resolutions stewards published from the console, by field.",
+            ["field"],
+            registry=r,
+        )
         self.up = Gauge(
             "claimstream_worker_up",
             "1 while the worker is live (its arbiter loop iterates; /healthz answers 200).",
@@ -173,6 +206,12 @@ class Metrics:
             registry=r,
         )
         self.policy_info.labels(policy.version).set(1)
+        self._accepted: Tally[tuple[str, str]] = Tally()
+        self._decided: Tally[tuple[str, str, str]] = Tally()
+        self._losses: Tally[tuple[str, str]] = Tally()
+        self._last_claim = self._last_decision = 0.0
+        for stage in STAGES:
+            self.stage_seconds.labels(stage)
         # Memory, CPU, open files and start time of this process, next to its own metrics.
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
@@ -187,20 +226,45 @@ class Metrics:
         return source if source in self._sources else OTHER
 
     def accepted(self, field: str, source: str, when: float) -> None:
-        self.claims_accepted.labels(self.field_label(field), self.source_label(source)).inc()
-        self.last_claim_time.set(when)
+        """Tallied, and published by `flush` (once per batch): a labelled counter costs more
+        than the rest of this bookkeeping."""
+        self._accepted[field, source] += 1
+        self._last_claim = max(self._last_claim, when)
+
+    def flush(self, stages: StageClock | None = None) -> None:
+        """Publish what was tallied since the last flush."""
+        for (field, source), count in self._accepted.items():
+            self.claims_accepted.labels(self.field_label(field), self.source_label(source)).inc(
+                count
+            )
+        self._accepted.clear()
+        for (field, outcome, kind), count in self._decided.items():
+            self.decisions.labels(self.field_label(field), outcome, kind).inc(count)
+        self._decided.clear()
+        for (field, source), count in self._losses.items():
+            self.losses.labels(self.field_label(field), self.source_label(source)).inc(count)
+        self._losses.clear()
+        if self._last_claim:
+            self.last_claim_time.set(self._last_claim)
+        if self._last_decision:
+            self.last_decision_time.set(self._last_decision)
+        if stages is not None:
+            for stage, seconds in stages.seconds.items():
+                if seconds:
+                    self.stage_seconds.labels(stage).inc(seconds)
+            stages.reset()
 
     def rejected(self, reason: str, source: str | None) -> None:
         self.claims_rejected.labels(reason, self.source_label(source)).inc()
 
     def decided(self, decision: Decision, when: float) -> None:
-        field = self.field_label(decision.field)
+        """Tallied like `accepted`, published by `flush`."""
         kind = decision.conflict_kind.value if decision.conflict_kind else "none"
-        self.decisions.labels(field, decision.outcome.value, kind).inc()
-        self.last_decision_time.set(when)
+        self._decided[decision.field, decision.outcome.value, kind] += 1
+        self._last_decision = max(self._last_decision, when)
         if decision.outcome is Outcome.RESOLVED:
             for source in _losers(decision.evidence):
-                self.lost(decision.field, source)
+                self._losses[decision.field, source] += 1
 
     def lost(self, field: str, source: str) -> None:
         self.losses.labels(self.field_label(field), self.source_label(source)).inc()
@@ -218,3 +282,23 @@ class Metrics:
 
 def _losers(evidence: Iterable[Evidence]) -> list[str]:
     return [e.source for e in evidence if e.role is EvidenceRole.CONTESTED]
+
+
+class StageClock:
+    """Seconds per hot-path stage, summed in plain floats (a perf_counter delta per stage and
+    claim) and published to `claimstream_stage_seconds_total` once per batch."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(STAGES, 0.0)
+
+    def add(self, stage: str, since: float) -> float:
+        """Charge the time from `since` to now to `stage`; returns now (the next stage's start)."""
+        now = perf_counter()
+        self.seconds[stage] += now - since
+        return now
+
+    def reset(self) -> None:
+        for stage in self.seconds:
+            self.seconds[stage] = 0.0

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from time import perf_counter
 
 from aiokafka.partitioner import murmur2
 
@@ -41,7 +42,7 @@ from streams.core.keystate import (
     state_key,
 )
 from streams.core.policy import Policy
-from streams.metrics import Metrics
+from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, Metrics, StageClock
 from streams.registry import WireCodec
 from streams.settings import Settings
 
@@ -116,6 +117,7 @@ class Processor:
         self.wall_clock = wall_clock
         self.limits = Limits(settings.max_claims_per_key, settings.decision_history_per_key)
         self.keys = signing_keys(policy, env)
+        self.stages = StageClock()
 
     def process(
         self,
@@ -173,7 +175,10 @@ class Processor:
         state_of: Callable[[bytes], KeyState | None],
         alias_of: Callable[[str], str | None],
     ) -> Handled:
-        claim = self.codec.decode(Claim, record.value)
+        stages = self.stages
+        started = perf_counter()
+        claim = self.codec.decode_claim(record.value)
+        lap = stages.add(DECODE, started)
         wall = datetime.fromtimestamp(self.wall_clock(), UTC)
         self._authenticate(record, claim.source, wall)
         canonical = alias_of(claim.subject)
@@ -185,6 +190,7 @@ class Processor:
             return self._forward(record, key, KIND_CLAIM)
         rules = self.policy.rules_for(claim.field)
         assert rules is not None  # admit() refused unknown fields
+        lap = stages.add(ADMIT, lap)
         step = add_claim(
             state_of(key),
             admitted,
@@ -193,6 +199,7 @@ class Processor:
             self._now(record, wall),
             self.limits,
         )
+        lap = stages.add(ARBITRATE, lap)
         if step.refused is not None:
             return self._emit(key, step, record)
         self.metrics.accepted(claim.field, claim.source, wall.timestamp())
@@ -204,7 +211,9 @@ class Processor:
         ):
             # Arrived late and lost: the decision stands, but the loss is the signal.
             self.metrics.lost(claim.field, claim.source)
-        return self._emit(key, step, record)
+        handled = self._emit(key, step, record)
+        stages.add(ENCODE, lap)
+        return handled
 
     def _on_resolution(
         self,

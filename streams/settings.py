@@ -93,6 +93,12 @@ class Settings(BaseModel):
     )
     retry_attempts: int = Field(default=3, ge=1)
     expiry_interval_s: float = Field(default=1.0, gt=0)
+    expiry_ticks_per_batch: int = Field(
+        default=64,
+        ge=1,
+        description="re-decisions by time alone (staleness, escalation) started per batch at "
+        "most: a wave of keys going stale together is spread instead of stalling claims",
+    )
     instance_id: str | None = Field(
         default=None,
         description="static group membership (KIP-345): a name unique to this worker and stable "
@@ -129,6 +135,17 @@ class Settings(BaseModel):
     )
     lag_interval_s: float = Field(
         default=5.0, gt=0, description="how often consumer lag is asked from the broker"
+    )
+    steward_tokens: SecretStr | None = Field(
+        default=None,
+        description="comma-separated tokens that let a steward publish resolutions from the "
+        "console (writes are off without one)",
+    )
+    steward_tokens_file: Path | None = Field(
+        default=None, description="a file of steward tokens, one per line (# comments)"
+    )
+    console_live_clients: int = Field(
+        default=32, ge=1, description="live decision streams a worker serves at once"
     )
 
     @model_validator(mode="after")

@@ -47,10 +47,11 @@ class TaskStore:
     def __init__(self, cache: StateCache) -> None:
         self.cache = cache
         self._encoded: dict[bytes, bytes] = {}
+        self._unjournaled: dict[bytes, KeyState] = {}
         self.encoded_bytes = 0
 
     def get(self, key: bytes) -> KeyState | None:
-        state = self.cache.get(key)
+        state = self._unjournaled.get(key) or self.cache.get(key)
         if state is None:
             data = self._encoded.get(key)
             if data is None:
@@ -59,16 +60,24 @@ class TaskStore:
             self.cache.put(key, state)
         return state
 
-    def put(self, key: bytes, state: KeyState) -> bytes:
-        """Keep `state` for `key`; returns its encoded form (what to journal)."""
-        data = encode_state(state)
-        self._keep(key, data)
+    def put(self, key: bytes, state: KeyState) -> None:
+        """Keep `state` for `key`, encoded by the next `journal` (a key changed several times
+        in one batch is encoded and journaled once)."""
+        self._unjournaled[key] = state
         self.cache.put(key, state)
-        return data
+
+    def journal(self) -> dict[bytes, bytes]:
+        """Encode the keys changed since the last call: key -> the changelog record's value."""
+        changed = {key: encode_state(state) for key, state in self._unjournaled.items()}
+        self._unjournaled.clear()
+        for key, data in changed.items():
+            self._keep(key, data)
+        return changed
 
     def load(self, key: bytes, data: bytes | None) -> None:
         """Take a key's state as the changelog has it (None: the key was deleted)."""
         self.cache.discard(key)
+        self._unjournaled.pop(key, None)
         if data is None:
             self.encoded_bytes -= len(self._encoded.pop(key, b""))
         else:
@@ -80,11 +89,12 @@ class TaskStore:
 
     def evict(self) -> None:
         """Drop this task's keys from the shared cache (the task is moving elsewhere)."""
-        for key in self._encoded:
+        for key in self:
             self.cache.discard(key)
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self._encoded)
+        yield from self._encoded
+        yield from (key for key in self._unjournaled if key not in self._encoded)
 
     def __len__(self) -> int:
-        return len(self._encoded)
+        return len(self._encoded) + sum(1 for key in self._unjournaled if key not in self._encoded)

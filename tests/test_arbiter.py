@@ -63,10 +63,28 @@ def test_the_schedule_hands_out_each_due_key_once_and_forgets_revoked_keys() -> 
     now = datetime(2026, 11, 29, 12, tzinfo=UTC)
     schedule = Schedule()
     settled = KeyState("acme", "order.payment_status")
-    schedule.due[b"a|f"] = now - timedelta(seconds=1)
-    schedule.due[b"b|f"] = now + timedelta(seconds=1)
+    schedule.plan(b"a|f", now - timedelta(seconds=1))
+    schedule.plan(b"b|f", now + timedelta(seconds=1))
     schedule.note(b"c|f", settled)  # nothing can change it by time alone: not scheduled
     assert schedule.take_due(now) == [(b"a|f", now - timedelta(seconds=1))]
     assert schedule.take_due(now) == []
     schedule.forget([b"b|f"])
     assert schedule.take_due(now + timedelta(hours=1)) == []
+
+
+def test_due_keys_are_handed_out_earliest_first_within_a_budget() -> None:
+    now = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    schedule = Schedule()
+    for n in range(10):
+        schedule.plan(f"k{n}|f".encode(), now - timedelta(seconds=10 - n))
+    schedule.plan(b"k0|f", now - timedelta(seconds=30))  # re-planned: the old entry is void
+    schedule.plan(b"k9|f", None)  # settled: no longer due
+    first = schedule.take_due(now, limit=3)
+    assert first == [
+        (b"k0|f", now - timedelta(seconds=30)),
+        (b"k1|f", now - timedelta(seconds=9)),
+        (b"k2|f", now - timedelta(seconds=8)),
+    ]
+    rest = schedule.take_due(now, limit=100)
+    assert [key for key, _ in rest] == [f"k{n}|f".encode() for n in range(3, 9)]
+    assert schedule.take_due(now) == []

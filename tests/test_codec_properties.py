@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import io
+from datetime import UTC, datetime, timedelta
 
+import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from streams.codec import decode, encode
+from streams.codec import decode, encode, parsed_schema
 from streams.core.contracts import Claim, Decision, Evidence, Money
+from streams.core.intake import admit
+from streams.core.keystate import add_claim
+from streams.core.policy import load_policy
+from streams.settings import Settings
 
 texts = st.text(min_size=1, max_size=20)
 moments = st.datetimes(
@@ -53,6 +60,15 @@ def test_claim_round_trip_is_lossless(claim: Claim) -> None:
     assert decode(Claim, encode(claim)) == claim
 
 
+def dumped(record: BaseModel) -> bytes:
+    """The Avro body written from `model_dump`, the encoding before the hot path read fields."""
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(
+        buffer, parsed_schema(type(record).__name__), record.model_dump(mode="python")
+    )
+    return buffer.getvalue()
+
+
 @settings(max_examples=100, deadline=None)
 @given(claim=claims, role=st.sampled_from(["winner", "contested", "stale"]))
 def test_decision_round_trip_is_lossless(claim: Claim, role: str) -> None:
@@ -80,3 +96,31 @@ def test_decision_round_trip_is_lossless(claim: Claim, role: str) -> None:
         supersedes="dec_y",
     )
     assert decode(Decision, encode(decision)) == decision
+    assert encode(decision) == dumped(decision)
+    assert encode(claim) == dumped(claim)
+
+
+def test_engine_decisions_encode_as_model_dump_does() -> None:
+    """Decisions as the engine builds them (model_construct, evidence tuples, Money values)."""
+    policy = load_policy(Settings().policy)
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    state = None
+    for n, (source, value) in enumerate(
+        [("billing-api", 1250), ("crm", 99900), ("billing-cache", 1250), ("crm", 1250)]
+    ):
+        claim = Claim(
+            claim_id=f"c{n}",
+            subject="acct:1",
+            field="account.balance",
+            status="present",
+            value=Money(amount_minor=value, currency="USD"),
+            source=source,
+            observed_at=now - timedelta(seconds=10 - n),
+        )
+        rules = policy.rules_for(claim.field)
+        assert rules is not None
+        step = add_claim(state, admit(claim, policy, now), rules, policy.version, now)
+        state = step.state
+        decision = step.arbitration.decision
+        assert encode(decision) == dumped(decision)
+        assert decode(Decision, encode(decision)) == decision

@@ -40,7 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.integration
-def test_the_wheel_carries_the_schemas_examples_and_kafka_assembly(wheel: Path) -> None:
+def test_the_wheel_carries_the_schemas_examples_console_and_kafka_assembly(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {
         f"streams/schemas/{path.relative_to(REPO / 'schemas').as_posix()}"
@@ -48,6 +48,11 @@ def test_the_wheel_carries_the_schemas_examples_and_kafka_assembly(wheel: Path) 
     }
     expected |= {f"streams/examples/{name}" for name in EXAMPLE_FILES}
     expected |= {"streams/devkit/kafka/kafka-assemble.sh", "streams/devkit/kafka/pom.xml"}
+    # The steward console's pages: served from the package, nothing to build.
+    expected |= {
+        f"streams/console/static/{path.name}"
+        for path in (REPO / "streams" / "console" / "static").iterdir()
+    }
     assert len(expected) > 20
     assert expected <= names, sorted(expected - names)
 

@@ -55,7 +55,8 @@ def test_a_key_reads_back_its_last_state_whether_cached_or_not(
     for subject, values in writes:
         key = f"s{subject}|{FIELD}".encode()
         state = state_of(f"s{subject}", values)
-        assert store.put(key, state) == encode_state(state)
+        store.put(key, state)
+        assert store.journal() == {key: encode_state(state)}
         latest[key] = state
     assert len(store.cache) <= capacity
     assert sorted(store) == sorted(latest)
@@ -64,6 +65,24 @@ def test_a_key_reads_back_its_last_state_whether_cached_or_not(
         assert stored is not None
         assert encode_state(stored) == encode_state(state)
     assert store.encoded_bytes == sum(len(encode_state(s)) for s in latest.values())
+
+
+def test_a_key_changed_several_times_in_a_batch_is_journaled_once_with_its_last_state() -> None:
+    store = TaskStore(StateCache(1))  # so small that the pending states outlive the cache
+    first, last = state_of("a", ["paid"]), state_of("a", ["paid", "unpaid"])
+    other = state_of("b", ["paid"])
+    store.put(b"a", first)
+    store.put(b"b", other)
+    store.put(b"a", last)
+    assert store.get(b"a") is last
+    assert sorted(store) == [b"a", b"b"]
+    assert len(store) == 2
+    assert store.journal() == {b"a": encode_state(last), b"b": encode_state(other)}
+    assert store.journal() == {}
+    stored = store.get(b"b")
+    assert stored is not None
+    assert encode_state(stored) == encode_state(other)
+    assert store.encoded_bytes == len(encode_state(last)) + len(encode_state(other))
 
 
 def test_the_cache_keeps_the_most_recently_used_keys() -> None:

@@ -6,10 +6,13 @@ import asyncio
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+
+from pydantic import SecretStr
 
 from streams.app import Pipeline
 from streams.client import ClaimPublisher, DecisionFeed
@@ -51,10 +54,15 @@ def run_dev(
             }
         )
         print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
-        print(
-            f"dev: web API and /metrics on http://{settings.web_host}:{settings.web_port}/",
-            flush=True,
-        )
+        web = f"http://{settings.web_host}:{settings.web_port}"
+        print(f"dev: web API and /metrics on {web}/", flush=True)
+        if settings.steward_tokens is None and settings.steward_tokens_file is None:
+            # A local demo lets its user resolve from the browser: a token for this run only.
+            token = secrets.token_urlsafe(18)
+            settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
+            print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
+        else:
+            print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
         print(try_it(broker.bootstrap, datetime.now(UTC)), flush=True)
         return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
     finally:

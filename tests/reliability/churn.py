@@ -49,8 +49,8 @@ async def churn(
         await asyncio.sleep(10)
         await asyncio.to_thread(node.start)
         print(
-            f"churn: minute {minute + 1}: killed {killed.instance_id}, restarted "
-            f"{restarted.instance_id}, killed broker {victim} (leading {led} partitions)",
+            f"churn: minute {minute + 1}: killed {killed.data_dir.name}, restarted "
+            f"{restarted.data_dir.name}, killed broker {victim} (leading {led} partitions)",
             flush=True,
         )
         await asyncio.sleep(max(0.0, started + 60 * (minute + 1) - time.monotonic()))

@@ -49,7 +49,7 @@ class Deployment:
     def topics(self) -> Topics:
         return Topics(**{k: f"{self.name}.{v}" for k, v in Topics().model_dump().items()})
 
-    def env(self, web_port: int, data_dir: Path, instance_id: str | None = None) -> dict[str, str]:
+    def env(self, web_port: int, data_dir: Path, **overrides: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
             {
@@ -70,28 +70,27 @@ class Deployment:
         if self.schema_registry is not None:
             env["CLAIMSTREAM_SCHEMA_REGISTRY"] = self.schema_registry
         env.update({f"CLAIMSTREAM_{name.upper()}": value for name, value in self.settings.items()})
-        if instance_id is not None:
-            env["CLAIMSTREAM_INSTANCE_ID"] = instance_id
         for name, topic in self.topics.model_dump().items():
             env[f"CLAIMSTREAM_TOPIC_{name.upper()}"] = topic
-        return env
+        return {**env, **overrides}
 
-    def worker(self, index: int = 0) -> WorkerProcess:
-        """Worker `index`; with static membership it keeps the same group instance id (like a
-        StatefulSet pod's name) across restarts."""
-        instance_id = f"worker-{index}" if self.static_membership else None
-        return WorkerProcess(self, self.workdir / f"worker-{index}", instance_id)
+    def worker(self, index: int = 0, **env: str) -> WorkerProcess:
+        """Worker `index`; `env` adds settings for this worker only (CLAIMSTREAM_...). With
+        static membership it keeps one group instance id (like a StatefulSet pod's name)."""
+        if self.static_membership:
+            env.setdefault("CLAIMSTREAM_INSTANCE_ID", f"worker-{index}")
+        return WorkerProcess(self, self.workdir / f"worker-{index}", env)
 
 
 class WorkerProcess:
     """A `claimstream worker` subprocess; stopped (or killed) only by the test that started it."""
 
     def __init__(
-        self, deployment: Deployment, data_dir: Path, instance_id: str | None = None
+        self, deployment: Deployment, data_dir: Path, env: dict[str, str] | None = None
     ) -> None:
         self.deployment = deployment
         self.data_dir = data_dir
-        self.instance_id = instance_id
+        self.env = env or {}
         self.web_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.with_suffix(".log")
@@ -101,7 +100,7 @@ class WorkerProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
-            env=self.deployment.env(self.web_port, self.data_dir, self.instance_id),
+            env=self.deployment.env(self.web_port, self.data_dir, **self.env),
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,

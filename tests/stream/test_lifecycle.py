@@ -174,7 +174,7 @@ def test_conflicts_open_too_long_are_escalated_and_the_web_api_answers(
             outcomes = worker.get("/api/fields/order.payment_status/outcomes")
         assert outcomes["counts"].get("conflict/value", 0) >= 1, outcomes
         listed = worker.get("/")["endpoints"]
-        assert "GET /api/conflicts[?field=F]" in listed
+        assert "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]" in listed
         assert worker.get("/api")["endpoints"] == listed
     finally:
         worker.stop()
@@ -221,3 +221,5 @@ def test_dev_prints_decisions_for_every_scenario_and_serves_metrics(tmp_path: Pa
     assert "invoice:43 order.payment_status: is 'unpaid'" in text
     assert "api:checkout api.latency: sources disagree (semantic conflict)" in text
     assert "dev: broker stopped" in output
+    console = f"dev: steward console on http://127.0.0.1:{web_port}/ui/ (steward token: "
+    assert console in output

@@ -397,3 +397,52 @@ def test_two_workers_share_the_partitions(kafka: KafkaBroker, deployment_factory
     finally:
         first.stop()
         second.stop()
+
+
+def test_claims_about_an_alias_follow_the_alias_table_as_it_changes(
+    kafka: KafkaBroker, deployment_factory: Any
+) -> None:
+    """The arbiter remembers alias lookups; a change to the table must still apply at once."""
+    deployment: Deployment = deployment_factory(kafka.bootstrap)
+    worker = deployment.worker(0).start()
+    topics = deployment.topics
+    sent = 0
+
+    def decided_for(canonical: str, alias: str, timeout_s: float = 90.0) -> Decision | None:
+        """Claims about `alias` until one is decided under `canonical` (the feed is async)."""
+        nonlocal sent
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            claim = Claim(
+                claim_id=f"alias-{sent}",
+                subject=alias,
+                field="order.payment_status",
+                status="present",
+                value="paid",
+                source="billing-api",
+                observed_at=datetime.now(UTC),
+            )
+            sent += 1
+            key = state_key(claim.subject, claim.field).encode()
+            asyncio.run(
+                produce(
+                    kafka.bootstrap, topics.claims, [(key, CODEC.encode(topics.claims, claim), [])]
+                )
+            )
+            latest, _ = asyncio.run(
+                wait_for_decisions(kafka.bootstrap, topics.decisions, {}, timeout_s=2)
+            )
+            if (canonical, "order.payment_status") in latest:
+                return latest[(canonical, "order.payment_status")]
+        return None
+
+    try:
+        alias = [(b"ACME  Corp", b"acct:acme", [])]
+        asyncio.run(produce(kafka.bootstrap, topics.aliases, alias))
+        assert decided_for("acct:acme", "acme corp") is not None
+        moved = [(b"acme corp", b"acct:acme-2", [])]
+        asyncio.run(produce(kafka.bootstrap, topics.aliases, moved))
+        assert decided_for("acct:acme-2", "acme corp") is not None
+        print(f"aliases: {sent} claims until both alias versions were followed")
+    finally:
+        worker.stop()

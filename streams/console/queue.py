@@ -1,0 +1,105 @@
+"""The stewards' queue: open conflicts and quarantines, filtered, counted and merged across workers.
+
+Each worker lists the open keys it owns (`local_rows`); the worker asked merges every worker's
+answer (`merge`) and names those that did not answer, so a missing worker is visible rather than
+its conflicts silently absent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from streams.core.keystate import KeyState, state_key
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFilter:
+    """Every part optional; `field` is applied after counting, so the counts show every field."""
+
+    field: str | None = None
+    kind: str | None = None
+    source: str | None = None
+    min_age_s: float = 0.0
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> QueueFilter:
+        try:
+            min_age_s = float(query.get("min_age_s") or 0)
+        except ValueError as exc:
+            raise ValueError(
+                f"min_age_s must be a number of seconds, not {query['min_age_s']!r}"
+            ) from exc
+        return cls(
+            field=query.get("field") or None,
+            kind=query.get("kind") or None,
+            source=query.get("source") or None,
+            min_age_s=min_age_s,
+        )
+
+    def query(self) -> dict[str, str]:
+        """The parts each worker applies (all but the field), as query parameters."""
+        parts = {"kind": self.kind, "source": self.source}
+        query = {name: value for name, value in parts.items() if value}
+        if self.min_age_s:
+            query["min_age_s"] = str(self.min_age_s)
+        return query
+
+
+def local_rows(
+    open_keys: Iterable[tuple[KeyState, datetime]], now: datetime, wanted: QueueFilter, worker: str
+) -> list[dict[str, Any]]:
+    """The open keys one worker owns, as queue rows, filtered by kind, source and age."""
+    rows = []
+    for state, since in open_keys:
+        current = state.current
+        if current is None:
+            continue
+        kind = current.conflict_kind.value if current.conflict_kind else None
+        sources = sorted({admitted.claim.source for admitted in state.claims})
+        age_s = max(0.0, (now - since).total_seconds())
+        if wanted.kind and kind != wanted.kind:
+            continue
+        if wanted.source and wanted.source not in sources:
+            continue
+        if age_s < wanted.min_age_s:
+            continue
+        rows.append(
+            {
+                "key": state_key(state.subject, state.field),
+                "subject": state.subject,
+                "field": state.field,
+                "outcome": current.outcome.value,
+                "conflict_kind": kind,
+                "reason": current.reason,
+                "sources": sources,
+                "open_since": since.isoformat(),
+                "age_s": age_s,
+                "decision_id": current.decision_id,
+                "worker": worker,
+            }
+        )
+    return rows
+
+
+def merge(
+    answers: Sequence[tuple[str, list[dict[str, Any]] | None]], wanted: QueueFilter, now: datetime
+) -> dict[str, Any]:
+    """One cluster-wide queue from each worker's rows (None: that worker did not answer)."""
+    rows = [row for _, answer in answers if answer is not None for row in answer]
+    counts = Counter(row["field"] for row in rows)
+    shown = [row for row in rows if wanted.field is None or row["field"] == wanted.field]
+    shown.sort(key=lambda row: (-row["age_s"], row["key"]))
+    return {
+        "as_of": now.isoformat(),
+        "workers": [
+            {"url": url, "answered": answer is not None, "open": len(answer or ())}
+            for url, answer in answers
+        ],
+        "unanswered": [url for url, answer in answers if answer is None],
+        "counts_per_field": dict(sorted(counts.items())),
+        "open_conflicts": shown,
+    }

@@ -1,0 +1,448 @@
+// claimstream steward console. Plain DOM: every value from the API goes into the page as text
+// (textContent, attributes set one by one), never as markup, so a claim saying <script> is shown.
+"use strict";
+
+const state = { config: null, token: sessionStorage.getItem("claimstream.steward") || "", view: null };
+const OPEN = new Set(["conflict", "quarantined"]);
+const DIM_ROLES = new Set(["stale", "superseded", "excluded"]);
+const SVG = "http://www.w3.org/2000/svg";
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name === "class") node.className = value;
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+function showValue(value, unit) {
+  if (value === null || value === undefined) return "—";
+  if (typeof value === "object" && "amount_minor" in value) {
+    return `${(value.amount_minor / 100).toFixed(2)} ${value.currency}`;
+  }
+  const text = typeof value === "string" ? value : JSON.stringify(value);
+  return unit ? `${text} ${unit}` : text;
+}
+
+function said(item) {
+  return item.status && item.status !== "present" ? item.status : showValue(item.value);
+}
+
+function instant(iso) {
+  // Shown to the second; the exact instant stays in the title (and in the API).
+  if (!iso) return "—";
+  return el("time", { datetime: iso, title: iso }, iso.replace("T", " ").replace(/(\d\d:\d\d:\d\d)[.\d]*(Z|[+-]\d\d:\d\d)$/, "$1$2"));
+}
+
+function badge(outcome, kind) {
+  return el("span", { class: `badge ${outcome}` }, kind ? `${outcome} · ${kind}` : outcome);
+}
+
+function ago(seconds) {
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86400).toFixed(1)} d`;
+}
+
+function keyHref(key) {
+  return `#/key/${encodeURIComponent(key)}`;
+}
+
+async function api(path, options) {
+  const response = await fetch(path, options);
+  let body = null;
+  try { body = await response.json(); } catch (_) { body = { error: `HTTP ${response.status}` }; }
+  return { ok: response.ok, status: response.status, body };
+}
+
+function render(...nodes) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...nodes);
+}
+
+// ---- live decisions ------------------------------------------------------------------------
+
+let source = null;
+function follow(key) {
+  if (source) source.close();
+  const live = document.getElementById("live");
+  source = new EventSource(key ? `/api/live?key=${encodeURIComponent(key)}` : "/api/live");
+  source.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
+  source.addEventListener("error", () => { live.textContent = "reconnecting"; live.className = "live off"; });
+  source.addEventListener("hello", () => state.view && state.view.refresh());
+  source.addEventListener("lagged", () => state.view && state.view.refresh());
+  source.addEventListener("decision", (message) => {
+    const event = JSON.parse(message.data);
+    if (state.view) state.view.onDecision(event);
+  });
+}
+
+function debounce(fn, ms) {
+  let timer = null;
+  return () => { clearTimeout(timer); timer = setTimeout(fn, ms); };
+}
+
+// ---- the queue -----------------------------------------------------------------------------
+
+function queueView(params) {
+  const filters = new URLSearchParams(params);
+  const table = el("tbody");
+  const chips = el("div", { class: "chips" });
+  const workers = el("p", { class: "muted", id: "workers" });
+  const fieldSelect = el("select", { name: "field" }, el("option", { value: "" }, "any field"),
+    state.config.fields.map((f) => el("option", { value: f }, f)));
+  const kindSelect = el("select", { name: "kind" }, el("option", { value: "" }, "any kind"),
+    state.config.conflict_kinds.map((k) => el("option", { value: k }, k)));
+  const sourceSelect = el("select", { name: "source" }, el("option", { value: "" }, "any source"),
+    state.config.sources.map((s) => el("option", { value: s }, s)));
+  const ageSelect = el("select", { name: "min_age_s" },
+    [["", "any age"], ["60", "open ≥ 1 min"], ["300", "≥ 5 min"], ["900", "≥ 15 min"], ["3600", "≥ 1 h"]]
+      .map(([v, label]) => el("option", { value: v }, label)));
+  for (const select of [fieldSelect, kindSelect, sourceSelect, ageSelect]) {
+    select.value = filters.get(select.name) || "";
+    select.addEventListener("change", () => {
+      const next = new URLSearchParams();
+      for (const s of [fieldSelect, kindSelect, sourceSelect, ageSelect]) if (s.value) next.set(s.name, s.value);
+      location.hash = `#/?${next}`;
+    });
+  }
+  const shown = new Map();
+  const changed = new Set(); // keys a live event touched: highlighted until the next page
+
+  async function refresh() {
+    const { ok, body } = await api(`/api/conflicts?${filters}`);
+    if (!ok) { workers.replaceChildren(el("span", { class: "warn" }, body.error)); return; }
+    const answered = body.workers.filter((w) => w.answered).length;
+    workers.replaceChildren(
+      `${body.open_conflicts.length} open · ${answered} of ${body.workers.length} workers answered`,
+      body.unanswered.length ? el("span", { class: "warn", id: "unanswered" }, ` · did not answer: ${body.unanswered.join(", ")}`) : "",
+    );
+    chips.replaceChildren(...Object.entries(body.counts_per_field).map(([field, count]) => {
+      const next = new URLSearchParams(filters);
+      if (filters.get("field") === field) next.delete("field"); else next.set("field", field);
+      return el("a", { class: `chip${filters.get("field") === field ? " on" : ""}`, href: `#/?${next}` }, `${field} ${count}`);
+    }));
+    shown.clear();
+    table.replaceChildren(...body.open_conflicts.map((row) => {
+      const tr = el("tr", { "data-key": row.key, class: changed.has(row.key) ? "fresh" : null },
+        el("td", {}, ago(row.age_s)),
+        el("td", {}, el("a", { href: keyHref(row.key) }, row.subject)),
+        el("td", {}, row.field),
+        el("td", { class: "outcome" }, badge(row.outcome, row.conflict_kind)),
+        el("td", {}, row.reason),
+        el("td", {}, row.sources.join(", ")),
+        el("td", { class: "muted" }, row.worker));
+      shown.set(row.key, tr);
+      return tr;
+    }));
+    if (!body.open_conflicts.length) table.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No open conflicts.")));
+  }
+  const later = debounce(refresh, 800);
+
+  return {
+    key: null,
+    refresh,
+    onDecision(event) {
+      changed.add(event.key);
+      const row = shown.get(event.key);
+      if (row && !OPEN.has(event.outcome)) {
+        row.classList.add("closed", "fresh");
+        row.querySelector(".outcome").replaceChildren(badge(event.outcome, event.conflict_kind));
+      }
+      later();
+    },
+    nodes: [
+      el("h1", {}, "Open conflicts and quarantines"),
+      el("div", { class: "filters" },
+        el("label", {}, "Field", fieldSelect), el("label", {}, "Kind", kindSelect),
+        el("label", {}, "Source", sourceSelect), el("label", {}, "Age", ageSelect)),
+      chips, workers,
+      el("table", { id: "queue" },
+        el("thead", {}, el("tr", {}, ["Open for", "Subject", "Field", "Outcome", "Reason", "Sources", "Worker"].map((h) => el("th", {}, h)))),
+        table),
+    ],
+  };
+}
+
+// ---- a key ---------------------------------------------------------------------------------
+
+function evidenceTable(evidence, id) {
+  return el("table", { id },
+    el("thead", {}, el("tr", {}, ["Role", "Said", "Authority", "Source", "Replica", "Lineage", "Epoch", "Observed", "Valid from", "Valid to"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, evidence.map((item) => el("tr", { class: `role-${item.role}` },
+      el("td", {}, item.role),
+      el("td", { class: "value" }, said(item)),
+      el("td", {}, item.authority),
+      el("td", {}, item.source),
+      el("td", {}, item.replica || "—"),
+      el("td", {}, item.lineage || "—"),
+      el("td", {}, item.epoch ?? "—"),
+      el("td", {}, instant(item.observed_at)),
+      el("td", {}, instant(item.valid_from)),
+      el("td", {}, instant(item.valid_to))))));
+}
+
+function timeline(history, roles, cursor, pick) {
+  const claims = history.claims;
+  const decisions = history.decisions;
+  const instants = [];
+  for (const c of claims) {
+    instants.push(Date.parse(c.observed_at));
+    if (c.valid_from) instants.push(Date.parse(c.valid_from));
+    if (c.valid_to) instants.push(Date.parse(c.valid_to));
+  }
+  for (const d of decisions) instants.push(Date.parse(d.decided_at));
+  if (cursor) instants.push(cursor);
+  let start = Math.min(...instants);
+  let end = Math.max(...instants);
+  if (!(end > start)) { start -= 60000; end += 60000; }
+  const pad = (end - start) * 0.04;
+  start -= pad; end += pad;
+  const width = 1000, left = 180, right = 20, row = 22, top = 24;
+  const height = top + (claims.length + 1) * row + 24;
+  const x = (t) => left + ((t - start) / (end - start)) * (width - left - right);
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, id: "timeline", role: "img" });
+  root.append(svg("title", {}, "Claims (validity periods as bars, observations as dots) and emitted decisions; click to see the belief at that instant"));
+  for (let i = 0; i <= 4; i++) {
+    const t = start + ((end - start) * i) / 4;
+    root.append(svg("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 6, y2: height - 18 }));
+    const label = new Date(t).toISOString().replace(/\.\d+Z$/, "Z");
+    const short = end - start < 86400000 ? label.slice(11) : label.slice(0, 10);
+    root.append(svg("text", { class: "axis", x: x(t), y: height - 4, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" }, short));
+  }
+  claims.forEach((c, i) => {
+    const y = top + i * row;
+    const role = roles[c.claim_id] || "";
+    const dim = DIM_ROLES.has(role) ? " dim" : "";
+    const from = c.valid_from ? Date.parse(c.valid_from) : Date.parse(c.observed_at);
+    const to = c.valid_to ? Date.parse(c.valid_to) : end;
+    const words = c.status === "present" ? showValue(c.value, c.unit) : c.status;
+    root.append(svg("text", { class: `label${dim}`, x: 4, y: y + 12 }, `${c.source} ${words}`.slice(0, 28)));
+    root.append(svg("rect", { class: `bar${dim}`, x: x(from), y: y + 3, width: Math.max(2, x(to) - x(from)), height: 12, rx: 2 }));
+    root.append(svg("circle", { class: "seen", cx: x(Date.parse(c.observed_at)), cy: y + 9, r: 3.5 }));
+    if (c.epoch !== null && c.epoch !== undefined) {
+      root.append(svg("text", { class: "epoch", x: x(Date.parse(c.observed_at)) + 6, y: y + 2 }, `epoch ${c.epoch}`));
+    }
+  });
+  const dy = top + claims.length * row;
+  root.append(svg("text", { class: "label", x: 4, y: dy + 12 }, "decisions"));
+  for (const d of decisions) {
+    const marker = svg("circle", { class: `decision ${d.outcome}`, cx: x(Date.parse(d.decided_at)), cy: dy + 8, r: 6 });
+    marker.append(svg("title", {}, `${d.decided_at} ${d.outcome} ${d.reason}`));
+    root.append(marker);
+  }
+  if (cursor) root.append(svg("line", { class: "cursor", x1: x(cursor), x2: x(cursor), y1: top - 8, y2: height - 18 }));
+  root.addEventListener("click", (event) => {
+    const box = root.getBoundingClientRect();
+    const at = start + ((((event.clientX - box.left) / box.width) * width - left) / (width - left - right)) * (end - start);
+    pick(new Date(Math.round(at / 1000) * 1000).toISOString().replace(".000Z", "Z"));
+  });
+  return el("div", { class: "timeline" }, root);
+}
+
+function rulesList(rules) {
+  const rows = Object.entries(rules).filter(([, v]) => v !== null && !(typeof v === "object" && !Array.isArray(v) && !Object.keys(v).length));
+  return el("dl", { class: "rules", id: "rules" }, rows.flatMap(([name, value]) => [
+    el("dt", {}, name),
+    el("dd", {}, typeof value === "object" ? JSON.stringify(value) : String(value)),
+  ]));
+}
+
+function resolveForm(key, current) {
+  if (!state.config.writes_enabled) return null;
+  const options = new Map();
+  for (const item of current.evidence) {
+    if (item.status === "present") options.set(JSON.stringify(item.value), item.value);
+  }
+  const choices = [...options.entries()].map(([id, value], i) => el("label", {},
+    el("input", { type: "radio", name: "choice", value: id, checked: i === 0 }), " ", showValue(value, current.unit)));
+  choices.push(el("label", {}, el("input", { type: "radio", name: "choice", value: "not_found", checked: !options.size }), " not_found (it does not exist)"));
+  const author = el("input", { type: "text", id: "author", placeholder: "your name", required: true });
+  const note = el("textarea", { id: "note", placeholder: "why (kept in the published record)" });
+  const status = el("p", { class: "status muted", id: "resolve-status" });
+  const form = el("form", { class: "resolve card", id: "resolve" },
+    el("h2", {}, "Resolve"),
+    el("fieldset", {}, el("legend", { class: "muted" }, "The value that holds"), choices),
+    el("label", {}, "Decided by", author),
+    el("label", {}, "Note", note),
+    state.token ? el("button", { type: "submit", id: "resolve-submit" }, "Publish resolution")
+      : el("p", { class: "muted" }, "Enter a steward token (top right) to resolve."),
+    status);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const picked = form.querySelector("input[name=choice]:checked").value;
+    const body = { key, decided_by: author.value, note: note.value, resolves_decision_id: current.decision_id };
+    if (picked === "not_found") body.status = "not_found";
+    else { body.status = "present"; body.value = options.get(picked); }
+    status.textContent = "Publishing…";
+    const { ok, body: answer } = await api("/api/resolutions", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${state.token}` },
+      body: JSON.stringify(body),
+    });
+    status.textContent = ok
+      ? `Published ${answer.resolution.resolution_id}; waiting for the decision…`
+      : `Refused: ${answer.error}`;
+    if (ok && state.view) state.view.awaitChange(current.decision_id);
+  });
+  return form;
+}
+
+function keyView(key, asOf) {
+  const container = el("div", {});
+  let cursor = asOf; // an RFC 3339 instant, kept as given (decisions carry microseconds)
+  let shownId = null;
+  let waiting = null;
+
+  async function belief(iso, panel) {
+    panel.replaceChildren(el("p", { class: "muted" }, `Loading the belief at ${iso}…`));
+    const { ok, body } = await api(`/api/decisions/${encodeURIComponent(key)}?as_of=${encodeURIComponent(iso)}`);
+    if (!ok) { panel.replaceChildren(el("p", { class: "warn" }, body.error)); return; }
+    panel.replaceChildren(el("div", {},
+      el("h2", {}, `What we believed at ${iso}, and why`),
+      el("p", {}, badge(body.belief.outcome, body.belief.conflict_kind), " ",
+        el("span", { class: "value" }, showValue(body.belief.value)), ` · reason ${body.belief.reason} · decided at ${body.belief.decided_at}`),
+      body.decision
+        ? [el("pre", { class: "explain", id: "asof-explain" }, body.explain), evidenceTable(body.decision.evidence, "asof-evidence")]
+        : el("p", { class: "muted" }, "The claims behind this decision are no longer retained for this key (max_claims_per_key); only the decision itself is.")));
+  }
+
+  async function refresh(live) {
+    const [now, history] = await Promise.all([
+      api(`/api/decisions/${encodeURIComponent(key)}`),
+      api(`/api/decisions/${encodeURIComponent(key)}/history`),
+    ]);
+    if (!now.ok || !history.ok) { render(el("h1", {}, key), el("p", { class: "warn" }, (now.ok ? history : now).body.error)); return; }
+    const current = now.body.decision;
+    shownId = now.body.last_emitted ? now.body.last_emitted.decision_id : current.decision_id;
+    if (waiting && shownId !== waiting.from) { clearInterval(waiting.timer); waiting = null; }
+    const roles = Object.fromEntries(current.evidence.map((e) => [e.claim_id, e.role]));
+    const asofPanel = el("div", { class: "card", id: "asof" });
+    const asofInput = el("input", { type: "text", id: "asof-input", placeholder: "2026-11-30T09:14:00Z", value: cursor || "" });
+    const pick = (iso) => { cursor = iso; location.hash = `#/key/${encodeURIComponent(key)}@${encodeURIComponent(iso)}`; };
+    const [subject, field] = [current.subject, current.field];
+    container.replaceChildren(
+      el("h1", {}, `${subject} · ${field}`),
+      el("p", { id: "outcome", class: live ? "fresh" : null }, badge(current.outcome, current.conflict_kind), " ",
+        `reason ${current.reason} · action ${current.action}`,
+        current.resolution_id ? ` · resolution ${current.resolution_id}` : "",
+        now.body.open_since ? ` · open since ${now.body.open_since}` : ""),
+      el("div", { class: "grid2" },
+        el("div", {},
+          el("pre", { class: "explain", id: "explain" }, now.body.explain),
+          el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence"),
+          el("h2", {}, "Timeline"),
+          el("p", { class: "muted" }, "Bars: validity periods (open-ended ones run to the end); dots: when observed; grey: stale, superseded or excluded. Click to see the belief at that instant."),
+          timeline(history.body, roles, cursor ? Date.parse(cursor) : null, pick),
+          el("div", { class: "asof-controls" }, el("label", { for: "asof-input" }, "Belief as of"), asofInput,
+            el("button", { type: "button", id: "asof-go", onclick: () => { if (!Number.isNaN(Date.parse(asofInput.value))) pick(asofInput.value.trim()); } }, "Show")),
+          asofPanel,
+          el("h2", {}, "Emitted decisions"),
+          el("table", { id: "decisions" },
+            el("thead", {}, el("tr", {}, ["Decided at", "Outcome", "Value", "Reason", "Decision id"].map((h) => el("th", {}, h)))),
+            el("tbody", {}, [...history.body.decisions].reverse().map((d) => el("tr", {},
+              el("td", {}, el("a", { href: "#", "data-at": d.decided_at, onclick: (e) => { e.preventDefault(); pick(d.decided_at); } }, instant(d.decided_at))),
+              el("td", {}, badge(d.outcome, d.conflict_kind)),
+              el("td", { class: "value" }, showValue(d.value)),
+              el("td", {}, d.reason),
+              el("td", { class: "muted" }, d.decision_id))))),
+          history.body.resolutions.length ? [
+            el("h2", {}, "Resolutions"),
+            el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},
+              el("td", {}, instant(r.decided_at)), el("td", {}, r.decided_by), el("td", { class: "value" }, r.status === "present" ? showValue(r.value) : r.status),
+              el("td", {}, r.note), el("td", { class: "muted" }, r.resolution_id)))))] : null),
+        el("div", {},
+          OPEN.has(current.outcome) ? resolveForm(key, current) : null,
+          el("div", { class: "card" }, el("h2", {}, `Policy for ${field}`), rulesList(now.body.rules)),
+          el("p", { class: "muted" }, `Answered by ${now.body.worker}`))),
+    );
+    if (cursor) belief(cursor, asofPanel);
+    else asofPanel.replaceChildren(el("p", { class: "muted" }, "Pick an instant on the timeline or a decision to see what was believed then."));
+  }
+
+  render(container);
+  return {
+    key,
+    refresh,
+    onDecision(event) { if (event.key === key) refresh(true); },
+    awaitChange(from) {
+      // The live feed brings the new decision; polling covers a reconnect that missed it.
+      if (waiting) clearInterval(waiting.timer);
+      let polls = 0;
+      waiting = { from, timer: setInterval(() => { polls += 1; if (polls > 30) { clearInterval(waiting.timer); waiting = null; } else refresh(); }, 1000) };
+    },
+    nodes: [container],
+  };
+}
+
+// ---- routing and the steward token ---------------------------------------------------------
+
+function route() {
+  const hash = location.hash || "#/";
+  let view;
+  if (hash.startsWith("#/key/")) {
+    const [rawKey, rawAt] = hash.slice("#/key/".length).split("@");
+    view = keyView(decodeURIComponent(rawKey), rawAt ? decodeURIComponent(rawAt) : null);
+  } else {
+    view = queueView(hash.includes("?") ? hash.slice(hash.indexOf("?") + 1) : "");
+  }
+  const followKey = state.view && state.view.key;
+  state.view = view;
+  render(...view.nodes);
+  if (!source || followKey !== view.key) follow(view.key);
+  view.refresh();
+}
+
+function stewardPanel() {
+  const form = document.getElementById("steward");
+  const input = document.getElementById("token");
+  const forget = document.getElementById("token-forget");
+  form.hidden = !state.config.writes_enabled;
+  const shown = () => {
+    input.hidden = Boolean(state.token);
+    document.getElementById("token-use").hidden = Boolean(state.token);
+    forget.hidden = !state.token;
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.token = input.value.trim();
+    input.value = "";
+    if (state.token) sessionStorage.setItem("claimstream.steward", state.token);
+    shown();
+    if (state.view) state.view.refresh();
+  });
+  forget.addEventListener("click", () => {
+    state.token = "";
+    sessionStorage.removeItem("claimstream.steward");
+    shown();
+    if (state.view) state.view.refresh();
+  });
+  shown();
+}
+
+async function start() {
+  const { ok, body } = await api("/api/console");
+  if (!ok) { render(el("p", { class: "warn" }, body.error)); return; }
+  state.config = body;
+  document.getElementById("worker").textContent = `${body.worker} · policy ${body.policy_version}`;
+  stewardPanel();
+  window.addEventListener("hashchange", route);
+  route();
+}
+
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,76 @@
+"""Who may write from the console: steward tokens, compared in constant time.
+
+Writing (publishing a resolution) is off unless at least one token is configured, in
+`steward_tokens` (comma-separated, e.g. `CLAIMSTREAM_STEWARD_TOKENS`) or a file of one token per
+line. A token travels only in the `Authorization: Bearer` header: never in a URL (logged, kept in
+history) nor a cookie (sent by the browser on its own, which is what cross-site forgery abuses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from enum import StrEnum
+
+from streams.core.errors import ClaimstreamError
+from streams.settings import Settings
+
+MIN_TOKEN_LENGTH = 16
+BEARER = "bearer "
+
+
+class Refusal(StrEnum):
+    """Why a write was refused (the label of claimstream_console_writes_refused_total)."""
+
+    WRITES_DISABLED = "writes_disabled"  # 403: no steward token is configured
+    MISSING_TOKEN = "missing_token"  # 401
+    BAD_TOKEN = "bad_token"  # 403
+    INVALID = "invalid_resolution"  # 400: the policy refuses the resolution
+
+
+class StewardTokens:
+    def __init__(self, tokens: Iterable[str]) -> None:
+        kept = [token.strip() for token in tokens if token.strip()]
+        short = [token for token in kept if len(token) < MIN_TOKEN_LENGTH]
+        if short:
+            raise ClaimstreamError(
+                f"steward tokens must be at least {MIN_TOKEN_LENGTH} characters "
+                f"({len(short)} configured token(s) are shorter)"
+            )
+        # Digests have one length, so comparing them leaks nothing about a token's length.
+        self._digests = [_digest(token) for token in kept]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StewardTokens:
+        tokens: list[str] = []
+        if settings.steward_tokens is not None:
+            tokens += settings.steward_tokens.get_secret_value().split(",")
+        if settings.steward_tokens_file is not None:
+            try:
+                lines = settings.steward_tokens_file.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise ClaimstreamError(
+                    f"{settings.steward_tokens_file}: cannot read steward tokens: {exc.strerror}"
+                ) from exc
+            tokens += [line for line in lines if not line.lstrip().startswith("#")]
+        return cls(tokens)
+
+    @property
+    def writes_enabled(self) -> bool:
+        return bool(self._digests)
+
+    def refusal(self, authorization: str | None) -> Refusal | None:
+        """None when the header carries a configured token; else why the write is refused."""
+        if not self._digests:
+            return Refusal.WRITES_DISABLED
+        if not authorization or authorization[: len(BEARER)].lower() != BEARER:
+            return Refusal.MISSING_TOKEN
+        offered = _digest(authorization[len(BEARER) :].strip())
+        # Every configured token is compared, whichever matches.
+        matches = [hmac.compare_digest(offered, digest) for digest in self._digests]
+        return None if any(matches) else Refusal.BAD_TOKEN
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
