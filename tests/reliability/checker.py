@@ -187,10 +187,9 @@ def unaccounted(
         held |= {admitted.claim.claim_id for admitted in state.claims} | set(state.disputed)
         if len(state.claims) >= max_claims:
             full.add((state.subject, state.field))
+    found = rejected_ids | cited | held
     return {
-        c.claim_id
-        for c in acked
-        if c.claim_id not in rejected_ids | cited | held and (c.subject, c.field) not in full
+        c.claim_id for c in acked if c.claim_id not in found and (c.subject, c.field) not in full
     }
 
 
