@@ -135,12 +135,15 @@ class Throughput:
     cpu_us: float
 
 
-async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
-    """Batched consume + Avro decode + one produced record per claim: claims per second."""
+async def _raw_clients(
+    bootstrap: str, source: str, group_prefix: str
+) -> tuple[AIOKafkaConsumer, AIOKafkaProducer]:
+    """The started consumer (a fresh group reading `source` from the start) and producer the
+    raw loops share."""
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=bootstrap,
-        group_id=f"raw-{uuid.uuid4().hex[:6]}",
+        group_id=f"{group_prefix}-{uuid.uuid4().hex[:6]}",
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=4 * 1024 * 1024,
     )
@@ -149,6 +152,12 @@ async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> Th
     )
     await consumer.start()
     await producer.start()
+    return consumer, producer
+
+
+async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
+    """Batched consume + Avro decode + one produced record per claim: claims per second."""
+    consumer, producer = await _raw_clients(bootstrap, source, "raw")
     seen, started, cpu_started = 0, None, 0.0
     try:
         while seen < expected:
@@ -179,18 +188,7 @@ async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> Th
 async def raw_lean_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
     """The fastest loop a person could write: batched consume, fastavro to a dict (no model),
     one record out per claim produced per partition with `send_batch`: claims per second."""
-    consumer = AIOKafkaConsumer(
-        source,
-        bootstrap_servers=bootstrap,
-        group_id=f"raw-lean-{uuid.uuid4().hex[:6]}",
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-    )
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=256 * 1024, acks=1
-    )
-    await consumer.start()
-    await producer.start()
+    consumer, producer = await _raw_clients(bootstrap, source, "raw-lean")
     schema = parsed_schema("Claim")
     partitions = len(await producer.partitions_for(sink))
     seen, started, cpu_started = 0, None, 0.0

@@ -338,7 +338,37 @@ def _topic_acl_visible(
     return bool(error == 0 and n_resources >= 1)
 
 
-class _Broker:
+class _DataDirLifecycle:
+    """`close()` and the context manager for a thing with `start()`/`stop()` and a data dir:
+    stop, then drop the dir if we created it (a caller-supplied dir is never deleted)."""
+
+    data_dir: Path
+    _owns_dir: bool
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _Broker(_DataDirLifecycle):
     """Process lifecycle shared by both kinds: spawn, wait until usable, signal only our PID."""
 
     kind = "broker"
@@ -449,23 +479,6 @@ class _Broker:
     def restart(self) -> Self:
         self.stop()
         return self.start()
-
-    def close(self) -> None:
-        """Stop, and drop the data dir if we created it (a caller-supplied dir is never deleted)."""
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -706,7 +719,7 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-class KafkaCluster:
+class KafkaCluster(_DataDirLifecycle):
     """``size`` Apache Kafka nodes, each a broker and a KRaft controller of one quorum, data on disk.
 
     Every topic (internal ones included) gets ``size`` replicas and ``min.insync.replicas`` of
@@ -776,22 +789,6 @@ class KafkaCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-    def close(self) -> None:
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class TansuBroker(_Broker):
