@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import gc
 import json
 import logging
@@ -63,6 +64,8 @@ class QuietWorker(faust.Worker):
 def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
     tune_collector()
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     configure_logging(settings.log_level, settings.log_format)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
