@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from bisect import insort
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
+from types import MappingProxyType
+from typing import NamedTuple
 
 from streams.core.contracts import (
     Action,
@@ -66,8 +68,7 @@ class _EpochShift:
     claim_ids: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class _Verdict:
+class _Verdict(NamedTuple):
     outcome: Outcome
     reason: str
     kind: ConflictKind | None = None
@@ -115,12 +116,12 @@ class Context:
         self.roles: Roles = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Marked:
-    """A step's result: the claims still in play, the roles it gave, the verdict if it found one."""
+class Marked(NamedTuple):
+    """A step's result: the claims still in play, the roles it gave, the verdict if it found one.
+    (A tuple: every step of every arbitration builds one.)"""
 
     remaining: list[AdmittedClaim]
-    roles: Roles = field(default_factory=dict)
+    roles: Mapping[str, EvidenceRole] = MappingProxyType({})
     verdict: _Verdict | None = None
 
 
