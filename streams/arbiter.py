@@ -172,6 +172,19 @@ class TaskBatch:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
+@dataclass
+class InFlight:
+    """An at-least-once batch whose records are sent and not yet all acknowledged: its offsets
+    are committed once they are. The next batch is read and decided meanwhile."""
+
+    acks: asyncio.Future[None]
+    offsets: dict[TopicPartition, int]
+    partitions: set[int]
+
+
+Pending = list[tuple[str, int, "asyncio.Future[Any]"]]  # topic, records, the batch's ack
+
+
 class Arbiter(Service):
     """The batched arbiter loop, started and stopped with the Faust app."""
 
@@ -209,6 +222,7 @@ class Arbiter(Service):
         self._last_scan = 0.0
         self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
         self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+        self._in_flight: InFlight | None = None  # the last batch, until its records are acked
         self._partitions: dict[str, list[int]] = {}  # each output topic's partitions
         self._unkeyed = 0  # spreads records without a key over partitions
         self._record_cost = 0.0  # seconds per input record, averaged over recent batches
@@ -250,7 +264,7 @@ class Arbiter(Service):
     async def on_stop(self) -> None:
         await self._cancel_restore()
         async with self.turn:
-            await self._settled_commit()
+            await self._flush(rewind=False)
             for client in (self._consumer, self._restorer, self._producer):
                 if client is not None:
                     await client.stop()
@@ -270,6 +284,8 @@ class Arbiter(Service):
             async with self.turn:
                 if fetched:
                     await self._batch(fetched)
+                elif self._in_flight is not None:
+                    await self._flush(rewind=True)  # idle: commit what the last batch read
                 await self._tick(sum(len(messages) for messages in fetched.values()))
                 await self._scan()
             self.pulse.beat()
@@ -317,18 +333,20 @@ class Arbiter(Service):
             records = self._journaled(work) + tally_records
             started = stages.add(JOURNAL, started)
             try:
-                await self._send_all(self._producer, records)
+                sent = await self._enqueue(self._producer, records)
             except Exception as exc:
                 self._failed(len(work), exc)
+                await self._flush(rewind=True)
                 await self._rewind(list(work))
             else:
-                started = stages.add(PRODUCE, started)
+                # This batch's acknowledgements are awaited after the next batch is decided,
+                # not before: the loop no longer idles for a round trip to the broker per batch.
+                acks = asyncio.ensure_future(self._acknowledged(sent))
+                acks.add_done_callback(_retrieved)
                 offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
-                if offsets:
-                    # Commits are cumulative: the next batch need not wait for this one. A lost
-                    # commit only means a later one (or the new owner) re-reads a little more.
-                    await self._settled_commit()
-                    self._commit = asyncio.ensure_future(consumer.commit(offsets))
+                previous, self._in_flight = self._in_flight, InFlight(acks, offsets, set(work))
+                started = stages.add(PRODUCE, started)
+                await self._settle(previous, rewind=True)
                 stages.add(COMMIT, started)
         self.metrics.flush(stages)
         count = sum(len(messages) for messages in fetched.values())
@@ -363,6 +381,35 @@ class Arbiter(Service):
                     observe(decision)
                 if received > 0:
                     self.metrics.decision_latency.observe(max(0.0, now - received))
+
+    async def _flush(self, rewind: bool) -> None:
+        """Settle the batch in flight, and wait for the last offset commit."""
+        in_flight, self._in_flight = self._in_flight, None
+        await self._settle(in_flight, rewind)
+        await self._settled_commit()
+
+    async def _settle(self, in_flight: InFlight | None, rewind: bool) -> None:
+        """Wait for a sent batch's acknowledgements, then commit its offsets. A failed send
+        rewinds its tasks, and those of the batch sent after it, to the last commit (or, when
+        the partitions are leaving, leaves re-reading them to their next owner)."""
+        if in_flight is None:
+            return
+        try:
+            await in_flight.acks
+        except Exception as exc:
+            later, self._in_flight = self._in_flight, None
+            partitions = in_flight.partitions | (later.partitions if later else set())
+            self._failed(len(partitions), exc)
+            if rewind:
+                await self._rewind(sorted(partitions))
+            return
+        if in_flight.offsets:
+            # Commits are cumulative: the next batch need not wait for this one. A lost commit
+            # only means a later one (or the new owner) re-reads a little more.
+            await self._settled_commit()
+            consumer = self._consumer
+            assert consumer is not None
+            self._commit = asyncio.ensure_future(consumer.commit(in_flight.offsets))
 
     async def _settled_commit(self) -> None:
         commit, self._commit = self._commit, None
@@ -443,7 +490,11 @@ class Arbiter(Service):
             await producer.send_offsets_to_transaction(batch.offsets, self.group)
 
     async def _send_all(self, producer: AIOKafkaProducer | None, records: list[Outgoing]) -> None:
-        """Send `records` as one batch per topic partition and wait until all are acknowledged.
+        """Send `records` and wait until all are acknowledged."""
+        await self._acknowledged(await self._enqueue(producer, records))
+
+    async def _enqueue(self, producer: AIOKafkaProducer | None, records: list[Outgoing]) -> Pending:
+        """Hand `records` to the producer as one batch per topic partition.
 
         Measured against one `send` per record (aiokafka appends each to its own accumulator
         batch, with a future and a coroutine per record): see `claimstream bench` stage_us."""
@@ -454,7 +505,7 @@ class Arbiter(Service):
             if partition is None:
                 partition = await self._partition_for(producer, record.topic, record.key)
             by_partition.setdefault((record.topic, partition), []).append(record)
-        pending = []
+        pending: Pending = []
         for (topic, partition), group in by_partition.items():
             batch = producer.create_batch()
             count = 0
@@ -479,6 +530,10 @@ class Arbiter(Service):
             pending.append(
                 (topic, count, await producer.send_batch(batch, topic, partition=partition))
             )
+        return pending
+
+    async def _acknowledged(self, pending: Pending) -> None:
+        """Wait for the batches' acknowledgements; note how far each task's changelog reached."""
         acknowledged = await asyncio.gather(*(future for _, _, future in pending))
         for (topic, count, _), metadata in zip(pending, acknowledged, strict=True):
             if topic == self.changelog:
@@ -562,7 +617,7 @@ class Arbiter(Service):
         await self._cancel_restore()
         self.assigned_partitions -= partitions
         async with self.turn:
-            await self._settled_commit()
+            await self._flush(rewind=False)
             # Where this worker stopped says nothing about where the next owner stops.
             self.reached = {
                 tp: o for tp, o in self.reached.items() if tp.partition not in partitions
@@ -745,6 +800,12 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         partitions = {tp.partition for tp in assigned}
         self.arbiter.pulse.assigned(partitions)
         await self.arbiter.assigned(partitions)  # the restore reports `restored` when done
+
+
+def _retrieved(acks: asyncio.Future[None]) -> None:
+    """Mark a failure as seen: a batch dropped by a rewind is never awaited."""
+    if not acks.cancelled():
+        acks.exception()
 
 
 async def _release_producer(task: Task) -> None:
