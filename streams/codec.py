@@ -6,6 +6,8 @@ fastavro's errors are translated into CodecError here, so the rest of the code s
 from __future__ import annotations
 
 import io
+import struct
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any, TypeVar, get_args
 import fastavro
 from pydantic import BaseModel, ValidationError
 
+from streams.avro_writer import compile_writer
 from streams.core.contracts import (
     Claim,
     ClaimStatus,
@@ -99,18 +102,19 @@ def _names(annotation: Any, kind: type) -> bool:
     return any(_names(arg, kind) for arg in get_args(annotation))
 
 
+@cache
+def _writer(name: str) -> Callable[[Any], bytes]:
+    return compile_writer(expanded_schema(name))
+
+
 def encode(record: BaseModel) -> bytes:
-    """The Avro body (no framing) of a core record."""
-    buffer = io.BytesIO()
+    """The Avro body (no framing) of a core record, written as fastavro would write it."""
     try:
-        fastavro.schemaless_writer(
-            buffer, parsed_schema(record_name(type(record))), to_avro(record)
-        )
-    except (ValueError, TypeError, OverflowError) as exc:
+        return _writer(record_name(type(record)))(to_avro(record))
+    except (ValueError, TypeError, OverflowError, AttributeError, struct.error) as exc:
         raise CodecError(
             RejectReason.MALFORMED, f"cannot encode {type(record).__name__}: {exc}"
         ) from exc
-    return buffer.getvalue()
 
 
 def decode_dict(name: str, body: bytes, writer_schema: Any | None = None) -> dict[str, Any]:
