@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import gc
 import json
 import logging
@@ -40,6 +41,19 @@ def freeze_survivors(phase: str, info: dict[str, int]) -> None:
         gc.freeze()
 
 
+# Young objects are collected after 20,000 allocations instead of 700: a claim allocates a few
+# hundred short-lived objects, and each young collection also walks whatever the batch still
+# holds. Measured in-process on the bench mix (40k claims): 211 -> 182-190 µs CPU a claim.
+COLLECTOR_THRESHOLDS = (20_000, 50, 20)
+
+
+def tune_collector() -> None:
+    """Fewer collections of young objects, and state that survived a full one frozen."""
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    if freeze_survivors not in gc.callbacks:
+        gc.callbacks.append(freeze_survivors)
+
+
 class QuietWorker(faust.Worker):
     """Stops on Ctrl-C like on SIGTERM, without mode's "-INT- -INT- ..." line on stderr."""
 
@@ -49,8 +63,9 @@ class QuietWorker(faust.Worker):
 
 def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
-    if freeze_survivors not in gc.callbacks:
-        gc.callbacks.append(freeze_survivors)
+    tune_collector()
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     configure_logging(settings.log_level, settings.log_format)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -2,14 +2,32 @@
 
 Passing tests keep their output captured (a passing broker test's aiokafka retry log alone ran to
 84k lines); what a test prints on stdout (checker verdicts, throughput and recovery figures) is
-collected here and shown once, in a "figures" section at the end of the run.
+collected here and shown once, in a "figures" section at the end of the run. A failing test that
+started workers shows what each was doing (its threads' stacks and its log's tail).
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
+from tests.stream.support import STARTED
+
 FIGURES: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.when == "setup":
+        STARTED.clear()
+    elif call.when == "call" and report.failed:
+        for worker in STARTED:
+            report.sections.append((f"worker {worker.data_dir.name}", worker.diagnosis()))
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from bisect import insort
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
+from types import MappingProxyType
+from typing import NamedTuple
 
 from streams.core.contracts import (
     Action,
@@ -54,6 +56,8 @@ _CONFLICT_ACTIONS = {
 }
 
 Roles = dict[str, EvidenceRole]
+_CONTESTED = EvidenceRole.CONTESTED
+_PLAIN_CONFLICTS = frozenset({"authority_conflict", "existence_conflict"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +69,7 @@ class _EpochShift:
     claim_ids: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class _Verdict:
+class _Verdict(NamedTuple):
     outcome: Outcome
     reason: str
     kind: ConflictKind | None = None
@@ -114,12 +117,12 @@ class Context:
         self.roles: Roles = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Marked:
-    """A step's result: the claims still in play, the roles it gave, the verdict if it found one."""
+class Marked(NamedTuple):
+    """A step's result: the claims still in play, the roles it gave, the verdict if it found one.
+    (A tuple: every step of every arbitration builds one.)"""
 
     remaining: list[AdmittedClaim]
-    roles: Roles = field(default_factory=dict)
+    roles: Mapping[str, EvidenceRole] = MappingProxyType({})
     verdict: _Verdict | None = None
 
 
@@ -278,15 +281,6 @@ def arbitrate(
                 context.verdict = marked.verdict
     verdict = context.verdict
     assert verdict is not None, "the last deciding rule always reaches a verdict"
-    belief = None
-    winner = context.winner
-    if (
-        winner is not None
-        and verdict.value is winner.value
-        and verdict.reason.endswith("_precedence")
-        and context.plain
-    ):
-        belief = Belief(winner, rules, policy_version)
     return Arbitration(
         subject,
         field,
@@ -298,16 +292,39 @@ def arbitrate(
         now,
         supersedes,
         context.shift,
-        belief,
+        _belief(context, verdict, policy_version),
     )
+
+
+def _belief(context: Context, verdict: _Verdict, policy_version: str) -> Belief | None:
+    """What `extend` may build on: a resolved precedence decision, or a value or existence
+    conflict, over plain claims with no resolution in play and no independence to count (one
+    more claim can join two sources into one lineage)."""
+    rules = context.rules
+    if not context.plain or context.resolutions or rules.min_independent_sources > 1:
+        return None
+    winner = context.winner
+    if (
+        verdict.outcome is Outcome.RESOLVED
+        and winner is not None
+        and verdict.value is winner.value
+        and verdict.reason.endswith("_precedence")
+    ):
+        return Belief(winner.rank, winner, rules, policy_version)
+    if verdict.outcome is Outcome.CONFLICT and verdict.reason in _PLAIN_CONFLICTS:
+        roles = context.roles
+        top = min(a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED)
+        return Belief(top, None, rules, policy_version)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class Belief:
-    """A resolved precedence decision over plain claims (no epoch, period or scope): the case in
-    which one more plain claim can be placed without running the rules again."""
+    """A decision over plain claims (no epoch, period or scope) that one more plain claim may
+    leave standing: resolved by precedence (`winner` set), or a conflict at authority `rank`."""
 
-    winner: AdmittedClaim
+    rank: int
+    winner: AdmittedClaim | None
     rules: FieldRules
     policy_version: str
 
@@ -319,29 +336,42 @@ def extend(
     where `added` provably cannot change the belief; None where the rules must run again.
 
     The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
-    freshness or period boundary) and that `added` is a new claim_id. Then a plain, fresh claim
-    that is weaker than the winner only agrees or disagrees with it, and one of the winner's own
-    authority that says the same (exactly: no float tolerance chains) joins the agreeing group,
-    winning if newer. A property test holds this equal to the full engine."""
+    freshness or period boundary) and that `added` is a new claim_id. Then a plain claim that
+    says nothing about existence is excluded, a stale one is stale, a fresh one weaker than the deciding authority
+    agrees with the winner (by the field's tolerance) or is contested; one of the winner's own
+    authority that says exactly the same joins the agreeing group, winning if newer; one of the
+    conflicting authority that cannot settle the conflict is contested with the others. A
+    property test holds this equal to the full engine."""
     belief = previous.belief
-    if belief is None:
+    if belief is None or not added.plain:
         return None
     rules, winner = belief.rules, belief.winner
-    claim, value = added.claim, added.value
-    if not added.plain or claim.status in _NO_EVIDENCE_STATUSES or isinstance(value, float):
-        return None
-    if rules.freshness is not None and claim.observed_at < now - rules.freshness:
-        return None
-    agrees = claim.status is winner.claim.status and values_agree(value, winner.value, 0.0)
-    if added.rank < winner.rank or (added.rank == winner.rank and not agrees):
-        return None
+    claim = added.claim
     roles = dict(previous.roles)
-    if added.rank == winner.rank and added.recency > winner.recency:
+    claim_id = claim.claim_id
+    if claim.status in _NO_EVIDENCE_STATUSES:
+        roles[claim_id] = EvidenceRole.EXCLUDED
+    elif rules.freshness is not None and claim.observed_at < now - rules.freshness:
+        roles[claim_id] = EvidenceRole.STALE
+    elif added.rank > belief.rank:
+        agrees = winner is not None and _agrees(added, winner, rules.tolerance)
+        roles[claim_id] = EvidenceRole.CORROBORATING if agrees else _CONTESTED
+    elif added.rank < belief.rank:
+        return None
+    elif winner is None:
+        if not _joins_conflict(added, previous, rules):
+            return None
+        roles[claim_id] = _CONTESTED
+    elif claim.status is not winner.claim.status or not _same_statement(
+        added, winner, previous.claims
+    ):
+        return None
+    elif added.recency > winner.recency:
         roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
-        roles[claim.claim_id] = EvidenceRole.WINNER
-        belief = Belief(added, rules, belief.policy_version)
+        roles[claim_id] = EvidenceRole.WINNER
+        belief = Belief(belief.rank, added, rules, belief.policy_version)
     else:
-        roles[claim.claim_id] = EvidenceRole.CORROBORATING if agrees else EvidenceRole.CONTESTED
+        roles[claim_id] = EvidenceRole.CORROBORATING
     claims = list(previous.claims)
     insort(claims, added, key=_RECENCY)
     return Arbitration(
@@ -839,6 +869,35 @@ def _reobserve_request(
         reason=decision.reason,
         decision_id=decision.decision_id,
         requested_at=decision.decided_at,
+    )
+
+
+def _same_statement(
+    added: AdmittedClaim, winner: AdmittedClaim, claims: Iterable[AdmittedClaim]
+) -> bool:
+    """Whether `added` says exactly what the winner says, so that it joins the winner's group
+    whatever the tolerance. A float must also say exactly what every claim of its lineage at
+    that authority says: within a lineage, the newest observation decides which of the others
+    agree, by a tolerance that is not transitive."""
+    value = added.value
+    if not isinstance(value, float):
+        return values_agree(value, winner.value, 0.0)
+    return value == winner.value and all(
+        a.value == value for a in claims if a.lineage == added.lineage and a.rank == added.rank
+    )
+
+
+def _joins_conflict(added: AdmittedClaim, previous: Arbitration, rules: FieldRules) -> bool:
+    """Whether a claim of the conflicting authority leaves the conflict as it is: it comes from
+    a lineage of its own there (so it supersedes nothing), and joins a value conflict (which only
+    present claims make) where ties are not broken by recency."""
+    if any(a.lineage == added.lineage and a.rank == added.rank for a in previous.claims):
+        return False
+    if previous.verdict.kind is ConflictKind.EXISTENCE:
+        return True
+    return (
+        added.claim.status is ClaimStatus.PRESENT
+        and rules.on_conflict is not OnConflict.MOST_RECENT
     )
 
 

@@ -499,7 +499,11 @@ def _decide(
         assert added is not None
         expires = _expiry(added, rules)
         next_check_at = state.next_check_at
-        if expires is not None and (next_check_at is None or expires < next_check_at):
+        if (
+            expires is not None
+            and expires > now
+            and (next_check_at is None or expires < next_check_at)
+        ):
             next_check_at = expires
         return Step(
             state=KeyState(

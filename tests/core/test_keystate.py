@@ -6,12 +6,13 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams.core.contracts import Money, RejectReason, Resolution
-from streams.core.engine import extend
+from streams.core.contracts import Claim, Money, RejectReason, Resolution
+from streams.core.engine import arbitrate, extend
 from streams.core.intake import admit
 from streams.core.keystate import (
     KeyState,
@@ -24,7 +25,7 @@ from streams.core.keystate import (
     split_key,
     state_key,
 )
-from streams.core.policy import Policy, load_policy
+from streams.core.policy import Policy, load_policy, parse_policy
 from tests.core.conftest import NOW, REPO, claim
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
@@ -293,3 +294,107 @@ def test_a_claim_that_cannot_change_the_belief_skips_the_rules() -> None:
     assert extend(state.arbitration, stronger_disagreeing, NOW, None) is None
     # A state read back from the changelog has no arbitration: the rules run again.
     assert decode_state(encode_state(state)).arbitration is None
+
+
+def placed(policy: Policy, *claims: Claim) -> list[tuple[str, bool]]:
+    """Add the claims one by one; each step's outcome and whether the rules were skipped, after
+    checking the step decided what the full engine decides over the key's claims."""
+    field = claims[0].field
+    rules = policy.rules_for(field)
+    assert rules is not None
+    state: KeyState | None = None
+    steps = []
+    for c in claims:
+        previous = state.arbitration if state is not None else None
+        step = add_claim(state, admit(c, policy, NOW), rules, policy.version, NOW, Limits())
+        state = step.state
+        full = arbitrate("invoice:42", field, state.claims, rules, policy.version, NOW)
+        assert (step.arbitration.decision_id, step.arbitration.roles) == (
+            full.decision_id,
+            full.roles,
+        )
+        skipped = (
+            previous is not None
+            and step.arbitration.belief is not None
+            and (extend(previous, admit(c, policy, NOW), NOW, None) is not None)
+        )
+        steps.append((f"{full.outcome.value}/{full.verdict.reason}", skipped))
+    return steps
+
+
+def test_a_weaker_or_silent_claim_leaves_a_conflict_standing_without_the_rules() -> None:
+    steps = placed(
+        POLICY,
+        claim(1, source="crm"),
+        claim(2, source="config-service", value="unpaid"),
+        claim(3, source="billing-cache"),  # weaker: contested
+        claim(4, source="order-form", status="forbidden", value=None),  # says nothing: excluded
+        claim(5, source="billing-export", value="overdue"),  # a lineage of its own: contested
+    )
+    assert steps[2:] == [("conflict/authority_conflict", True)] * 3
+
+
+def test_a_claim_that_could_settle_or_change_a_conflict_runs_the_rules() -> None:
+    """not_found against a value conflict makes it an existence conflict; on a field whose
+    ties go to the newest, a newer claim settles it."""
+    existence = placed(
+        POLICY,
+        claim(1, source="crm"),
+        claim(2, source="config-service", value="unpaid"),
+        claim(3, source="order-form", status="not_found", value=None),
+    )
+    assert existence[2] == ("conflict/existence_conflict", False)
+    address = "customer.shipping_address"
+    tied = NOW - timedelta(seconds=5)
+    newest = placed(
+        POLICY,
+        claim(1, field=address, value="1 Main St", source="crm", observed_at=tied),
+        claim(2, field=address, value="2 Side Rd", source="config-service", observed_at=tied),
+        claim(3, field=address, value="1 Main St", source="order-form"),
+    )
+    assert [outcome for outcome, _ in newest] == [
+        "resolved/system_of_record_precedence",
+        "conflict/authority_conflict",
+        "resolved/most_recent",
+    ]
+
+
+def test_a_float_joins_its_lineage_only_when_it_says_exactly_what_the_lineage_says() -> None:
+    """Tolerance is not transitive: 120.4 agrees with 120.2 but not with 120.0, so a newer
+    120.0 of the same lineage supersedes 120.4 (the rules must run), while a newer 120.0 from
+    a lineage where every claim says 120.0 just wins."""
+    latency = "api.latency"
+
+    def at(n: int, value: float, seconds: int, lineage: str) -> Claim:
+        return claim(
+            n,
+            field=latency,
+            value=value,
+            unit="ms",
+            source="apm-agent",
+            lineage=lineage,
+            observed_at=NOW - timedelta(seconds=seconds),
+        )
+
+    chained = placed(POLICY, at(1, 120.4, 30, "a"), at(2, 120.2, 20, "a"), at(3, 120.2, 10, "a"))
+    assert chained[2] == ("resolved/derived_precedence", False)
+    steps = placed(POLICY, at(1, 120.0, 30, "a"), at(2, 120.0, 20, "a"), at(3, 120.0, 10, "a"))
+    assert steps[2] == ("resolved/derived_precedence", True)
+
+
+def test_independence_is_counted_again_when_a_claim_joins_two_sources() -> None:
+    """Where a field needs two independent sources, a claim from one source in the other's
+    lineage makes them one observation: the rules must run, and the decision falls."""
+    data = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+    data["fields"]["order.payment_status"]["min_independent_sources"] = 2
+    counted = parse_policy(data)
+    steps = placed(
+        counted,
+        claim(1, source="crm"),
+        claim(2, source="config-service", observed_at=NOW),
+        claim(3, source="config-service", lineage="source:crm"),
+    )
+    assert [outcome for outcome, _ in steps[1:]] == [
+        "resolved/system_of_record_precedence",
+        "insufficient/too_few_independent_sources",
+    ]

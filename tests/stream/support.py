@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 import zlib
@@ -82,6 +84,11 @@ class Deployment:
         return WorkerProcess(self, self.workdir / f"worker-{index}", env)
 
 
+_LOCAL_REPR = re.compile(r"^\s{4,}\w+ = ")
+STARTED: list[WorkerProcess] = []
+"""The workers the running test started: a failing test's report shows what each was doing."""
+
+
 class WorkerProcess:
     """A `claimstream worker` subprocess; stopped (or killed) only by the test that started it."""
 
@@ -106,14 +113,16 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        if self not in STARTED:
+            STARTED.append(self)
+        deadline = time.monotonic() + 120  # a loaded CI machine has taken over 60 s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited early:\n{self.log_tail()}")
             if self.get("/healthz", attempts=1) is not None:
                 return self
             time.sleep(0.3)
-        raise RuntimeError(f"worker web API did not come up:\n{self.log_tail()}")
+        raise RuntimeError(f"worker web API did not come up in 120 s:\n{self.diagnosis()}")
 
     def get(self, path: str, attempts: int = 3) -> Any:
         """GET a web API path; None if the worker does not answer (the web server shares the
@@ -153,6 +162,41 @@ class WorkerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+    def diagnosis(self) -> str:
+        """The log's tail, then every task's and thread's stack (the worker prints them on
+        SIGUSR1), without the locals' reprs."""
+        if self.proc is None:
+            return "(never started)"
+        before = self.log_tail(30)
+        if self.proc.poll() is not None:
+            return f"{self.data_dir.name}: exited with {self.proc.returncode}\n{before}"
+        size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        with self.log_path.open("rb") as log:
+            log.seek(size)
+            dumped = log.read().decode(errors="replace").splitlines()
+        stacks = [line for line in dumped if not _LOCAL_REPR.match(line)][:200]
+        return "\n".join(
+            [
+                f"{self.data_dir.name}: running, pid {self.proc.pid}; /healthz: {self.health()}",
+                before,
+                "-- stacks --",
+                *stacks,
+            ]
+        )
+
+    def health(self) -> str:
+        """What /healthz answers, failing or not (`get` treats a 503 as no answer)."""
+        url = f"http://127.0.0.1:{self.web_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return f"{response.status} {response.read().decode(errors='replace')[:300]}"
+        except urllib.error.HTTPError as exc:
+            return f"{exc.code} {exc.read().decode(errors='replace')[:300]}"
+        except OSError as exc:
+            return f"no answer ({type(exc).__name__}: {exc})"
 
     def log_tail(self, lines: int = 40) -> str:
         try:
