@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -68,6 +69,13 @@ class DecisionSummary(BaseModel):
         """Its stored form (JSON), made once: a key's state is journaled again on every change,
         and the decisions in its history never change (pydantic leaves this out of equality)."""
         return _COMPACT_JSON.encode(_SUMMARY_FORM.dump(self))
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> DecisionSummary:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("journaled", None)  # the stored form of what it was copied from
+        return copied
 
 
 @dataclass(frozen=True, slots=True)

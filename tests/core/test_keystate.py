@@ -229,6 +229,16 @@ def test_history_and_resolutions_round_trip_through_this_and_the_earlier_encodin
     assert decode_state(_second_encoding(state)) == state
 
 
+def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:
+    state, _ = grow(claim(1))
+    assert state is not None
+    summary = state.current
+    assert summary is not None
+    assert json.loads(summary.journaled)["r"] == summary.reason  # made, and kept on the summary
+    copied = summary.model_copy(update={"reason": "another_reason"})
+    assert json.loads(copied.journaled)["r"] == "another_reason"
+
+
 def _second_encoding(state: KeyState) -> bytes:
     """The state as version 2 wrote it: claims as now, resolutions and decision summaries as
     `model_dump` wrote them, and the key's own times as ISO text."""
