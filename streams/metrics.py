@@ -267,7 +267,8 @@ class Metrics:
                 self._losses[decision.field, source] += 1
 
     def lost(self, field: str, source: str) -> None:
-        self.losses.labels(self.field_label(field), self.source_label(source)).inc()
+        """Tallied like `accepted`, published by `flush`: a labelled counter costs ~10 µs."""
+        self._losses[field, source] += 1
 
     def rebalanced(self, restore_s: float) -> None:
         self.rebalances.inc()

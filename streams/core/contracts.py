@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def _as_utc(value: datetime) -> datetime:
@@ -101,6 +103,24 @@ class RejectReason(StrEnum):
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def constructed(model: type[M], fields: dict[str, Any]) -> M:
+    """A model from every one of its fields, each already of its validated type (from validated
+    models, the policy or Avro's typed read), through the pickle protocol (`__setstate__`):
+    about 1 µs, where `model_construct` takes 7-16 µs (a Python loop over aliases and defaults)
+    and `model_validate` 5-12 µs. The caller gives all fields, so all are set, as validating a
+    complete record sets them."""
+    built = model.__new__(model)
+    built.__setstate__(
+        {
+            "__dict__": fields,
+            "__pydantic_fields_set__": set(fields),
+            "__pydantic_extra__": None,
+            "__pydantic_private__": None,
+        }
+    )
+    return built
 
 
 class Money(_Record):

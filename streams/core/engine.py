@@ -33,6 +33,7 @@ from streams.core.contracts import (
     ReobserveRequest,
     Resolution,
     Value,
+    constructed,
 )
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import values_agree
@@ -196,26 +197,30 @@ class Arbitration:
 
     @cached_property
     def decision(self) -> Decision:
-        """Built without re-validation (`model_construct`): every part comes from validated
-        claims and the policy. Tests round-trip decisions through Avro and `model_validate`."""
+        """Built without re-validation (`constructed`): every part comes from validated claims
+        and the policy. Tests round-trip decisions through Avro and `model_validate`."""
         verdict = self._verdict
-        return Decision.model_construct(
-            decision_id=self.decision_id,
-            subject=self.subject,
-            field=self.field,
-            outcome=verdict.outcome,
-            conflict_kind=verdict.kind,
-            status=verdict.status,
-            value=verdict.value,
-            unit=self.unit,
-            action=self.action,
-            policy_version=self._policy_version,
-            reason=verdict.reason,
-            tiebreak=verdict.tiebreak,
-            resolution_id=verdict.resolution_id,
-            evidence=tuple(_evidence(a, self.roles[a.claim.claim_id]) for a in self._claims),
-            decided_at=self._now,
-            supersedes=self._supersedes,
+        roles = self.roles
+        return constructed(
+            Decision,
+            {
+                "decision_id": self.decision_id,
+                "subject": self.subject,
+                "field": self.field,
+                "outcome": verdict.outcome,
+                "conflict_kind": verdict.kind,
+                "status": verdict.status,
+                "value": verdict.value,
+                "unit": self.unit,
+                "action": self.action,
+                "policy_version": self._policy_version,
+                "reason": verdict.reason,
+                "tiebreak": verdict.tiebreak,
+                "resolution_id": verdict.resolution_id,
+                "evidence": tuple(_evidence(a, roles[a.claim.claim_id]) for a in self._claims),
+                "decided_at": self._now,
+                "supersedes": self._supersedes,
+            },
         )
 
     def restated(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
@@ -810,22 +815,25 @@ def _hashable(value: Value) -> str:
 
 def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
     claim = admitted.claim
-    return Evidence.model_construct(
-        claim_id=claim.claim_id,
-        source=claim.source,
-        replica=claim.replica,
-        authority=admitted.authority,
-        status=claim.status,
-        value=admitted.value,
-        observed_at=claim.observed_at,
-        valid_from=claim.valid_from,
-        valid_to=claim.valid_to,
-        epoch=claim.epoch,
-        lineage=admitted.lineage,
-        # As compared (normalized): one claim sent twice with its scope spelled two ways is the
-        # same claim, and its evidence must not depend on which spelling arrived first.
-        scope=admitted.scope_key,
-        role=role,
+    return constructed(
+        Evidence,
+        {
+            "claim_id": claim.claim_id,
+            "source": claim.source,
+            "replica": claim.replica,
+            "authority": admitted.authority,
+            "status": claim.status,
+            "value": admitted.value,
+            "observed_at": claim.observed_at,
+            "valid_from": claim.valid_from,
+            "valid_to": claim.valid_to,
+            "epoch": claim.epoch,
+            "lineage": admitted.lineage,
+            # As compared (normalized): one claim sent twice with its scope spelled two ways is
+            # the same claim, and its evidence must not depend on which spelling arrived first.
+            "scope": admitted.scope_key,
+            "role": role,
+        },
     )
 
 

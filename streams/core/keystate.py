@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -32,7 +35,7 @@ from streams.core.contracts import (
 from streams.core.engine import Arbitration, arbitrate, extend
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim
-from streams.core.normalize import canonical_value, format_timestamp
+from streams.core.normalize import canonical_value
 from streams.core.policy import FieldRules
 
 KEY_SEPARATOR = "|"
@@ -61,6 +64,19 @@ class DecisionSummary(BaseModel):
     decided_at: datetime
     supersedes: str | None = None
 
+    @cached_property
+    def journaled(self) -> str:
+        """Its stored form (JSON), made once: a key's state is journaled again on every change,
+        and the decisions in its history never change (pydantic leaves this out of equality)."""
+        return _COMPACT_JSON.encode(_SUMMARY_FORM.dump(self))
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> DecisionSummary:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("journaled", None)  # the stored form of what it was copied from
+        return copied
+
 
 @dataclass(frozen=True, slots=True)
 class KeyState:
@@ -87,82 +103,181 @@ class KeyState:
         return self.history[-1] if self.history else None
 
 
-# The stored form of a claim: the claim's own fields under short names, without the subject and
-# field that the key already holds, status left out when present, times in microseconds since
-# the epoch; and what admission added under capitals (A: authority, V: normalized value when it
-# differs from the claim's own, L: lineage when not the default).
-_STATE_VERSION = 2
+# The stored form (version 3) of a claim, a resolution and a decision summary: the model's own
+# fields under short names, without the subject and field that the key already holds and without
+# the fields at their defaults, times in microseconds since the epoch. A claim adds what admission
+# gave it under capitals (A: authority, V: normalized value when it differs from the claim's own,
+# L: lineage when not the default). Version 2 stored resolutions and summaries as `model_dump`
+# wrote them, and all times outside claims as ISO text; version 1, claims as nested records.
+_STATE_VERSION = 3
+_SUMMARIES_DUMPED = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-_CLAIM_NAMES = {
-    "claim_id": "id",
-    "status": "st",
-    "value": "v",
-    "unit": "u",
-    "source": "src",
-    "replica": "rep",
-    "source_class": "cls",
-    "observed_at": "at",
-    "valid_from": "from",
-    "valid_to": "to",
-    "epoch": "ep",
-    "lineage": "lin",
-    "scope": "sc",
-    "confidence": "cf",
-    "trace_id": "tr",
-    "producer": "pr",
-    "attributes": "attr",
-}
-_CLAIM_FIELDS = {short: name for name, short in _CLAIM_NAMES.items()}
-_CLAIM_TIMES = {"observed_at", "valid_from", "valid_to"}
-# Claim fields left out at these values (and at None).
-_CLAIM_USUAL: dict[str, object] = {
-    name: default
-    for name, info in Claim.model_fields.items()
-    if not info.is_required()
-    and (default := info.get_default(call_default_factory=True)) is not None
-} | {"status": ClaimStatus.PRESENT}
-_KEY_FIELDS = {"subject", "field"}
+
+
+class _StoredForm:
+    """How one record model is stored: the short name of each field, which are times, and the
+    values left out (None, a default, the key's fields). Read through `vars`, as `model_dump`
+    costs more than the rest of journaling a key."""
+
+    def __init__(
+        self,
+        model: type[BaseModel],
+        short_names: dict[str, str],
+        times: frozenset[str],
+        usual: dict[str, object] | None = None,
+    ) -> None:
+        unnamed = model.model_fields.keys() - short_names.keys() - {"subject", "field"}
+        if unnamed:
+            raise TypeError(f"{model.__name__}: no stored name for {sorted(unnamed)}")
+        self.names = {short: name for name, short in short_names.items()}
+        self.times = times
+        defaults: dict[str, object] = {
+            name: default
+            for name, info in model.model_fields.items()
+            if not info.is_required()
+            and (default := info.get_default(call_default_factory=True)) is not None
+        } | (usual or {})
+        self.plan = tuple(
+            (name, short, defaults.get(name), _micros if name in times else _json_value)
+            for name, short in short_names.items()
+        )
+        """Per field: its name, stored name, the value left out besides None, its conversion."""
+
+    def dump(self, record: BaseModel) -> dict[str, Any]:
+        stored: dict[str, Any] = {}
+        fields = vars(record)
+        for name, short, usual, convert in self.plan:
+            value = fields[name]
+            if value is None or (usual is not None and value == usual):
+                continue
+            stored[short] = convert(value)
+        return stored
+
+    def fields(self, stored: dict[str, Any]) -> dict[str, Any]:
+        """The model's fields (those stored) from a stored form; capitals are left to the caller."""
+        own = {self.names[short]: value for short, value in stored.items() if short.islower()}
+        for name in self.times.intersection(own):
+            own[name] = _EPOCH + own[name] * _MICROSECOND
+        return own
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _json_value(value: Value) -> object:
+    return value.model_dump() if isinstance(value, Money) else value
+
+
+_CLAIM_FORM = _StoredForm(
+    Claim,
+    {
+        "claim_id": "id",
+        "status": "st",
+        "value": "v",
+        "unit": "u",
+        "source": "src",
+        "replica": "rep",
+        "source_class": "cls",
+        "observed_at": "at",
+        "valid_from": "from",
+        "valid_to": "to",
+        "epoch": "ep",
+        "lineage": "lin",
+        "scope": "sc",
+        "confidence": "cf",
+        "trace_id": "tr",
+        "producer": "pr",
+        "attributes": "attr",
+    },
+    frozenset({"observed_at", "valid_from", "valid_to"}),
+    {"status": ClaimStatus.PRESENT},
+)
+_RESOLUTION_FORM = _StoredForm(
+    Resolution,
+    {
+        "resolution_id": "id",
+        "status": "st",
+        "value": "v",
+        "unit": "u",
+        "decided_by": "by",
+        "note": "n",
+        "decided_at": "at",
+        "resolves_decision_id": "dec",
+    },
+    frozenset({"decided_at"}),
+)
+_SUMMARY_FORM = _StoredForm(
+    DecisionSummary,
+    {
+        "decision_id": "id",
+        "outcome": "o",
+        "conflict_kind": "k",
+        "value": "v",
+        "reason": "r",
+        "decided_at": "at",
+        "supersedes": "sup",
+    },
+    frozenset({"decided_at"}),
+)
 
 
 def encode_state(state: KeyState) -> bytes:
-    """Compact JSON for the changelog: defaults and per-claim key fields left out."""
-    encoded: dict[str, Any] = {
-        "version": _STATE_VERSION,
-        "subject": state.subject,
-        "field": state.field,
-        "resolutions": [
-            r.model_dump(mode="json", exclude_defaults=True, exclude=_KEY_FIELDS)
-            for r in state.resolutions
-        ],
-        "history": [s.model_dump(mode="json", exclude_defaults=True) for s in state.history],
-        "conflict_since": state.conflict_since and format_timestamp(state.conflict_since),
-        "escalated": state.escalated,
-        "next_check_at": state.next_check_at and format_timestamp(state.next_check_at),
-        "disputed": list(state.disputed),
-    }
-    text = _COMPACT_JSON.encode({name: value for name, value in encoded.items() if value})
+    """Compact JSON for the changelog, written out part by part: the claims and decisions in it
+    are stored forms made once (`AdmittedClaim.journaled`, `DecisionSummary.journaled`)."""
+    parts = [
+        f'{{"version":{_STATE_VERSION},"subject":{encode_basestring_ascii(state.subject)},'
+        f'"field":{encode_basestring_ascii(state.field)}'
+    ]
+    if state.resolutions:
+        resolutions = [_RESOLUTION_FORM.dump(r) for r in state.resolutions]
+        parts.append(f',"resolutions":{_COMPACT_JSON.encode(resolutions)}')
+    if state.history:
+        parts.append(f',"history":[{",".join(s.journaled for s in state.history)}]')
+    if state.conflict_since is not None:
+        parts.append(f',"conflict_since":{_micros(state.conflict_since)}')
+    if state.escalated:
+        parts.append(',"escalated":true')
+    if state.next_check_at is not None:
+        parts.append(f',"next_check_at":{_micros(state.next_check_at)}')
+    if state.disputed:
+        parts.append(f',"disputed":{_COMPACT_JSON.encode(list(state.disputed))}')
     if state.claims:
-        claims = ",".join(_claim_json(admitted) for admitted in state.claims)
-        text = f'{text[:-1]},"claims":[{claims}]}}'
-    return text.encode()
+        parts.append(f',"claims":[{",".join(_claim_json(a) for a in state.claims)}]')
+    parts.append("}")
+    return "".join(parts).encode()
 
 
 def decode_state(data: bytes) -> KeyState:
-    """Reads this encoding and the earlier one (no version: claims stored as nested records)."""
+    """Reads this encoding and the earlier ones (see `_STATE_VERSION`)."""
     raw = json.loads(data)
     subject, field = raw["subject"], raw["field"]
-    decode_claim = _decode_claim if raw.get("version") == _STATE_VERSION else _decode_v1_claim
+    version = raw.get("version")
+    decode_claim = _decode_v1_claim if version is None else _decode_claim
+    if version is None or version == _SUMMARIES_DUMPED:
+        resolutions = tuple(
+            Resolution.model_validate({**r, "subject": subject, "field": field})
+            for r in raw.get("resolutions", ())
+        )
+        history = tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ()))
+    else:
+        resolutions = tuple(
+            Resolution.model_validate(
+                {**_RESOLUTION_FORM.fields(r), "subject": subject, "field": field}
+            )
+            for r in raw.get("resolutions", ())
+        )
+        history = tuple(
+            DecisionSummary.model_validate(_SUMMARY_FORM.fields(s)) for s in raw.get("history", ())
+        )
     return KeyState(
         subject=subject,
         field=field,
         claims=tuple(decode_claim(stored, subject, field) for stored in raw.get("claims", ())),
-        resolutions=tuple(
-            Resolution.model_validate({**r, "subject": subject, "field": field})
-            for r in raw.get("resolutions", ())
-        ),
-        history=tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ())),
+        resolutions=resolutions,
+        history=history,
         conflict_since=_timestamp(raw.get("conflict_since")),
         escalated=raw.get("escalated", False),
         next_check_at=_timestamp(raw.get("next_check_at")),
@@ -180,14 +295,7 @@ def _claim_json(admitted: AdmittedClaim) -> str:
 
 def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
     claim = admitted.claim
-    stored: dict[str, Any] = {}
-    # A model's fields are its __dict__; read directly, as model_dump() costs more than the rest.
-    for name, value in vars(claim).items():
-        if value is None or name in _KEY_FIELDS or value == _CLAIM_USUAL.get(name):
-            continue
-        if name in _CLAIM_TIMES:
-            value = (value - _EPOCH) // _MICROSECOND
-        stored[_CLAIM_NAMES[name]] = _json_value(value)
+    stored = _CLAIM_FORM.dump(claim)
     stored["A"] = admitted.authority  # StrEnums: JSON writes their values
     if not _same_value(admitted.value, claim.value):
         stored["V"] = _json_value(admitted.value)
@@ -197,9 +305,7 @@ def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
 
 
 def _decode_claim(stored: dict[str, Any], subject: str, field: str) -> AdmittedClaim:
-    own = {_CLAIM_FIELDS[short]: value for short, value in stored.items() if short.islower()}
-    for name in _CLAIM_TIMES.intersection(own):
-        own[name] = _EPOCH + own[name] * _MICROSECOND
+    own = _CLAIM_FORM.fields(stored)
     own.setdefault("status", ClaimStatus.PRESENT)
     claim = Claim.model_validate({**own, "subject": subject, "field": field})
     value = _value(stored["V"]) if "V" in stored else claim.value
@@ -228,10 +334,6 @@ def _same_value(a: Value, b: Value) -> bool:
     return type(a) is type(b) and canonical_value(a) == canonical_value(b)
 
 
-def _json_value(value: Value) -> object:
-    return value.model_dump() if isinstance(value, Money) else value
-
-
 def _value(data: object) -> Value:
     if isinstance(data, dict):
         return Money.model_validate(data)
@@ -239,8 +341,13 @@ def _value(data: object) -> Value:
     return data
 
 
-def _timestamp(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
+def _timestamp(stored: int | str | None) -> datetime | None:
+    """A time as stored: microseconds since the epoch, or ISO text (before version 3)."""
+    if stored is None:
+        return None
+    if isinstance(stored, int):
+        return _EPOCH + stored * _MICROSECOND
+    return datetime.fromisoformat(stored)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from streams.core.contracts import Money, RejectReason, Value
@@ -92,20 +93,36 @@ def format_timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+Normalizer = Callable[[Value, str | None], Value]
+_NormalizeWith = Callable[[Value, str | None, FieldRules], Value]
+
+
 def normalize_value(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     """Return `raw` in the field's canonical form, or raise ContractError saying why not."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        raise ContractError(
-            RejectReason.EMPTY_VALUE,
-            f"{rules.name}: status present but the value is empty (a tool error disguised as "
-            "an empty result?)",
-        )
-    if isinstance(raw, str) and len(raw) > MAX_STRING_CHARS:
-        raise ContractError(
-            RejectReason.INVALID_VALUE,
-            f"{rules.name}: string of {len(raw)} characters exceeds {MAX_STRING_CHARS}",
-        )
-    return _NORMALIZERS[rules.type](raw, unit, rules)
+    return rules.normalizer(raw, unit)
+
+
+def compile_normalizer(rules: FieldRules) -> Normalizer:
+    """`normalize_value` for one field, with what depends on the field alone worked out once
+    (`FieldRules.normalizer` keeps it): which normalizer applies, and for an enum the spellings
+    it accepts, normalized."""
+    normalize = _enum_of(rules) if rules.type is FieldType.ENUM else _NORMALIZERS[rules.type]
+
+    def normalized(raw: Value, unit: str | None) -> Value:
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            raise ContractError(
+                RejectReason.EMPTY_VALUE,
+                f"{rules.name}: status present but the value is empty (a tool error disguised "
+                "as an empty result?)",
+            )
+        if isinstance(raw, str) and len(raw) > MAX_STRING_CHARS:
+            raise ContractError(
+                RejectReason.INVALID_VALUE,
+                f"{rules.name}: string of {len(raw)} characters exceeds {MAX_STRING_CHARS}",
+            )
+        return normalize(raw, unit, rules)
+
+    return normalized
 
 
 def _type_error(rules: FieldRules, raw: Value, expected: str) -> ContractError:
@@ -201,18 +218,27 @@ def _string(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     return normalize_string(raw, rules.case)
 
 
-def _enum(raw: Value, unit: str | None, rules: FieldRules) -> Value:
-    if not isinstance(raw, str):
-        raise _type_error(rules, raw, "one of " + ", ".join(rules.values or ()))
-    _unitless(rules, unit)
-    wanted = normalize_string(raw, rules.case)
-    for allowed in rules.values or ():
-        if normalize_string(allowed, rules.case) == wanted:
-            return allowed
-    raise ContractError(
-        RejectReason.INVALID_VALUE,
-        f"{rules.name}: {raw!r} is not one of " + ", ".join(rules.values or ()),
-    )
+def _enum_of(rules: FieldRules) -> _NormalizeWith:
+    """The enum's normalizer: each allowed value under its normalized spelling (the first, where
+    two normalize alike), looked up instead of normalizing every allowed value per claim."""
+    allowed = rules.values or ()
+    spellings: dict[str, str] = {}
+    for value in allowed:
+        spellings.setdefault(normalize_string(value, rules.case), value)
+
+    def enum(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+        if not isinstance(raw, str):
+            raise _type_error(rules, raw, "one of " + ", ".join(allowed))
+        _unitless(rules, unit)
+        found = spellings.get(normalize_string(raw, rules.case))
+        if found is None:
+            raise ContractError(
+                RejectReason.INVALID_VALUE,
+                f"{rules.name}: {raw!r} is not one of " + ", ".join(allowed),
+            )
+        return found
+
+    return enum
 
 
 def _boolean(raw: Value, unit: str | None, rules: FieldRules) -> Value:
@@ -237,12 +263,11 @@ def _timestamp(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     return format_timestamp(moment)
 
 
-_NORMALIZERS = {
+_NORMALIZERS: dict[FieldType, _NormalizeWith] = {
     FieldType.MONEY: _money,
     FieldType.NUMBER: _number,
     FieldType.INTEGER: _integer,
     FieldType.STRING: _string,
-    FieldType.ENUM: _enum,
     FieldType.BOOLEAN: _boolean,
     FieldType.TIMESTAMP: _timestamp,
 }
@@ -265,9 +290,16 @@ def canonical_value(value: Value) -> object:
     return value
 
 
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)  # what json.dumps(..., sort_keys=True) writes
+# Its text for the constants, which it would otherwise build an encoder for on every call.
+_CONSTANT_TEXT: dict[object, str] = {None: "null", True: "true", False: "false"}
+
+
 def statement_order(status: str, value: Value) -> tuple[str, str, float, str]:
     """A total order on (status, value) statements that puts numbers in numeric order, so that
     values within a tolerance of each other sort next to each other."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return (status, "number", float(value), "")
-    return (status, type(value).__name__, 0.0, json.dumps(canonical_value(value), sort_keys=True))
+    if value is None or isinstance(value, bool):
+        return (status, type(value).__name__, 0.0, _CONSTANT_TEXT[value])
+    return (status, type(value).__name__, 0.0, _SORTED_JSON.encode(canonical_value(value)))

@@ -11,13 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams.core.contracts import Claim, Money, RejectReason
+from streams.core.contracts import Claim, Money, RejectReason, Resolution
 from streams.core.engine import arbitrate, extend
 from streams.core.intake import admit
 from streams.core.keystate import (
     KeyState,
     Limits,
     add_claim,
+    add_resolution,
     advance,
     decode_state,
     encode_state,
@@ -161,6 +162,99 @@ def _first_encoding(state: KeyState) -> bytes:
         "next_check_at": state.next_check_at and state.next_check_at.isoformat(),
     }
     return json.dumps({k: v for k, v in encoded.items() if v}, separators=(",", ":")).encode()
+
+
+# Per field: values its claims and resolutions may carry (money and floats, enums, booleans).
+_SAID = {
+    "order.payment_status": st.sampled_from(["paid", "unpaid", "Overdue"]),
+    "account.balance": st.builds(
+        dict, amount_minor=st.integers(-(10**12), 10**12), currency=st.just("USD")
+    ),
+    "api.latency": st.floats(0, 1e6, allow_nan=False) | st.integers(0, 10**6),
+    "customer.email_verified": st.booleans(),
+}
+_UNITS = {"api.latency": "ms"}
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> KeyState:
+    """A key grown by claims and resolutions arriving over time: a history of summaries (with
+    values, conflict kinds and supersedes) and resolutions to encode."""
+    field = draw(st.sampled_from(sorted(_SAID)))
+    rules = POLICY.rules_for(field)
+    assert rules is not None
+    state: KeyState | None = None
+    now = NOW
+    for n in range(draw(st.integers(1, 8))):
+        now += timedelta(seconds=draw(st.integers(0, 90)), microseconds=draw(st.integers(0, 9)))
+        status = draw(st.sampled_from(["present", "present", "not_found"]))
+        value = draw(_SAID[field]) if status == "present" else None
+        if draw(st.integers(0, 4)) == 0:
+            resolution = Resolution.model_validate(
+                {
+                    "resolution_id": f"r{n}",
+                    "subject": "invoice:42",
+                    "field": field,
+                    "status": status,
+                    "value": value,
+                    "unit": _UNITS.get(field) if value is not None else None,
+                    "decided_by": draw(st.sampled_from(["ann", "bo"])),
+                    "note": draw(st.sampled_from(["", "the ledger is right"])),
+                    "decided_at": now,
+                }
+            )
+            step = add_resolution(state, resolution, rules, POLICY.version, now)
+        else:
+            said = claim(
+                n,
+                field=field,
+                status=status,
+                value=value,
+                unit=_UNITS.get(field) if value is not None else None,
+                source=draw(st.sampled_from(["billing-api", "crm", "chat"])),
+                observed_at=now - timedelta(seconds=1),
+            )
+            step = add_claim(state, admit(said, POLICY, now), rules, POLICY.version, now)
+        state = step.state
+    assert state is not None
+    return state
+
+
+@settings(max_examples=200, deadline=None)
+@given(state=_histories())
+def test_history_and_resolutions_round_trip_through_this_and_the_earlier_encoding(
+    state: KeyState,
+) -> None:
+    assert decode_state(encode_state(state)) == state
+    assert decode_state(_second_encoding(state)) == state
+
+
+def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:
+    state, _ = grow(claim(1))
+    assert state is not None
+    summary = state.current
+    assert summary is not None
+    assert json.loads(summary.journaled)["r"] == summary.reason  # made, and kept on the summary
+    copied = summary.model_copy(update={"reason": "another_reason"})
+    assert json.loads(copied.journaled)["r"] == "another_reason"
+
+
+def _second_encoding(state: KeyState) -> bytes:
+    """The state as version 2 wrote it: claims as now, resolutions and decision summaries as
+    `model_dump` wrote them, and the key's own times as ISO text."""
+    written = json.loads(encode_state(state))
+    written["version"] = 2
+    for name in ("conflict_since", "next_check_at"):
+        moment = getattr(state, name)
+        if moment is not None:
+            written[name] = moment.isoformat()
+    for name, records in (("resolutions", state.resolutions), ("history", state.history)):
+        if records:
+            written[name] = [
+                r.model_dump(mode="json", exclude_defaults=True, exclude={"subject", "field"})
+                for r in records
+            ]
+    return json.dumps(written, separators=(",", ":")).encode()
 
 
 def test_a_claim_with_every_field_set_round_trips_through_the_state_encoding() -> None:

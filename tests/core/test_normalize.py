@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.contracts import Money, RejectReason, Value
 from streams.core.errors import ContractError
-from streams.core.normalize import normalize_value, values_agree
-from streams.core.policy import FieldRules, Policy
+from streams.core.normalize import normalize_string, normalize_value, values_agree
+from streams.core.policy import FieldRules, Policy, StringCase, load_policy
+from tests.core.conftest import REPO
+
+EXAMPLE: Policy = load_policy(REPO / "examples" / "policy.yaml")
 
 
 def rules(policy: Policy, field: str) -> FieldRules:
@@ -106,3 +111,30 @@ def test_empty_values_are_tool_errors(policy: Policy) -> None:
     assert (
         rejected("  ", None, rules(policy, "customer.shipping_address")) is RejectReason.EMPTY_VALUE
     )
+
+
+_spellings = st.text(alphabet=" aAbBéÉ\u0065\u0301\t", max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    allowed=st.lists(_spellings.filter(str.strip), min_size=1, max_size=4),
+    raw=_spellings,
+    case=st.sampled_from(list(StringCase)),
+)
+def test_a_compiled_enum_accepts_and_spells_as_comparing_every_allowed_value(
+    allowed: list[str], raw: str, case: StringCase
+) -> None:
+    """The enum's spellings are normalized once per field; the answer is the first allowed
+    value that normalizes like the claim's, as comparing them one by one gives."""
+    payment = rules(EXAMPLE, "order.payment_status")
+    assert normalize_value("PAID", None, payment) == "paid"  # compiled before the copy below
+    enum_rules = payment.model_copy(update={"values": tuple(allowed), "case": case})
+    wanted = normalize_string(raw, case)
+    expected = next((a for a in allowed if normalize_string(a, case) == wanted), None)
+    if not raw.strip():
+        assert rejected(raw, None, enum_rules) is RejectReason.EMPTY_VALUE
+    elif expected is None:
+        assert rejected(raw, None, enum_rules) is RejectReason.INVALID_VALUE
+    else:
+        assert normalize_value(raw, None, enum_rules) == expected
