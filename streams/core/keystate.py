@@ -31,6 +31,7 @@ from streams.core.contracts import (
     RejectReason,
     Resolution,
     Value,
+    constructed,
 )
 from streams.core.engine import Arbitration, arbitrate, extend
 from streams.core.errors import ContractError
@@ -608,14 +609,17 @@ def _summary(arbitration: Arbitration, decided_at: datetime) -> DecisionSummary:
     """Read from the arbitration, not its Decision: the evidence records are built only for
     what is sent."""
     verdict = arbitration.verdict
-    return DecisionSummary.model_construct(
-        decision_id=arbitration.decision_id,
-        outcome=verdict.outcome,
-        conflict_kind=verdict.kind,
-        value=verdict.value,
-        reason=verdict.reason,
-        decided_at=decided_at,
-        supersedes=arbitration.supersedes,
+    return constructed(
+        DecisionSummary,
+        {
+            "decision_id": arbitration.decision_id,
+            "outcome": verdict.outcome,
+            "conflict_kind": verdict.kind,
+            "value": verdict.value,
+            "reason": verdict.reason,
+            "decided_at": decided_at,
+            "supersedes": arbitration.supersedes,
+        },
     )
 
 
