@@ -345,8 +345,13 @@ class WireCodec:
 
     def decode_claim(self, data: bytes | None) -> Claim:
         """`decode(Claim, data)` without pydantic validation on the hot path (same result)."""
-        body, writer = self._framed(Claim, data)
-        return codec.claim_from_avro(codec.decode_dict("Claim", body, writer))
+        return codec.claim_from_avro(self.decode_record(Claim, data))
+
+    def decode_record(self, model: type[M], data: bytes | None) -> dict[str, Any]:
+        """The record as Avro typed it (the current schema's fields), not validated into `model`:
+        for readers that need a field or two of many records."""
+        body, writer = self._framed(model, data)
+        return codec.decode_dict(codec.record_name(model), body, writer)
 
     def _framed(self, model: type[M], data: bytes | None) -> tuple[bytes, Any]:
         """The Avro body of a framed record and the parsed schema it was written with."""
