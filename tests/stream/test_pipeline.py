@@ -9,6 +9,7 @@ import random
 import time
 import urllib.parse
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker, TansuBroker
 from streams.devkit.synthetic import generate_claims
 from streams.pipeline import partition_of
+from tests.stream.conftest import write_policy
 from tests.stream.support import (
     CODEC,
     Deployment,
@@ -139,15 +141,27 @@ def metric_sum(text: str, name: str) -> float:
 def test_streamed_decisions_equal_offline_replay(
     request: pytest.FixtureRequest,
     deployment_factory: Any,
+    tmp_path: Path,
     broker_kind: str,
     store: str,
     cache: int,
 ) -> None:
     broker: KafkaBroker | TansuBroker = request.getfixturevalue(broker_kind)
+    # Each way of deciding the incremental path treats apart: conflicts that block, surface or
+    # go to the newest, floats with a tolerance, and a field that counts independent sources.
+    policy = write_policy(
+        tmp_path / "policy.yaml",
+        **{
+            "order.payment_status": {"freshness": "10m"},
+            "account.balance": {"freshness": "10m"},
+            "customer.email_verified": {"min_independent_sources": 2},
+            "contract.seats": {"on_conflict": "most_recent"},
+        },
+    )
     # Replay keeps every claim; a worker keeps max_claims_per_key per key. The promise holds for
     # keys within that bound (the busiest key here has 19 claims), so the bound is raised above it.
     deployment: Deployment = deployment_factory(
-        broker.bootstrap, store=store, state_cache_keys=cache, max_claims_per_key=32
+        broker.bootstrap, policy, store=store, state_cache_keys=cache, max_claims_per_key=32
     )
     worker = deployment.worker().start()
     try:
