@@ -35,7 +35,7 @@ import logging
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from time import perf_counter
@@ -264,7 +264,7 @@ class Arbiter(Service):
     async def on_stop(self) -> None:
         await self._cancel_restore()
         async with self.turn:
-            await self._flush(rewind=False)
+            await self._flush(staying=())  # stopping: the next owner reads on from the commit
             for client in (self._consumer, self._restorer, self._producer):
                 if client is not None:
                     await client.stop()
@@ -285,7 +285,7 @@ class Arbiter(Service):
                 if fetched:
                     await self._batch(fetched)
                 elif self._in_flight is not None:
-                    await self._flush(rewind=True)  # idle: commit what the last batch read
+                    await self._flush()  # idle: commit what the last batch read
                 await self._tick(sum(len(messages) for messages in fetched.values()))
                 await self._scan()
             self.pulse.beat()
@@ -336,7 +336,7 @@ class Arbiter(Service):
                 sent = await self._enqueue(self._producer, records)
             except Exception as exc:
                 self._failed(len(work), exc)
-                await self._flush(rewind=True)
+                await self._flush()
                 await self._rewind(list(work))
             else:
                 # This batch's acknowledgements are awaited after the next batch is decided,
@@ -346,7 +346,7 @@ class Arbiter(Service):
                 offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
                 previous, self._in_flight = self._in_flight, InFlight(acks, offsets, set(work))
                 started = stages.add(PRODUCE, started)
-                await self._settle(previous, rewind=True)
+                await self._settle(previous, staying=None)
                 stages.add(COMMIT, started)
         self.metrics.flush(stages)
         count = sum(len(messages) for messages in fetched.values())
@@ -382,16 +382,17 @@ class Arbiter(Service):
                 if received > 0:
                     self.metrics.decision_latency.observe(max(0.0, now - received))
 
-    async def _flush(self, rewind: bool) -> None:
+    async def _flush(self, staying: Collection[int] | None = None) -> None:
         """Settle the batch in flight, and wait for the last offset commit."""
         in_flight, self._in_flight = self._in_flight, None
-        await self._settle(in_flight, rewind)
+        await self._settle(in_flight, staying)
         await self._settled_commit()
 
-    async def _settle(self, in_flight: InFlight | None, rewind: bool) -> None:
+    async def _settle(self, in_flight: InFlight | None, staying: Collection[int] | None) -> None:
         """Wait for a sent batch's acknowledgements, then commit its offsets. A failed send
-        rewinds its tasks, and those of the batch sent after it, to the last commit (or, when
-        the partitions are leaving, leaves re-reading them to their next owner)."""
+        rewinds, of its tasks and those of the batch sent after it, the ones that stay on this
+        worker (`staying`; None: all of them) to the last commit; the others' next owner reads
+        again from there."""
         if in_flight is None:
             return
         try:
@@ -400,7 +401,9 @@ class Arbiter(Service):
             later, self._in_flight = self._in_flight, None
             partitions = in_flight.partitions | (later.partitions if later else set())
             self._failed(len(partitions), exc)
-            if rewind:
+            if staying is not None:
+                partitions &= set(staying)
+            if partitions:
                 await self._rewind(sorted(partitions))
             return
         if in_flight.offsets:
@@ -617,7 +620,7 @@ class Arbiter(Service):
         await self._cancel_restore()
         self.assigned_partitions -= partitions
         async with self.turn:
-            await self._flush(rewind=False)
+            await self._flush(staying=self.assigned_partitions)
             # Where this worker stopped says nothing about where the next owner stops.
             self.reached = {
                 tp: o for tp, o in self.reached.items() if tp.partition not in partitions
