@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import insort
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -882,16 +882,20 @@ def _same_statement(
     value = added.value
     if not isinstance(value, float):
         return values_agree(value, winner.value, 0.0)
-    return value == winner.value and all(
-        a.value == value for a in claims if a.lineage == added.lineage and a.rank == added.rank
-    )
+    return value == winner.value and all(a.value == value for a in _kin(added, claims))
+
+
+def _kin(added: AdmittedClaim, claims: Iterable[AdmittedClaim]) -> Iterator[AdmittedClaim]:
+    """The claims of `added`'s lineage at its authority: the ones the lineage rule weighs it
+    against."""
+    return (a for a in claims if a.lineage == added.lineage and a.rank == added.rank)
 
 
 def _joins_conflict(added: AdmittedClaim, previous: Arbitration, rules: FieldRules) -> bool:
     """Whether a claim of the conflicting authority leaves the conflict as it is: it comes from
     a lineage of its own there (so it supersedes nothing), and joins a value conflict (which only
     present claims make) where ties are not broken by recency."""
-    if any(a.lineage == added.lineage and a.rank == added.rank for a in previous.claims):
+    if any(_kin(added, previous.claims)):
         return False
     if previous.verdict.kind is ConflictKind.EXISTENCE:
         return True

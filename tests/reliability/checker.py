@@ -18,7 +18,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +43,22 @@ from tests.stream.support import CODEC, Deployment, read_topic
 class History:
     sent: int = 0
     acked: list[Claim] = field(default_factory=list)
+
+
+def under_load(
+    bootstrap: str,
+    topic: str,
+    claims: list[Claim],
+    rate: float,
+    history: History,
+    fault: Callable[[], Awaitable[object]],
+) -> None:
+    """Publish `claims` at `rate`/s while `fault()` runs, until both are done."""
+
+    async def both() -> None:
+        await asyncio.gather(publish_steadily(bootstrap, topic, claims, rate, history), fault())
+
+    asyncio.run(both())
 
 
 async def publish_steadily(

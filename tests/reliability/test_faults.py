@@ -22,6 +22,7 @@ from tests.reliability.checker import (
     generations,
     judge,
     publish_steadily,
+    under_load,
     until_group,
     workload,
 )
@@ -53,17 +54,11 @@ def test_workers_killed_with_sigkill_mid_stream(kafka: KafkaBroker, tmp_path: Pa
             await asyncio.to_thread(victim.start)
             last_restart[0] = time.monotonic()
 
-    async def run() -> None:
-        await asyncio.gather(
-            publish_steadily(
-                kafka.bootstrap, deployment.topics.claims, workload(4000, 41), RATE, history
-            ),
-            chaos(),
-        )
-
     try:
         time.sleep(5)
-        asyncio.run(run())
+        under_load(
+            kafka.bootstrap, deployment.topics.claims, workload(4000, 41), RATE, history, chaos
+        )
         verdict = judge("sigkill-x3", deployment, history, last_restart[0], [kafka.log_path])
     finally:
         for worker in workers:
@@ -86,17 +81,11 @@ def test_a_worker_added_and_removed_under_load(kafka: KafkaBroker, tmp_path: Pat
         await asyncio.to_thread(first.stop)
         changed[0] = time.monotonic()
 
-    async def run() -> None:
-        await asyncio.gather(
-            publish_steadily(
-                kafka.bootstrap, deployment.topics.claims, workload(3500, 43), RATE, history
-            ),
-            membership(),
-        )
-
     try:
         time.sleep(4)
-        asyncio.run(run())
+        under_load(
+            kafka.bootstrap, deployment.topics.claims, workload(3500, 43), RATE, history, membership
+        )
         verdict = judge(
             "worker-added-then-removed", deployment, history, changed[0], [kafka.log_path]
         )
@@ -121,17 +110,16 @@ def test_the_broker_stopped_for_ten_seconds_and_restarted(tmp_path: Path) -> Non
             await asyncio.to_thread(broker.start)
             back[0] = time.monotonic()
 
-        async def run() -> None:
-            await asyncio.gather(
-                publish_steadily(
-                    broker.bootstrap, deployment.topics.claims, workload(3000, 47), 150.0, history
-                ),
-                outage(),
-            )
-
         try:
             time.sleep(4)
-            asyncio.run(run())
+            under_load(
+                broker.bootstrap,
+                deployment.topics.claims,
+                workload(3000, 47),
+                150.0,
+                history,
+                outage,
+            )
             verdict = judge("broker-down-10s", deployment, history, back[0], [broker.log_path])
             assert worker.alive, worker.log_tail()
         finally:
@@ -198,17 +186,11 @@ def test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances(
             await asyncio.to_thread(victim.start)
             restarted[0] = time.monotonic()
 
-    async def run() -> None:
-        await asyncio.gather(
-            publish_steadily(
-                kafka.bootstrap, deployment.topics.claims, workload(3000, 59), RATE, history
-            ),
-            crash(),
-        )
-
     try:
         time.sleep(5)
-        asyncio.run(run())
+        under_load(
+            kafka.bootstrap, deployment.topics.claims, workload(3000, 59), RATE, history, crash
+        )
         verdict = judge(
             "exactly-once-sigkill-x2",
             deployment,
@@ -267,16 +249,10 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
             await until_group(kafka.bootstrap, group, shared, "two members again")
             settled[0] = time.monotonic()
 
-    async def run() -> None:
-        await asyncio.gather(
-            publish_steadily(
-                kafka.bootstrap, deployment.topics.claims, workload(8000, 61), 100.0, history
-            ),
-            rejoins(),
-        )
-
     try:
-        asyncio.run(run())
+        under_load(
+            kafka.bootstrap, deployment.topics.claims, workload(8000, 61), 100.0, history, rejoins
+        )
         verdict = judge("rejoin-during-restore", deployment, history, settled[0], [kafka.log_path])
     finally:
         survivor.stop()
@@ -320,16 +296,10 @@ def test_a_rolling_restart_of_three_static_members_causes_no_rebalance(
             await asyncio.to_thread(worker.start)
         rolled[0] = time.monotonic()
 
-    async def run() -> None:
-        await asyncio.gather(
-            publish_steadily(
-                kafka.bootstrap, deployment.topics.claims, workload(6000, 67), 150.0, history
-            ),
-            rollout(),
-        )
-
     try:
-        asyncio.run(run())
+        under_load(
+            kafka.bootstrap, deployment.topics.claims, workload(6000, 67), 150.0, history, rollout
+        )
         verdict = judge("rolling-restart-3", deployment, history, rolled[0], [kafka.log_path])
     finally:
         for worker in workers:
@@ -371,18 +341,17 @@ def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
         await asyncio.to_thread(node.start)
         back[0] = time.monotonic()
 
-    async def run() -> None:
-        await asyncio.gather(
-            publish_steadily(
-                cluster.bootstrap, deployment.topics.claims, workload(3500, 71), RATE, history
-            ),
-            leader_kill(),
-        )
-
     isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
     try:
         time.sleep(4)
-        asyncio.run(run())
+        under_load(
+            cluster.bootstrap,
+            deployment.topics.claims,
+            workload(3500, 71),
+            RATE,
+            history,
+            leader_kill,
+        )
         verdict = judge(
             f"leader-kill-{guarantee.replace('_', '-')}",
             deployment,
