@@ -52,7 +52,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
 
 from streams.client import client_options
-from streams.core.contracts import Decision, Outcome
+from streams.core.contracts import OPEN_OUTCOMES, Decision
 from streams.core.keystate import KeyState
 from streams.health import Pulse
 from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics
@@ -62,7 +62,6 @@ from streams.statestore import StateCache, TaskStore
 
 log = logging.getLogger(__name__)
 
-OPEN = (Outcome.CONFLICT, Outcome.QUARANTINED)
 RESTORE_FETCH_MS = 500  # getmany returns as soon as records arrive; this only bounds an idle wait
 RESTORE_RETRY_S = 1.0
 SCHEDULE_YIELD_KEYS = 500  # keys scheduled between yields, so restoring never starves heartbeats
@@ -130,7 +129,11 @@ class Schedule:
     def note(self, key: bytes, state: KeyState) -> None:
         self.plan(key, state.next_check_at)
         current = state.current
-        if current is not None and current.outcome in OPEN and state.conflict_since is not None:
+        if (
+            current is not None
+            and current.outcome in OPEN_OUTCOMES
+            and state.conflict_since is not None
+        ):
             self.open_since[key] = (state.field, state.conflict_since)
         else:
             self.open_since.pop(key, None)

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from streams import __version__
-from streams.core.contracts import ClaimStatus, Decision, Resolution
+from streams.core.contracts import ClaimStatus, Decision, Resolution, parse_instant
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
@@ -26,14 +26,11 @@ from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Guarantee, Settings, load_settings
 
 
-def _timestamp(raw: str) -> datetime:
+def _instant_argument(raw: str) -> datetime:
     try:
-        moment = datetime.fromisoformat(raw)
+        return parse_instant(raw)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not an RFC 3339 timestamp") from exc
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{raw!r} needs a UTC offset, e.g. 2026-11-29T12:00:00Z")
-    return moment.astimezone(UTC)
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an RFC 3339 timestamp: {exc}") from exc
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -343,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--policy", type=Path, required=True, help="the policy file (YAML)")
     rp.add_argument(
         "--now",
-        type=_timestamp,
+        type=_instant_argument,
         required=True,
         help=f"RFC 3339 evaluation time (the examples are recorded for {EXAMPLES_NOW})",
     )
@@ -362,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("claims", type=Path, help="recorded claims to replay under both, JSON lines")
     diff.add_argument(
         "--now",
-        type=_timestamp,
+        type=_instant_argument,
         default=datetime.now(UTC),
         help="RFC 3339 evaluation time (default: now)",
     )

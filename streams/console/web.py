@@ -36,6 +36,7 @@ from streams.client import build_resolution, publish_resolutions
 from streams.console.live import END, LiveDecisions, Subscription, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
+from streams.core import contracts
 from streams.core.asof import NoBeliefAsOf, belief_as_of
 from streams.core.contracts import ClaimStatus, ConflictKind
 from streams.core.errors import ClaimstreamError
@@ -118,11 +119,8 @@ def rules_json(rules: FieldRules) -> dict[str, Any]:
 
 
 def parse_instant(raw: str) -> datetime:
-    """An RFC 3339 instant with an offset (`Z` accepted), in UTC; ValueError otherwise."""
-    moment = datetime.fromisoformat(raw.strip().replace(" ", "+"))
-    if moment.tzinfo is None:
-        raise ValueError(f"{raw!r} needs a UTC offset, e.g. 2026-11-29T09:14:00Z")
-    return moment.astimezone(UTC)
+    """An RFC 3339 instant from a query string, where an unescaped `+` offset arrives as a space."""
+    return contracts.parse_instant(raw.replace(" ", "+"))
 
 
 @dataclass

@@ -61,6 +61,17 @@ class Outcome(StrEnum):
     QUARANTINED = "quarantined"
 
 
+OPEN_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.QUARANTINED})  # a person may need to act
+
+
+def parse_instant(raw: str) -> datetime:
+    """An RFC 3339 instant with an offset (`Z` accepted), in UTC; ValueError otherwise."""
+    moment = datetime.fromisoformat(raw.strip())
+    if moment.tzinfo is None:
+        raise ValueError(f"{raw!r} needs a UTC offset, e.g. 2026-11-29T12:00:00Z")
+    return moment.astimezone(UTC)
+
+
 class ConflictKind(StrEnum):
     VALUE = "value"
     EXISTENCE = "existence"

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from streams.core.contracts import (
+    OPEN_OUTCOMES,
     Authority,
     Claim,
     ClaimStatus,
@@ -41,7 +42,6 @@ from streams.core.policy import FieldRules
 
 KEY_SEPARATOR = "|"
 _EVICT_FIRST = (EvidenceRole.STALE, EvidenceRole.SUPERSEDED, EvidenceRole.EXCLUDED)
-_OPEN = (Outcome.CONFLICT, Outcome.QUARANTINED)
 
 
 def state_key(subject: str, field: str) -> str:
@@ -536,8 +536,8 @@ def _decide(
     emitted: Arbitration | None = None
     if last is None or arbitration.decision_id != last.decision_id:
         history = (*history, _summary(arbitration, now))[-limits.max_history :]
-        was_open = last is not None and last.outcome in _OPEN
-        is_open = arbitration.outcome in _OPEN
+        was_open = last is not None and last.outcome in OPEN_OUTCOMES
+        is_open = arbitration.outcome in OPEN_OUTCOMES
         conflict_since = (conflict_since if was_open else now) if is_open else None
         escalated = escalated and was_open and is_open
         emitted = arbitration

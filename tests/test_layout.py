@@ -1,0 +1,146 @@
+"""The package stays readable: bounded module, class and function sizes, and no import cycle.
+
+Imports are read from the source (every `import`, at module level or inside a function: a lazy
+import hides a cycle, it does not remove it), so the check needs nothing installed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import streams
+
+PACKAGE = Path(streams.__file__).parent
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 90
+# An argument table reads best as one list of `add_argument` calls, however long.
+LONG_BY_DESIGN = {("streams.cli", "build_parser")}
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def _defined(tree: ast.Module) -> Iterator[ast.AST]:
+    yield from (
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    )
+
+
+def _span(node: ast.AST) -> int:
+    assert isinstance(node, ast.stmt)
+    assert node.end_lineno is not None
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return node.end_lineno - first + 1
+
+
+def _imported(name: str, package: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """The `known` modules that module `name` of `package` imports (`from a import b` is a.b
+    when a.b is a module, else a)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected group of two or more modules (Tarjan), as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_module_is_longer_than_the_bound() -> None:
+    long = {
+        name: n
+        for name, path in _modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_no_class_or_function_is_longer_than_its_bound() -> None:
+    long = []
+    for name, path in _modules().items():
+        for node in _defined(ast.parse(path.read_text())):
+            assert isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            bound = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+            if _span(node) > bound and (name, node.name) not in LONG_BY_DESIGN:
+                long.append(f"{name}:{node.lineno} {node.name} ({_span(node)} lines)")
+    assert long == []
+
+
+def test_no_modules_import_each_other_even_lazily() -> None:
+    modules = _modules()
+    graph = {
+        name: _imported(name, _package_of(name, path), ast.parse(path.read_text()), set(modules))
+        for name, path in modules.items()
+    }
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_sees_a_lazy_import_cycle() -> None:
+    known = {"streams.a", "streams.b", "streams.c"}
+    sources = {
+        "streams.a": "def f():\n    from streams.b import g\n",
+        "streams.b": "from . import a\n",
+        "streams.c": "import streams.a\n",
+    }
+    graph = {
+        name: _imported(name, "streams", ast.parse(src), known) for name, src in sources.items()
+    }
+    assert graph["streams.c"] == {"streams.a"}
+    assert _cycles(graph) == [["streams.a", "streams.b"]]
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
