@@ -1,11 +1,12 @@
-"""The one module that wires topics, tables, agents, the arbiter, timers and web views.
+"""The one module that wires topics, tables, agents, the arbiter and web views.
 
 The arbiter (`streams.arbiter`) is the hot path: a batched loop over the input topics that owns
-per-key state, its changelog and the input offsets, and calls the core through `Processor`. Faust
-keeps what it is good at: the subject-alias GlobalTable, the windowed outcome counts, the web API
-and the worker's lifecycle. Faust's own parts run at least once whatever the configured guarantee:
-aliases are idempotent and outcome counts are statistics; the guarantee that matters, decisions
-and state committed with their input, belongs to the arbiter.
+per-key state, its changelog, the input offsets and the keys' timers (its loop sends their ticks),
+and calls the core through `Processor`. Faust keeps what it is good at: the subject-alias
+GlobalTable, the windowed outcome counts, the web API and the worker's lifecycle. Faust's own
+parts run at least once whatever the configured guarantee: aliases are idempotent and outcome
+counts are statistics; the guarantee that matters, decisions and state committed with their
+input, belongs to the arbiter.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.types import StreamT
 from faust.web import Request, Response, View
 
-from streams.arbiter import Arbiter
-from streams.console.web import Console, register_console
+from streams.arbiter.loop import Arbiter
+from streams.arbiter.routing import Ownership
+from streams.console.api import Console
+from streams.console.web import register_console
 from streams.core.contracts import ConflictKind, Outcome
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
-from streams.health import LagProbe, report_health
+from streams.health import LagProbe, Pulse, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor, principal_topics
 from streams.registry import WireCodec, registry_from_url
@@ -172,12 +175,14 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     assert isinstance(aliases, AliasTable)
     alias_of = aliases.canonical
 
+    pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s)
     arbiter = Arbiter(
         settings,
         processor,
         metrics,
         alias_of,
         [*topics.inputs(), *principal_topics(policy, settings)],
+        pulse,
         loop=app.loop,
         beacon=app.beacon,
     )
@@ -199,24 +204,24 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
-    lag_probe = LagProbe(
-        settings, metrics, arbiter.group, arbiter.inputs, lambda: arbiter.pulse.owned
-    )
-    report_health(metrics, arbiter.pulse, lambda: arbiter.tasks)
+    lag_probe = LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned)
+    report_health(metrics, pulse, arbiter.ownership.open_tasks)
 
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
         await app.add_runtime_dependency(lag_probe)
 
-    register_views(app, arbiter, policy, outcome_counts)
-    console = register_console(app, arbiter, policy, settings, metrics)
+    register_views(app, pulse, arbiter.ownership, policy, outcome_counts)
+    console = register_console(app, arbiter.ownership, policy, settings, metrics)
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
 ENDPOINTS = {
     "GET /ui/": "the steward console: the cluster's open conflicts, a key's evidence, timeline "
     "and past beliefs, resolutions (a browser opening / lands there)",
+    "GET /api/console": "what the console's pages need: this worker, whether steward writes are "
+    "enabled, the policy version, its fields, conflict kinds and sources",
     "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
     "evidence, recomputed now, and the last emitted one; or the belief in force at as_of, with "
     "the evidence it had (any worker answers)",
@@ -237,7 +242,9 @@ ENDPOINTS = {
 }
 
 
-def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_counts: Any) -> None:
+def register_views(
+    app: faust.App, pulse: Pulse, ownership: Ownership, policy: Policy, outcome_counts: Any
+) -> None:
     async def endpoints_view(web: View, request: Request) -> Response:
         return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
 
@@ -246,13 +253,13 @@ def register_views(app: faust.App, arbiter: Arbiter, policy: Policy, outcome_cou
 
     @app.page("/healthz")
     async def liveness_view(web: View, request: Request) -> Response:
-        verdict = arbiter.pulse.liveness()
+        verdict = pulse.liveness()
         body = verdict.json() | {"policy_version": policy.version}
         return web.json(body, status=200 if verdict.ok else 503)
 
     @app.page("/readyz")
     async def readiness_view(web: View, request: Request) -> Response:
-        verdict = arbiter.pulse.readiness(arbiter.tasks)
+        verdict = pulse.readiness(ownership.open_tasks())
         return web.json(verdict.json(), status=200 if verdict.ok else 503)
 
     @app.page("/api/fields/{field}/outcomes")

@@ -97,9 +97,8 @@ class Pulse:
         if self.restoring_since is not None:
             restoring = now - self.restoring_since
             if restoring > self.restore_timeout_s:
-                reasons.append(
-                    f"rebalance restoring for {restoring:.0f}s (limit {self.restore_timeout_s:.0f}s)"
-                )
+                limit = self.restore_timeout_s
+                reasons.append(f"rebalance restoring for {restoring:.0f}s (limit {limit:.0f}s)")
         else:
             idle = now - self.last_beat
             if idle > self.liveness_timeout_s:
@@ -198,7 +197,7 @@ class LagProbe(Service):
             await self.sleep(interval)
 
     async def refresh(self) -> None:
-        """Ask the broker for end and committed offsets; set the lag gauge, count committed records."""
+        """Ask the broker for end and committed offsets: the lag gauge, the committed count."""
         assert self._offsets is not None
         assert self._admin is not None
         owned = self.owned() or frozenset()

@@ -12,8 +12,10 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.arbiter import RoutingAssignor, Schedule, partition_of
+from streams.arbiter.routing import RoutingAssignor
+from streams.arbiter.schedule import Schedule
 from streams.core.keystate import KeyState
+from streams.pipeline import partition_of
 
 TOPICS = ["claims.tools", "claims.users", "claimstream-rekeyed", "claims.resolutions"]
 

@@ -7,13 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from streams.console.web import (
-    CONTENT_SECURITY_POLICY,
-    duration_text,
-    parse_instant,
-    rules_json,
-    static_assets,
-)
+from streams.console.api import duration_text, parse_instant, rules_json
+from streams.console.web import CONTENT_SECURITY_POLICY, static_assets
 from streams.core.policy import load_policy
 from tests.core.conftest import REPO
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streams.arbiter import Arbiter
+from streams.arbiter.loop import Arbiter
 from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
@@ -103,25 +103,26 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
     policy = load_policy(settings.policy)
     metrics = Metrics(policy)
     processor = Processor(settings, policy, CODEC, metrics, group=f"{settings.app_id}-arbiter")
-    arbiter = Arbiter(settings, processor, metrics, lambda subject: None, settings.topics.inputs())
     clock = FakeClock()
-    arbiter.pulse = pulse = Pulse(
-        metrics, settings.liveness_timeout_s, settings.restore_timeout_s, clock=clock
+    pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s, clock=clock)
+    arbiter = Arbiter(
+        settings, processor, metrics, lambda subject: None, settings.topics.inputs(), pulse
     )
-    report_health(metrics, pulse, lambda: arbiter.tasks)
+    open_tasks = arbiter.ownership.open_tasks
+    report_health(metrics, pulse, open_tasks)
     probe = LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned)
     claims_topic = settings.topics.claims
 
-    assert not pulse.readiness(arbiter.tasks).ok, "ready before joining the group"
+    assert not pulse.readiness(open_tasks()).ok, "ready before joining the group"
     await arbiter.start()
     await probe.start()
     try:
 
         async def ready() -> bool:
-            return pulse.readiness(arbiter.tasks).ok
+            return pulse.readiness(open_tasks()).ok
 
         await eventually(ready, "the arbiter to own and restore its tasks")
-        verdict = pulse.readiness(arbiter.tasks)
+        verdict = pulse.readiness(open_tasks())
         assert verdict.details["tasks_assigned"] == list(range(settings.partitions))
         assert pulse.liveness().ok
         assert gauge(metrics, "claimstream_worker_up") == 1
@@ -157,7 +158,7 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
             assert not stuck.ok
             assert "arbiter loop has not completed an iteration for 31s" in stuck.reasons[0]
             assert gauge(metrics, "claimstream_worker_up") == 0, "the metric falls with it"
-            assert pulse.readiness(arbiter.tasks).ok, "its tasks are still open"
+            assert pulse.readiness(open_tasks()).ok, "its tasks are still open"
 
         # Released: the loop iterates again, the claims are committed, the lag drains.
         async def recovered() -> bool:

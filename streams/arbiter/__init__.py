@@ -1,0 +1,42 @@
+"""The hot path: a batched aiokafka loop that owns the arbiter's partitions, key state and commits.
+
+Faust's per-event machinery costs about 30 µs per record before any work is done, and one table
+write sends one changelog record; measured, an agent doing decode + table + send tops out near
+3k records/s here. So the arbiter works like a Kafka Streams task set instead, and Faust keeps the
+rest (aliases, outcome windows, web, lifecycle):
+
+- **Tasks.** Every input topic is keyed by `subject|field` with one partition count, so partition
+  `p` of every input topic holds the same keys. Task `p` owns those partitions and the state of
+  their keys: a dict in memory, journaled to partition `p` of a compacted changelog topic. A range
+  assignment hands partition `p` of every topic to one worker, and also tells every worker which
+  worker's web API serves each partition.
+- **Batches.** Fetch many records; run each through `Processor` against its task's state; then
+  send the outputs plus one changelog record per changed key, and commit the input offsets only
+  once all of that is acknowledged (at least once: a batch's acknowledgements are awaited after
+  the next batch is decided, so commits lag one batch), or inside the same Kafka transaction
+  (exactly once, one transactional producer per task, so a task's new owner fences the old one).
+- **Rebalances.** A revoked task stops before its partitions move (the batch in flight finishes
+  and commits first). The assignment callback only records the new partitions and pauses them:
+  aiokafka heartbeats only once that callback returns, so a callback that restores state would
+  outlast the rebalance timeout and get the member evicted (two members can evict each other in
+  a loop). Restoring runs as its own task instead, all new partitions at once, and each resumes
+  as soon as its changelog partition is read to its end offset. A task assigned again catches up
+  from the changelog offset it last saw instead of reloading everything. A revocation cancels a
+  restore under way. A batch that fails to commit rewinds: its tasks (while revoking, only those
+  that stay here) reload from the changelog and re-read from the last committed offsets.
+
+The rooms, each importing only rooms listed before it; a batch flows from the loop down the list
+(its state and timers, the routes, the producer, the commit):
+
+- `schedule`: `Schedule`, the keys due a tick and the open conflicts (a punctuation queue).
+- `tasks`: `Task` (a task's store and producer), `InputPositions` (the group consumer's
+  positions), `Tasks` (open and standby tasks: restore from the changelog, install, close).
+- `routing`: `RoutingAssignor` (range assignment sharing web URLs) and `Ownership`, the query
+  face the console, web API and health use (owner of a key, its state, open keys, peers, open
+  tasks, the decisions feed).
+- `collector`: `RecordCollector`, records to producer batches per partition, and their acks.
+- `commit`: the guarantee as a strategy, chosen once (`commits_for`): `AtLeastOnce` (one batch in
+  flight) or `ExactlyOnce` (a transaction per task). Both return what failed (`Failed`: tasks to
+  rewind, tasks fenced) for the loop to repair.
+- `loop`: `Arbiter`, the service: fetch, apply, commit, repair, tick; revoke and assign.
+"""

@@ -1,0 +1,310 @@
+"""How a batch's work is committed: the processing guarantee, chosen once, as a strategy.
+
+The loop hands a strategy each batch's work per task (`TaskBatch`: outputs, input offsets; the
+changed keys are journaled from the task's store) and gets back what could not be committed,
+as a value (`Failed`): the tasks to rewind to their last commit, the tasks another owner fenced.
+The loop repairs those; a strategy never calls back into it. What a guarantee adds to opening a
+task (`Opening`) is the strategy's too.
+
+- `AtLeastOnce`: a batch's records are sent and its acknowledgements awaited only after the next
+  batch is decided (one batch in flight), then its offsets are committed: commits lag one batch.
+- `ExactlyOnce`: one Kafka transaction per task, through the task's own transactional producer,
+  with its input offsets inside; opening a task fences its previous owner.
+
+Modelled on quix-streams' `checkpointing/checkpoint.py` (the commit order in one place) and Kafka
+Streams' `TaskExecutor.commitOffsetsOrTransaction`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Protocol
+
+from aiokafka.errors import ProducerFenced
+from aiokafka.structs import TopicPartition
+
+from streams.arbiter.collector import RecordCollector, producer_options
+from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
+from streams.client import client_options
+from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
+from streams.pipeline import Outgoing
+from streams.settings import Guarantee, Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskBatch:
+    """What one batch did to one task: records to send, offsets to commit."""
+
+    outputs: list[Outgoing] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """What a commit left for the loop to repair: tasks to rewind (reload, re-read from the last
+    commit) and tasks another worker fenced (close here)."""
+
+    rewind: frozenset[int] = frozenset()
+    fenced: frozenset[int] = frozenset()
+
+    def __or__(self, other: Failed) -> Failed:
+        return Failed(self.rewind | other.rewind, self.fenced | other.fenced)
+
+
+NOTHING_FAILED = Failed()
+
+
+class Commits(Opening, Protocol):
+    """A processing guarantee, as the loop sees it."""
+
+    isolation: str  # how this worker reads its inputs and changelog
+    idempotent: bool  # whether its producers are
+
+    async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
+        """Send a batch's outputs, journal and outcome tallies; commit its offsets."""
+
+    async def idle(self) -> Failed:
+        """No input this time: commit what the last batch read."""
+
+    async def flush(self, staying: Collection[int] | None = None) -> Failed:
+        """Commit everything sent. Failed tasks are rewound only if in `staying` (None: all)."""
+
+
+def commits_for(
+    settings: Settings,
+    group: str,
+    tasks: Tasks,
+    collector: RecordCollector,
+    positions: InputPositions,
+    metrics: Metrics,
+    stages: StageClock,
+) -> Commits:
+    """The strategy of the configured guarantee: the one place that asks which it is."""
+    if settings.processing_guarantee is Guarantee.EXACTLY_ONCE:
+        return ExactlyOnce(settings, group, tasks, collector, positions, metrics, stages)
+    return AtLeastOnce(tasks, collector, positions, metrics, stages)
+
+
+def journaled(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
+    """The batch's outputs, then one changelog record per key changed in the batch."""
+    records: list[Outgoing] = []
+    for partition, batch in work.items():
+        records += batch.outputs
+        records += [
+            Outgoing(tasks.changelog, key, data, partition=partition)
+            for key, data in tasks.open[partition].states.journal().items()
+        ]
+    return records
+
+
+def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
+    metrics.commit_failures.inc()
+    log.warning(
+        "arbiter: batch of %d tasks failed to commit (%s: %s); rewinding them",
+        tasks,
+        type(exc).__name__,
+        exc,
+    )
+
+
+@dataclass
+class InFlight:
+    """An at-least-once batch whose records are sent and not yet all acknowledged: its offsets
+    are committed once they are. The next batch is read and decided meanwhile."""
+
+    acks: asyncio.Future[None]
+    offsets: dict[TopicPartition, int]
+    partitions: set[int]
+
+
+class AtLeastOnce:
+    """One batch in flight: a batch's acknowledgements are awaited after the next is decided."""
+
+    isolation = "read_uncommitted"
+    idempotent = False
+
+    def __init__(
+        self,
+        tasks: Tasks,
+        collector: RecordCollector,
+        positions: InputPositions,
+        metrics: Metrics,
+        stages: StageClock,
+    ) -> None:
+        self.tasks = tasks
+        self.collector = collector
+        self.positions = positions
+        self.metrics = metrics
+        self.stages = stages
+        self._in_flight: InFlight | None = None  # the last batch, until its records are acked
+        self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+
+    async def fence(self, tasks: Sequence[Task]) -> None:
+        """Nothing to fence: a previous owner still sending only repeats decisions."""
+
+    async def positioned(self, task: Task) -> None:
+        """The offsets fetched on assignment stand: the previous owner committed before leaving."""
+
+    async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
+        stages = self.stages
+        started = perf_counter()
+        records = journaled(self.tasks, work) + tallies
+        started = stages.add(JOURNAL, started)
+        try:
+            sent = await self.collector.enqueue(records)
+        except Exception as exc:
+            _failed(self.metrics, len(work), exc)
+            return await self.flush() | Failed(rewind=frozenset(work))
+        # This batch's acknowledgements are awaited after the next batch is decided, not
+        # before: the loop no longer idles for a round trip to the broker per batch.
+        acks = asyncio.ensure_future(self.collector.acknowledged(sent))
+        acks.add_done_callback(_retrieved)
+        offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
+        previous, self._in_flight = self._in_flight, InFlight(acks, offsets, set(work))
+        started = stages.add(PRODUCE, started)
+        failed = await self._settle(previous, staying=None)
+        stages.add(COMMIT, started)
+        return failed
+
+    async def idle(self) -> Failed:
+        return await self.flush() if self._in_flight is not None else NOTHING_FAILED
+
+    async def flush(self, staying: Collection[int] | None = None) -> Failed:
+        """Settle the batch in flight, and wait for the last offset commit."""
+        in_flight, self._in_flight = self._in_flight, None
+        failed = await self._settle(in_flight, staying)
+        await self._settled_commit()
+        return failed
+
+    async def _settle(self, in_flight: InFlight | None, staying: Collection[int] | None) -> Failed:
+        """Wait for a sent batch's acknowledgements, then commit its offsets. A failed send
+        rewinds, of its tasks and those of the batch sent after it, the ones that stay on this
+        worker (`staying`; None: all of them) to the last commit; the others' next owner reads
+        again from there."""
+        if in_flight is None:
+            return NOTHING_FAILED
+        try:
+            await in_flight.acks
+        except Exception as exc:
+            later, self._in_flight = self._in_flight, None
+            partitions = in_flight.partitions | (later.partitions if later else set())
+            _failed(self.metrics, len(partitions), exc)
+            if staying is not None:
+                partitions &= set(staying)
+            return Failed(rewind=frozenset(partitions))
+        if in_flight.offsets:
+            # Commits are cumulative: the next batch need not wait for this one. A lost commit
+            # only means a later one (or the new owner) re-reads a little more.
+            await self._settled_commit()
+            self._commit = self.positions.commit(in_flight.offsets)
+        return NOTHING_FAILED
+
+    async def _settled_commit(self) -> None:
+        commit, self._commit = self._commit, None
+        if commit is None:
+            return
+        try:
+            await commit
+        except Exception as exc:
+            self.metrics.commit_failures.inc()
+            log.warning("arbiter: offset commit failed (%s: %s)", type(exc).__name__, exc)
+
+
+def _retrieved(acks: asyncio.Future[None]) -> None:
+    """Mark a failure as seen: a batch dropped by a rewind is never awaited."""
+    if not acks.cancelled():
+        acks.exception()
+
+
+class ExactlyOnce:
+    """One transaction per task: its outputs, journal and input offsets commit together."""
+
+    isolation = "read_committed"
+    idempotent = True
+
+    def __init__(
+        self,
+        settings: Settings,
+        group: str,
+        tasks: Tasks,
+        collector: RecordCollector,
+        positions: InputPositions,
+        metrics: Metrics,
+        stages: StageClock,
+    ) -> None:
+        self.settings = settings
+        self.group = group
+        self.tasks = tasks
+        self.collector = collector
+        self.positions = positions
+        self.metrics = metrics
+        self.stages = stages
+
+    async def fence(self, tasks: Sequence[Task]) -> None:
+        """Fence each task's previous owner and settle its open transaction (committed or
+        aborted), so the changelog read next ends where that transaction left it."""
+        options = client_options(self.settings) | producer_options(idempotent=True)
+        await asyncio.gather(
+            *(
+                task.open_producer(options | {"transactional_id": f"{self.group}-{task.partition}"})
+                for task in tasks
+            )
+        )
+
+    async def positioned(self, task: Task) -> None:
+        # The offsets the consumer fetched on assignment may predate the previous owner's last
+        # transaction, which opening the task has only now settled.
+        await self.positions.seek_to_committed({task.partition})
+
+    async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
+        stages = self.stages
+        started = perf_counter()
+        records = {p: journaled(self.tasks, {p: batch}) for p, batch in work.items()}
+        started = stages.add(JOURNAL, started)
+        sent: list[float] = []  # when each task's records were all acknowledged
+        results = await asyncio.gather(
+            *(
+                self._transaction(self.tasks.open[p], batch, records[p], sent)
+                for p, batch in work.items()
+            ),
+            return_exceptions=True,
+        )
+        # The tasks' transactions run side by side: wall time until the last one's records
+        # were acknowledged is producing, the rest committing.
+        produced = max(sent, default=started)
+        stages.seconds[PRODUCE] += produced - started
+        stages.add(COMMIT, produced)
+        fenced, rewind = set(), set()
+        for partition, result in zip(work, results, strict=True):
+            if isinstance(result, ProducerFenced):
+                # Another worker opened this task: it is the owner now, and reopening the task
+                # here would fence it in turn. Drop it; the rebalance under way takes it away.
+                log.warning("arbiter: task %d was fenced by its new owner; dropping it", partition)
+                fenced.add(partition)
+            elif isinstance(result, Exception):
+                _failed(self.metrics, 1, result)
+                rewind.add(partition)
+        await self.collector.send_all(tallies)
+        return Failed(frozenset(rewind), frozenset(fenced))
+
+    async def idle(self) -> Failed:
+        return NOTHING_FAILED  # every batch committed with its transaction
+
+    async def flush(self, staying: Collection[int] | None = None) -> Failed:
+        return NOTHING_FAILED
+
+    async def _transaction(
+        self, task: Task, batch: TaskBatch, records: list[Outgoing], sent: list[float]
+    ) -> None:
+        producer = task.producer
+        assert producer is not None
+        async with producer.transaction():
+            await self.collector.send_all(records, via=producer)
+            sent.append(perf_counter())
+            await producer.send_offsets_to_transaction(batch.offsets, self.group)

@@ -1,0 +1,333 @@
+"""The arbiter's loop: lifecycle, fetch, apply, tick, and the orchestration of rebalances.
+
+Each iteration fetches a batch of input records, runs each through `Processor` against its
+task's state, applies what came back (state, schedule, outputs, observers), hands the batch to
+the commit strategy and repairs what it reports failed; then sends the ticks due. Rebalances
+come through the consumer's listener: a revocation flushes and closes, an assignment pauses the
+new partitions and restores their tasks off the callback. Modelled on Kafka Streams'
+`StreamThread.runOnce` and `TaskManager` (handleRevocation / handleAssignment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from time import perf_counter
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.structs import ConsumerRecord, TopicPartition
+from mode import Service
+
+from streams.arbiter.collector import RecordCollector, producer_options
+from streams.arbiter.commit import Failed, TaskBatch, commits_for
+from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
+from streams.arbiter.schedule import Schedule
+from streams.arbiter.tasks import InputPositions, Task, Tasks
+from streams.client import client_options
+from streams.health import Pulse
+from streams.metrics import Metrics
+from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.settings import Settings
+from streams.statestore import StateCache
+
+log = logging.getLogger(__name__)
+
+
+class Arbiter(Service):
+    """The batched arbiter loop, started and stopped with the Faust app."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        processor: Processor,
+        metrics: Metrics,
+        alias_of: Callable[[str], str | None],
+        inputs: Sequence[str],
+        pulse: Pulse,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.processor = processor
+        self.metrics = metrics
+        self.alias_of = alias_of
+        self.inputs = list(inputs)
+        self.pulse = pulse
+        self.group = f"{settings.app_id}-arbiter"
+        self.schedule = Schedule()
+        self.positions = InputPositions()
+        cache = StateCache(settings.state_cache_keys)
+        self.tasks = Tasks(settings.changelog_topic, cache, self.schedule, self.positions)
+        self.collector = RecordCollector(settings.changelog_topic, self.tasks.journaled_to)
+        self.commits = commits_for(
+            settings,
+            self.group,
+            self.tasks,
+            self.collector,
+            self.positions,
+            metrics,
+            processor.stages,
+        )
+        self.assignor = RoutingAssignor(advertised_url(settings))
+        # Told of every decision this worker emits (the console's live feed); must not block.
+        self._observers: list[Observer] = []
+        self.ownership = Ownership(
+            self.assignor, settings.partitions, self.tasks, self.schedule, self._observers
+        )
+        self.turn = asyncio.Lock()  # a batch and a rebalance never interleave
+        self.assigned_partitions: set[int] = set()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._clients: list[AIOKafkaConsumer | AIOKafkaProducer] = []
+        self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
+        self._last_scan = 0.0
+        self._record_cost = 0.0  # seconds per input record, averaged over recent batches
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        settings, isolation = self.settings, self.commits.isolation
+        producer = AIOKafkaProducer(
+            **client_options(settings), **producer_options(self.commits.idempotent)
+        )
+        restorer = AIOKafkaConsumer(
+            **client_options(settings),
+            enable_auto_commit=False,
+            isolation_level=isolation,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        consumer = AIOKafkaConsumer(
+            **client_options(settings),
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level=isolation,
+            partition_assignment_strategy=(self.assignor,),
+            # Static membership: a restart within the session timeout keeps the assignment.
+            group_instance_id=settings.instance_id,
+            session_timeout_ms=int(settings.broker_session_timeout_s * 1000),
+            heartbeat_interval_ms=int(min(3.0, settings.broker_session_timeout_s / 3) * 1000),
+            rebalance_timeout_ms=int(settings.broker_rebalance_timeout_s * 1000),
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        self._clients = [consumer, restorer, producer]  # stopped in this order
+        self.collector.attach(producer)
+        self.tasks.attach(restorer)
+        self.positions.attach(consumer)
+        self._consumer = consumer
+        await producer.start()
+        await restorer.start()
+        await consumer.start()
+        consumer.subscribe(self.inputs, listener=_Rebalance(self))
+
+    async def on_stop(self) -> None:
+        await self._cancel_restore()
+        async with self.turn:
+            # Stopping: no task stays here; the next owner reads on from the commit.
+            await self._repair(await self.commits.flush(staying=()))
+            for client in self._clients:
+                await client.stop()
+            await self.tasks.stop_producers()
+
+    @Service.task
+    async def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self.should_stop:
+            fetched = await consumer.getmany(
+                timeout_ms=int(self.settings.batch_within_s * 1000),
+                max_records=self.settings.batch_size,
+            )
+            async with self.turn:
+                if fetched:
+                    await self._batch(fetched)
+                else:
+                    await self._repair(await self.commits.idle())
+                await self._tick(sum(len(messages) for messages in fetched.values()))
+                await self._scan()
+            self.pulse.beat()
+            if any(tp.partition not in self.tasks.open for tp in fetched):
+                await asyncio.sleep(0.05)  # a rebalance is preparing this worker's tasks
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    async def _batch(self, fetched: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+        began = perf_counter()
+        work: dict[int, TaskBatch] = {}
+        tallies: Counter[bytes] = Counter()
+        reached = self.positions.reached
+        for tp, messages in fetched.items():
+            task = self.tasks.open.get(tp.partition)
+            if task is None:
+                # Fetched before this worker's task for the partition is ready (a rebalance is
+                # under way): read the records again once it is, or let the new owner read them.
+                self.positions.read_again(tp, messages[0].offset)
+                continue
+            batch = work.setdefault(tp.partition, TaskBatch())
+            # A seek on assignment can deliver again records a fetch already returned.
+            resume = reached.get(tp, 0)
+            if messages[0].offset < resume:
+                messages = [m for m in messages if m.offset >= resume]
+                if not messages:
+                    continue
+            for message in messages:
+                record = incoming(message)
+                handled = self.processor.process(record, task.states.get, self.alias_of)
+                self._apply(task, batch, handled, record.timestamp or 0.0, tallies)
+            batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
+        tally_records = [
+            Outgoing(self.settings.topics.outcomes, key, str(count).encode())
+            for key, count in tallies.items()
+        ]
+        await self._repair(await self.commits.commit(work, tally_records))
+        self.metrics.flush(self.processor.stages)
+        count = sum(len(messages) for messages in fetched.values())
+        # What a record costs end to end (EWMA): what the expiry ticks' budget is measured in.
+        cost = (perf_counter() - began) / max(1, count)
+        self._record_cost = cost if not self._record_cost else 0.8 * self._record_cost + 0.2 * cost
+        self.metrics.state_keys.set(self.tasks.keys())
+        self.metrics.state_bytes.set(self.tasks.encoded_bytes())
+
+    def _apply(
+        self,
+        task: Task,
+        batch: TaskBatch,
+        handled: Handled,
+        received: float,
+        tallies: Counter[bytes],
+    ) -> None:
+        if handled.key is not None and handled.state is not None:
+            task.states.put(handled.key, handled.state)
+            self.schedule.note(handled.key, handled.state)
+        for record in handled.outputs:
+            if record.topic == self.settings.topics.outcomes:
+                # Outcome counts are summed per batch: one record per field|outcome|kind.
+                tallies[record.key or b""] += int(record.value or b"1")
+            else:
+                batch.outputs.append(record)
+        if handled.decisions:
+            now = time.time()
+            for decision in handled.decisions:
+                self.metrics.decided(decision, now)
+                for observe in self._observers:
+                    observe(decision)
+                if received > 0:
+                    self.metrics.decision_latency.observe(max(0.0, now - received))
+
+    async def _repair(self, failed: Failed) -> None:
+        """Close the tasks another worker fenced; rewind the ones whose commit failed."""
+        for partition in sorted(failed.fenced):
+            self.pulse.fence(partition)
+            await self.tasks.close(partition)
+        if failed.rewind:
+            await self._rewind(sorted(failed.rewind))
+
+    async def _rewind(self, partitions: list[int]) -> None:
+        """Forget what the failed batch did: reload its tasks and re-read from the last commit."""
+        await self.tasks.reload(partitions, self.commits)
+        await self.positions.seek_to_committed(set(partitions))
+
+    async def _tick(self, fetched: int) -> None:
+        """Send ticks to the keys whose decision may change by time alone, a few per batch.
+
+        Keys that went stale together (a wave of claims ages out at once) came back as one burst
+        of re-decisions that stalled every claim behind it for seconds (measured: claims
+        processed fell to 0/s for 3 s while 2-3.6k ticks/s went out; p99 3.8 s). So ticks go out
+        earliest first, behind fresh input: one per batch while input is waiting (a full
+        batch), else as many as take half a fetch wait of work at the measured cost per
+        record, at most `expiry_ticks_per_batch`."""
+        budget = self.settings.expiry_ticks_per_batch
+        if fetched >= self.settings.batch_size:
+            budget = 1
+        elif self._record_cost > 0:
+            affordable = self.settings.batch_within_s / 2 / self._record_cost
+            budget = max(1, min(budget, int(affordable)))
+        due = self.schedule.take_due(datetime.now(UTC), budget)
+        if due:
+            self.metrics.expiry_ticks.inc(len(due))
+            await self.collector.send_all([self.processor.tick(k, at) for k, at in due])
+
+    async def _scan(self) -> None:
+        """Refresh the gauges of open conflicts and lag."""
+        if time.monotonic() - self._last_scan < self.settings.expiry_interval_s:
+            return
+        self._last_scan = time.monotonic()
+        now = datetime.now(UTC)
+        ages: dict[str, list[float]] = {}
+        for field_name, since in self.schedule.open_since.values():
+            ages.setdefault(field_name, []).append((now - since).total_seconds())
+        self.metrics.set_open_conflicts(ages)
+
+    # -- rebalances ------------------------------------------------------------------------------
+
+    async def revoked(self, partitions: set[int]) -> None:
+        await self._cancel_restore()
+        self.assigned_partitions -= partitions
+        async with self.turn:
+            await self._repair(await self.commits.flush(staying=self.assigned_partitions))
+            self.positions.forget(partitions)
+            await self.tasks.to_standby(partitions)
+
+    async def assigned(self, partitions: set[int]) -> None:
+        """Record the assignment and hold back its new partitions until their state is ready.
+
+        Returns without restoring anything: aiokafka heartbeats only once this callback is done.
+        """
+        await self._cancel_restore()
+        self.assigned_partitions = set(partitions)
+        opened = partitions - set(self.tasks.open)
+        self.positions.pause(opened)
+        tasks = self.tasks.take(opened)
+        if tasks:
+            self._restore = asyncio.ensure_future(self._restore_assigned(tasks))
+            self._restore.add_done_callback(self._restore_done)
+        else:
+            self.pulse.restored()
+
+    async def _restore_assigned(self, tasks: list[Task]) -> None:
+        await self.tasks.restore_assigned(tasks, self.commits)
+        self.pulse.restored()
+
+    def _restore_done(self, restore: asyncio.Task[None]) -> None:
+        # Anything but a Kafka error (retried) leaves partitions paused for good: crash the
+        # worker instead, so that its supervisor restarts it. `add_future` holds on to the crash
+        # until it has run (the event loop keeps only a weak reference to a task).
+        if not restore.cancelled() and (exc := restore.exception()) is not None:
+            log.error("arbiter: restore failed (%s: %s)", type(exc).__name__, exc)
+            self.add_future(self.crash(exc))
+
+    async def _cancel_restore(self) -> None:
+        restore, self._restore = self._restore, None
+        if restore is not None and not restore.done():
+            restore.cancel()
+            await asyncio.wait([restore])
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, arbiter: Arbiter) -> None:
+        self.arbiter = arbiter
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        self.arbiter.pulse.rebalancing()
+        await self.arbiter.revoked({tp.partition for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        partitions = {tp.partition for tp in assigned}
+        self.arbiter.pulse.assigned(partitions)
+        await self.arbiter.assigned(partitions)  # the restore reports `restored` when done
+
+
+def incoming(message: ConsumerRecord) -> Incoming:
+    return Incoming(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        headers=tuple((k, bytes(v or b"")) for k, v in message.headers or ()),
+        timestamp=message.timestamp / 1000 if message.timestamp else None,
+    )

@@ -1,0 +1,276 @@
+"""The arbiter's tasks: task `p` is partition `p` of every input topic and the state of its keys.
+
+Sits between the loop (which asks for tasks to be opened, reloaded and closed) and the stores
+(`streams.statestore`): a task is restored from its changelog partition off the rebalance
+callback, installed (its keys put on the schedule, its input partitions fetched again), and closed
+(off the schedule, out of the shared cache) when revoked, rewound or fenced. What the processing
+guarantee adds to opening a task (fencing its previous owner, re-reading the committed offsets)
+is the commit strategy's, reached through `Opening`. Modelled on Kafka Streams' `StreamTask` and
+`StoreChangelogReader`, quix-streams' `state/recovery.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
+
+from streams.arbiter.schedule import Schedule
+from streams.statestore import StateCache, TaskStore
+
+log = logging.getLogger(__name__)
+
+RESTORE_FETCH_MS = 500  # getmany returns as soon as records arrive; this only bounds an idle wait
+RESTORE_RETRY_S = 1.0
+SCHEDULE_YIELD_KEYS = 500  # keys scheduled between yields, so restoring never starves heartbeats
+
+
+@dataclass
+class Task:
+    """Partition `partition` of every input topic, and the state of the keys they carry."""
+
+    partition: int
+    states: TaskStore
+    changelog_offset: int = 0  # next changelog offset this task has not yet seen
+    producer: AIOKafkaProducer | None = None  # transactional, exactly_once only
+
+    async def open_producer(self, options: Mapping[str, Any]) -> None:
+        """Start this task's own producer (once): with a transactional id, this fences the
+        task's previous owner."""
+        if self.producer is not None:
+            return
+        producer = AIOKafkaProducer(**options)
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self.producer = producer
+
+    async def release_producer(self) -> None:
+        if self.producer is not None:
+            with contextlib.suppress(Exception):  # a fenced producer may fail to stop cleanly
+                await self.producer.stop()
+            self.producer = None
+
+
+class InputPositions:
+    """Where this worker reads each input partition: the group consumer's positions, pauses,
+    seeks and offset commits."""
+
+    def __init__(self) -> None:
+        self._consumer: AIOKafkaConsumer | None = None
+        self.reached: dict[TopicPartition, int] = {}  # next input offset, per partition
+
+    def attach(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer:
+        assert self._consumer is not None, "the arbiter has not started"
+        return self._consumer
+
+    def held(self, partitions: Collection[int]) -> list[TopicPartition]:
+        """The assigned input partitions of these tasks."""
+        return [tp for tp in self.consumer.assignment() if tp.partition in partitions]
+
+    def pause(self, partitions: Collection[int]) -> None:
+        self.consumer.pause(*self.held(partitions))
+
+    def resume(self, held: Iterable[TopicPartition]) -> None:
+        self.consumer.resume(*held)
+
+    def read_again(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch `tp` again from `offset`, if it is still assigned here."""
+        if tp in self.consumer.assignment():
+            self.consumer.seek(tp, offset)
+
+    def forget(self, partitions: Collection[int]) -> None:
+        # Where this worker stopped says nothing about where the next owner stops.
+        self.reached = {tp: o for tp, o in self.reached.items() if tp.partition not in partitions}
+
+    async def seek_to_committed(self, partitions: Collection[int]) -> None:
+        consumer = self.consumer
+        for tp in consumer.assignment():
+            if tp.partition in partitions:
+                committed = await consumer.committed(tp)
+                log.info("arbiter: %s resumes at committed offset %s", tp, committed)
+                if committed is None:
+                    await consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, committed)
+                self.reached[tp] = committed or 0
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> asyncio.Future[None]:
+        commit: Awaitable[None] = self.consumer.commit(dict(offsets))
+        return asyncio.ensure_future(commit)
+
+
+class Opening(Protocol):
+    """What the processing guarantee does to tasks being opened on this worker."""
+
+    async def fence(self, tasks: Sequence[Task]) -> None:
+        """Before the tasks' changelog partitions are read."""
+
+    async def positioned(self, task: Task) -> None:
+        """Once the task is installed, before its input partitions are fetched again."""
+
+
+class Tasks:
+    """The tasks open on this worker, and the revoked ones it keeps to catch up if they return."""
+
+    def __init__(
+        self, changelog: str, cache: StateCache, schedule: Schedule, positions: InputPositions
+    ) -> None:
+        self.changelog = changelog
+        self.cache = cache
+        self.schedule = schedule
+        self.positions = positions
+        self.open: dict[int, Task] = {}
+        self.standby: dict[int, Task] = {}  # revoked tasks, kept to catch up if they come back
+        self._restorer: AIOKafkaConsumer | None = None
+        self._reading = asyncio.Lock()  # one reader of the changelog at a time
+
+    def attach(self, restorer: AIOKafkaConsumer) -> None:
+        self._restorer = restorer
+
+    def keys(self) -> int:
+        return sum(len(task.states) for task in self.open.values())
+
+    def encoded_bytes(self) -> int:
+        return sum(task.states.encoded_bytes for task in self.open.values())
+
+    def journaled_to(self, partition: int, end: int) -> None:
+        """The task's changelog partition is acknowledged up to `end`."""
+        task = self.open.get(partition)
+        if task is not None:
+            task.changelog_offset = max(task.changelog_offset, end)
+
+    def take(self, partitions: Iterable[int]) -> list[Task]:
+        """Tasks for newly assigned partitions: from standby (to catch up) or empty."""
+        tasks = [
+            self.standby.get(partition) or Task(partition, TaskStore(self.cache))
+            for partition in sorted(partitions)
+        ]
+        self.standby.clear()  # the partitions went elsewhere; their state is another's now
+        return tasks
+
+    async def restore_assigned(self, tasks: list[Task], opening: Opening) -> None:
+        """Restore newly assigned tasks; each partition resumes as soon as its task is ready."""
+        started = time.monotonic()
+        try:
+            while tasks:
+                try:
+                    await self.restore(tasks, opening)
+                except KafkaError as exc:
+                    log.warning(
+                        "arbiter: restore failed (%s: %s); retrying", type(exc).__name__, exc
+                    )
+                    await asyncio.sleep(RESTORE_RETRY_S)
+                tasks = [task for task in tasks if task.partition not in self.open]
+        except asyncio.CancelledError:
+            # Revoked mid-restore: what was read stays valid up to the task's changelog offset,
+            # so the task waits in standby in case the partition comes back.
+            for task in tasks:
+                if task.partition not in self.open:
+                    await task.release_producer()
+                    self.standby[task.partition] = task
+            raise
+        log.info(
+            "arbiter: tasks %s ready in %.2fs (%d keys)",
+            sorted(self.open),
+            time.monotonic() - started,
+            self.keys(),
+        )
+
+    async def restore(self, tasks: list[Task], opening: Opening) -> None:
+        """Read the tasks' changelog partitions, all at once, from where each task last saw its
+        own to the end offset it has now; install each task the moment its partition is done."""
+        if not tasks:
+            return
+        restorer = self._restorer
+        assert restorer is not None
+        async with self._reading:
+            await opening.fence(tasks)
+            restoring = {TopicPartition(self.changelog, task.partition): task for task in tasks}
+            restorer.assign(list(restoring))
+            for tp, task in restoring.items():
+                restorer.seek(tp, task.changelog_offset)
+            # Under read_committed this is the last stable offset: nothing past it may count.
+            ends = await restorer.end_offsets(list(restoring))
+            while True:
+                for tp in list(restoring):
+                    position = await restorer.position(tp)
+                    if position >= ends[tp]:
+                        task = restoring.pop(tp)
+                        task.changelog_offset = position
+                        log.info(
+                            "arbiter: task %d caught up to changelog offset %d (end %d)",
+                            task.partition,
+                            position,
+                            ends[tp],
+                        )
+                        await self._install(task, opening)
+                if not restoring:
+                    return
+                fetched = await restorer.getmany(
+                    *restoring, timeout_ms=RESTORE_FETCH_MS, max_records=10000
+                )
+                for tp, messages in fetched.items():
+                    task = restoring[tp]
+                    for message in messages:
+                        task.states.load(message.key, message.value)
+                    task.changelog_offset = messages[-1].offset + 1
+
+    async def _install(self, task: Task, opening: Opening) -> None:
+        """Put a restored task in service and let its partitions be fetched again."""
+        self.open[task.partition] = task
+        for n, key in enumerate(task.states):
+            state = task.states.get(key)
+            if state is not None:
+                self.schedule.note(key, state)
+            if n % SCHEDULE_YIELD_KEYS == SCHEDULE_YIELD_KEYS - 1:
+                await asyncio.sleep(0)
+        held = self.positions.held({task.partition})
+        await opening.positioned(task)
+        self.positions.resume(held)
+
+    async def reload(self, partitions: Iterable[int], opening: Opening) -> None:
+        """Forget what these open tasks did since their changelog, and read it again."""
+        reloaded = []
+        for partition in partitions:
+            if partition not in self.open:
+                continue
+            # The task keeps its producer (its failed transaction was aborted): opening a new
+            # one would fence whichever worker owns the task, were it no longer this one.
+            failed = await self.close(partition, keep_producer=True)
+            reloaded.append(Task(partition, TaskStore(self.cache), producer=failed.producer))
+        await self.restore(reloaded, opening)
+
+    async def close(self, partition: int, keep_producer: bool = False) -> Task:
+        """Take a task out of service: off the schedule and out of the shared cache."""
+        task = self.open.pop(partition)
+        self.schedule.forget(task.states)
+        task.states.evict()
+        if not keep_producer:
+            await task.release_producer()
+        return task
+
+    async def to_standby(self, partitions: Iterable[int]) -> None:
+        """Close the revoked tasks, and keep them to catch up should they come back."""
+        for partition in set(partitions) & set(self.open):
+            self.standby[partition] = await self.close(partition)
+
+    async def stop_producers(self) -> None:
+        for task in [*self.open.values(), *self.standby.values()]:
+            if task.producer is not None:
+                await task.producer.stop()

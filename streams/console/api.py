@@ -1,0 +1,330 @@
+"""The console's JSON API: one module-level handler per route, each given the `Console`.
+
+`streams.console.web` binds `ROUTES` to the worker's web server. A handler answers from what this
+worker holds, asked through the arbiter's `Ownership` (a key's owner and state, the open
+conflicts, the peers), and leaves the rest to `streams.console.forward` (forward to the key's
+owner, fan the queue out to the peers, relay their live decisions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple, cast
+
+import aiohttp
+from aiohttp import web as aioweb
+from aiokafka.errors import KafkaError
+from faust.web import Request, Response, View
+
+from streams.arbiter.routing import Ownership
+from streams.client import build_resolution, publish_resolutions
+from streams.console.forward import ROUTED_HEADER, Peers
+from streams.console.live import END, LiveDecisions, Unavailable, sse
+from streams.console.queue import QueueFilter, local_rows, merge
+from streams.console.stewards import Refusal, StewardTokens
+from streams.core import contracts
+from streams.core.asof import NoBeliefAsOf, belief_as_of
+from streams.core.contracts import ClaimStatus, ConflictKind
+from streams.core.errors import ClaimstreamError
+from streams.core.explain import explain
+from streams.core.keystate import KeyState, current_decision, split_key, state_key
+from streams.core.policy import FieldRules, Policy
+from streams.metrics import Metrics
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10.0
+MAX_NOTE = 2000
+
+Clock = Callable[[], datetime]
+
+
+def wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Console:
+    """What every handler needs: the worker's ownership, the policy, and the console's parts."""
+
+    ownership: Ownership
+    policy: Policy
+    settings: Settings
+    metrics: Metrics
+    live: LiveDecisions
+    stewards: StewardTokens
+    peers: Peers
+    clock: Clock = wall_clock
+
+    def live_upstreams(self, key: str | None) -> list[str]:
+        """The workers whose live decisions a stream for `key` (or for every key) relays."""
+        if key is None:
+            return self.ownership.peers()
+        owner = self.ownership.owner_of(key.encode())
+        return [] if owner.here or owner.url is None else [owner.url]
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+class Route(NamedTuple):
+    method: str  # the View method that answers: get or post
+    path: str
+    name: str
+    handler: Handler
+
+
+def duration_text(span: timedelta | None) -> str:
+    """A policy duration as the policy file writes it: 60s, 10m, 24h, 1d; `none` for never."""
+    if span is None:
+        return "none"
+    milliseconds = int(span.total_seconds() * 1000)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if milliseconds and milliseconds % size == 0:
+            return f"{milliseconds // size}{unit}"
+    return f"{milliseconds}ms"
+
+
+def rules_json(rules: FieldRules) -> dict[str, Any]:
+    """The field's effective policy, as a person reads the policy file."""
+    return {
+        "field": rules.name,
+        "type": rules.type.value,
+        "values": list(rules.values) if rules.values else None,
+        "currency": rules.currency,
+        "unit": rules.unit,
+        "tolerance": rules.tolerance,
+        "case": rules.case.value,
+        "freshness": duration_text(rules.freshness),
+        "on_conflict": rules.on_conflict.value,
+        "min_independent_sources": rules.min_independent_sources,
+        "epoch_change": rules.epoch_change.value,
+        "escalate_after": duration_text(rules.escalate_after),
+        "authorities": {source: a.value for source, a in sorted(rules.authorities.items())},
+    }
+
+
+def parse_instant(raw: str) -> datetime:
+    """An RFC 3339 instant from a query string, where an unescaped `+` offset arrives as a space."""
+    return contracts.parse_instant(raw.replace(" ", "+"))
+
+
+async def console_settings(console: Console, web: View, request: Request) -> Response:
+    """What the pages need to know: may they offer writes, and the policy's vocabulary."""
+    policy = console.policy
+    return web.json(
+        {
+            "worker": console.ownership.url,
+            "writes_enabled": console.stewards.writes_enabled,
+            "policy_version": policy.version,
+            "fields": sorted(policy.fields),
+            "conflict_kinds": [kind.value for kind in ConflictKind],
+            "sources": sorted(s for s in policy.sources if s != "*"),
+        }
+    )
+
+
+async def conflicts(console: Console, web: View, request: Request) -> Response:
+    """Open conflicts and quarantines across the cluster (routed: this worker's only)."""
+    try:
+        wanted = QueueFilter.from_query(request.query)
+    except ValueError as exc:
+        return web.json({"error": str(exc)}, status=400)
+    now, url = console.clock(), console.ownership.url
+    rows = local_rows(console.ownership.open_keys(), now, wanted, url)
+    if request.headers.get(ROUTED_HEADER):
+        return web.json({"worker": url, "rows": rows})
+    peers = console.ownership.peers()
+    answers = await asyncio.gather(*(console.peers.rows(peer, wanted) for peer in peers))
+    return web.json(merge([(url, rows), *zip(peers, answers, strict=True)], wanted, now))
+
+
+async def decision(console: Console, web: View, request: Request, key: str) -> Response:
+    """The key's current decision with its evidence, or the belief in force at `as_of`."""
+    raw_as_of = request.query.get("as_of")
+    try:
+        as_of = parse_instant(raw_as_of) if raw_as_of else None
+    except ValueError as exc:
+        return web.json({"error": f"as_of: {exc}"}, status=400)
+    ownership, policy = console.ownership, console.policy
+
+    def answer() -> Response:
+        state = ownership.state_of(key.encode())
+        rules = policy.rules_for(split_key(key)[1])
+        if state is None or rules is None:
+            return web.json({"error": f"no claims for {key!r}"}, status=404)
+        if as_of is not None:
+            return _as_of_answer(web, key, state, rules, policy, as_of)
+        current = current_decision(state, rules, policy.version, console.clock())
+        return web.json(
+            {
+                "key": key,
+                "worker": ownership.url,
+                "decision": current.model_dump(mode="json"),
+                "explain": explain(current),
+                "last_emitted": state.current.model_dump(mode="json") if state.current else None,
+                "open_since": state.conflict_since.isoformat() if state.conflict_since else None,
+                "rules": rules_json(rules),
+            }
+        )
+
+    owner = ownership.owner_of(key.encode())
+    return await console.peers.at_owner(web, request, key, owner, answer)
+
+
+async def decision_history(console: Console, web: View, request: Request, key: str) -> Response:
+    """The key's emitted decisions, retained claims and resolutions."""
+    ownership = console.ownership
+
+    def answer() -> Response:
+        state = ownership.state_of(key.encode())
+        if state is None:
+            return web.json({"error": f"no claims for {key!r}"}, status=404)
+        return web.json(
+            {
+                "key": key,
+                "decisions": [s.model_dump(mode="json") for s in state.history],
+                "claims": [
+                    {
+                        **s.claim.model_dump(mode="json"),
+                        "authority": s.authority.value,
+                        "lineage": s.lineage,
+                    }
+                    for s in state.claims
+                ],
+                "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
+            }
+        )
+
+    owner = ownership.owner_of(key.encode())
+    return await console.peers.at_owner(web, request, key, owner, answer)
+
+
+def _as_of_answer(
+    web: View, key: str, state: KeyState, rules: FieldRules, policy: Policy, at: datetime
+) -> Response:
+    try:
+        found = belief_as_of(state, rules, policy.version, at, policy.defaults.max_clock_skew)
+    except NoBeliefAsOf as exc:
+        return web.json({"error": str(exc), "key": key, "as_of": at.isoformat()}, status=404)
+    return web.json(
+        {
+            "key": key,
+            "as_of": at.isoformat(),
+            "belief": found.belief.model_dump(mode="json"),
+            "evidence_basis": found.basis.value,
+            "decision": found.decision.model_dump(mode="json") if found.decision else None,
+            "explain": explain(found.decision) if found.decision else None,
+            "rules": rules_json(rules),
+        }
+    )
+
+
+async def resolve(console: Console, web: View, request: Request) -> Response:
+    """A steward's resolution, published to the resolutions topic."""
+
+    def refused(refusal: Refusal, status: int, message: str) -> Response:
+        console.metrics.console_writes_refused.labels(refusal.value).inc()
+        return web.json({"error": message, "refused": refusal.value}, status=status)
+
+    refusal = console.stewards.refusal(request.headers.get("Authorization"))
+    if refusal is Refusal.WRITES_DISABLED:
+        return refused(refusal, 403, "writes are disabled: no steward token is configured")
+    if refusal is Refusal.MISSING_TOKEN:
+        return refused(refusal, 401, "a steward token is required (Authorization: Bearer ...)")
+    if refusal is not None:
+        return refused(refusal, 403, "this steward token is not accepted")
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise ClaimstreamError("the body must be a JSON object")
+        subject, field = _subject_and_field(body)
+        note = str(body.get("note") or "")
+        if len(note) > MAX_NOTE:
+            raise ClaimstreamError(f"the note is longer than {MAX_NOTE} characters")
+        resolution = build_resolution(
+            console.policy,
+            subject,
+            field,
+            decided_by=str(body.get("decided_by") or ""),
+            decided_at=console.clock(),
+            status=ClaimStatus(body.get("status") or ClaimStatus.PRESENT),
+            value=body.get("value"),
+            note=note,
+            resolves_decision_id=body.get("resolves_decision_id") or None,
+        )
+    except (ClaimstreamError, ValueError) as exc:
+        return refused(Refusal.INVALID, 400, str(exc))
+    try:
+        await publish_resolutions(console.settings, [resolution])
+    except (KafkaError, ClaimstreamError) as exc:
+        return web.json({"error": f"could not publish the resolution: {exc}"}, status=503)
+    console.metrics.console_resolutions.labels(console.metrics.field_label(field)).inc()
+    log.info("console: resolution %s published for field %s", resolution.resolution_id, field)
+    return web.json(
+        {"key": state_key(subject, field), "resolution": resolution.model_dump(mode="json")},
+        status=202,
+    )
+
+
+def _subject_and_field(body: dict[str, Any]) -> tuple[str, str]:
+    if body.get("key"):
+        subject, field = split_key(str(body["key"]))
+    else:
+        subject, field = str(body.get("subject") or ""), str(body.get("field") or "")
+    if not subject or not field:
+        raise ClaimstreamError("name the key (subject|field), or its subject and field")
+    return subject, field
+
+
+async def live(console: Console, web: View, request: Request) -> aioweb.StreamResponse:
+    """Server-sent events: this worker's decisions and, relayed, its peers' (or one key's)."""
+    key = request.query.get("key") or None
+    routed = bool(request.headers.get(ROUTED_HEADER))
+    try:
+        subscription = console.live.subscribe(key)
+    except Unavailable as exc:
+        return aioweb.json_response({"error": str(exc)}, status=503)
+    upstreams = [] if routed else console.live_upstreams(key)
+    relays = [
+        asyncio.ensure_future(console.peers.relay(url, key, subscription)) for url in upstreams
+    ]
+    response = aioweb.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+    )
+    try:
+        await response.prepare(cast(aioweb.Request, request))
+        await response.write(b"retry: 2000\n\n")
+        await response.write(sse("hello", {"worker": console.ownership.url, "relayed": upstreams}))
+        while True:
+            event = await subscription.next(HEARTBEAT_S)
+            if event == END:
+                break
+            if event is not None:
+                await response.write(event)
+            elif not routed and console.live_upstreams(key) != upstreams:
+                break  # the assignment moved: end the stream; the browser reconnects to the new set
+            else:
+                await response.write(b": keepalive\n\n")
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        pass  # the client went away
+    finally:
+        console.live.unsubscribe(subscription)
+        for relay in relays:
+            relay.cancel()
+    return response
+
+
+ROUTES = (
+    Route("get", "/api/console", "console_settings", console_settings),
+    Route("get", "/api/conflicts", "conflicts", conflicts),
+    Route("get", "/api/decisions/{key}", "decision", decision),
+    Route("get", "/api/decisions/{key}/history", "decision_history", decision_history),
+    Route("post", "/api/resolutions", "resolutions", resolve),
+    Route("get", "/api/live", "live", live),
+)
