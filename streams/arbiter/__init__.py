@@ -25,18 +25,21 @@ rest (aliases, outcome windows, web, lifecycle):
   restore under way. A batch that fails to commit rewinds: its tasks (while revoking, only those
   that stay here) reload from the changelog and re-read from the last committed offsets.
 
-The rooms, each importing only rooms listed before it; a batch flows from the loop down the list
-(its state and timers, the routes, the producer, the commit):
+The rooms, in the order a batch flows through them. Imports point one way: `loop` imports the
+others, `commit` imports `tasks` and `collector`, `routing` imports `tasks` and `schedule`, `tasks`
+imports `schedule`; nothing imports `loop`.
 
-- `schedule`: `Schedule`, the keys due a tick and the open conflicts (a punctuation queue).
+- `loop`: `Arbiter`, the service: fetch, run each record through `Processor`, apply, commit,
+  repair what failed, tick; and, from the consumer's listener, revoke and assign.
 - `tasks`: `Task` (a task's store and producer), `InputPositions` (the group consumer's
-  positions), `Tasks` (open and standby tasks: restore from the changelog, install, close).
-- `routing`: `RoutingAssignor` (range assignment sharing web URLs) and `Ownership`, the query
-  face the console, web API and health use (owner of a key, its state, open keys, peers, open
-  tasks, the decisions feed).
+  positions, pauses, seeks, offset commits), `Tasks` (open and standby tasks: restore from the
+  changelog off the rebalance callback, install, reload, close).
+- `schedule`: `Schedule`, the keys due a tick and the open conflicts (a punctuation queue).
 - `collector`: `RecordCollector`, records to producer batches per partition, and their acks.
 - `commit`: the guarantee as a strategy, chosen once (`commits_for`): `AtLeastOnce` (one batch in
   flight) or `ExactlyOnce` (a transaction per task). Both return what failed (`Failed`: tasks to
-  rewind, tasks fenced) for the loop to repair.
-- `loop`: `Arbiter`, the service: fetch, apply, commit, repair, tick; revoke and assign.
+  rewind, tasks fenced) for the loop to repair, rather than calling back into it.
+- `routing`: `RoutingAssignor` (range assignment sharing web URLs) and `Ownership`, the query
+  face the console, web API and health use (owner of a key, its state, open keys, peers, open
+  tasks, the decisions feed).
 """
