@@ -34,6 +34,7 @@ from faust.web import Request, Response, View
 from streams.arbiter import Arbiter
 from streams.client import build_resolution, publish_resolutions
 from streams.console.live import END, LiveDecisions, Subscription, Unavailable, sse
+from streams.console.lookup import canonical_key
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core import contracts
@@ -279,6 +280,7 @@ def _register_api(app: faust.App, console: Console) -> None:
 
     @app.page("/api/decisions/{key}", name="decision")
     async def decision(web: View, request: Request, key: str) -> Response:
+        key = canonical_key(key, arbiter.alias_of)
         raw_as_of = request.query.get("as_of")
         try:
             as_of = parse_instant(raw_as_of) if raw_as_of else None
