@@ -9,7 +9,7 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from streams.agents.facts import (
     ConflictList,
@@ -43,6 +43,8 @@ MAX_WAIT_S = 60.0
 class ClaimInput(BaseModel):
     """One statement by one source about one subject and field (the claim contract; claim_id
     and observed_at are filled in when left out)."""
+
+    model_config = ConfigDict(extra="forbid")  # lineage and authority are the policy's
 
     subject: str = Field(min_length=1, description="what it is about, e.g. 'invoice:42'")
     field: str = Field(min_length=1, description="a policy field, e.g. 'order.payment_status'")
