@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import ValidationError
@@ -382,7 +382,6 @@ class DecisionFeed:
         self.bootstrap = settings.bootstrap
         self.codec = WireCodec(registry_from_url(settings.schema_registry))
         self.latest: dict[tuple[str, str], Decision] = {}
-        self._group_id = group_id
         self._consumer = AIOKafkaConsumer(
             **client_options(settings),
             group_id=group_id,
@@ -394,18 +393,10 @@ class DecisionFeed:
     async def __aenter__(self) -> DecisionFeed:
         try:
             await self._consumer.start()
-            if self._group_id is not None:
-                self._consumer.subscribe([self.topic])
-                return self
-            await self._consumer.topics()  # fetches the metadata partitions_for_topic reads
         except KafkaError as exc:
             await self._consumer.stop()
             raise ClaimstreamError(f"cannot reach the broker {self.bootstrap}: {exc}") from exc
-        partitions = self._consumer.partitions_for_topic(self.topic)
-        if not partitions:
-            await self._consumer.stop()
-            raise ClaimstreamError(f"no topic {self.topic!r} on {self.bootstrap} (no worker yet?)")
-        self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(partitions)])
+        self._consumer.subscribe([self.topic])  # without a group: every partition, from the start
         return self
 
     async def __aexit__(self, *exc: object) -> None:

