@@ -61,12 +61,16 @@ def _payload(result: ToolResultLike) -> Any:
 
 def _status_and_value(payload: Any, boolean_field: bool) -> tuple[str, Any, str | None]:
     if isinstance(payload, Mapping):
-        if payload.get("status") in STATUSES:
-            return str(payload["status"]), payload.get("value"), payload.get("unit")
+        status = payload.get("status")
+        if status in STATUSES and status != ClaimStatus.PRESENT.value:
+            return str(status), None, None
         if "value" in payload:
-            return ClaimStatus.PRESENT.value, payload["value"], payload.get("unit")
+            value, unit = payload["value"], payload.get("unit")
+            return _status_and_value(value, boolean_field)[0], value, unit
         if {"amount_minor", "currency"} <= set(payload):
             return ClaimStatus.PRESENT.value, dict(payload), None
+        if status is not None:
+            payload = None  # present, but with no value
     if payload is None or payload in ("", {}, []):
         raise ClaimstreamError(
             "the tool returned nothing: a tool that found nothing says status not_found, one "
