@@ -357,6 +357,17 @@ def test_claimstream_get_and_the_agent_story(cluster: Cluster) -> None:
     assert missing.returncode == 2
     assert "unknown field" in missing.stderr
 
+    readme = (REPO / "README.md").read_text()
+    snippet = readme.split("### Client side", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    address = f'broker="{cluster.deployment.bootstrap}"'
+    as_written = subprocess.run(
+        [sys.executable, "-c", snippet.replace('broker="127.0.0.1:40123"', address)],
+        env={**cluster.env, "CLAIMSTREAM_WEB_PORT": str(cluster.worker.web_port)},
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert as_written.returncode == 0, as_written.stderr
+    assert as_written.stdout.splitlines()[0] == "conflict"
+
     story = run(sys.executable, str(REPO / "examples" / "agent_story.py"), "--api", cluster.api)
     assert story.returncode == 0, story.stdout + story.stderr
     assert "the refund runs" in story.stdout
