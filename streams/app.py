@@ -213,7 +213,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         await app.add_runtime_dependency(lag_probe)
 
     register_views(app, pulse, arbiter.ownership, policy, outcome_counts)
-    console = register_console(app, arbiter.ownership, policy, settings, metrics)
+    console = register_console(app, arbiter.ownership, alias_of, policy, settings, metrics)
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from streams import __version__
+from streams.agents.commands import add_agent_commands
 from streams.core.contracts import ClaimStatus, Decision, Resolution, parse_instant
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
@@ -477,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the worker's processing guarantee (exactly_once: the same run under transactions)",
     )
     bn.set_defaults(handler=cmd_bench)
+    add_agent_commands(commands, connection)
     return parser
 
 

@@ -1,21 +1,26 @@
-"""The client side: create topics, publish claims and people's resolutions, follow decisions, gate
-plan steps.
+"""The client side: create topics, publish claims and people's resolutions, ask what is believed,
+follow decisions, gate plan steps.
 
-Services publish with `ClaimPublisher`; people close conflicts with `build_resolution` and
-`publish_resolutions`; consumers follow `DecisionFeed`, whose `gate` answers
+Services publish with `ClaimPublisher` (`publish_and_wait` also waits until the key's decision
+counts the claim); people close conflicts with `build_resolution` and `publish_resolutions`;
+`FactsClient` asks any worker's web API what is believed now about a subject and field (aliases
+resolved, forwarded to the key's owner); consumers follow `DecisionFeed`, whose `gate` answers
 "may this step run?": a step that reads a field whose latest decision is not `resolved`, or whose
-action is `block`, is not runnable.
+action is `block`, is not runnable; `GateVerdict.degraded` says the blocking facts only degrade.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
@@ -145,6 +150,17 @@ class ClaimPublisher:
         await asyncio.gather(*futures)
         return len(futures)
 
+    async def publish_and_wait(
+        self, claim: Claim | Mapping[str, Any], facts: FactsClient, wait_s: float
+    ) -> Decision | None:
+        """Publish one claim, wait for the broker's acknowledgement, then up to `wait_s` for the
+        key's current decision to count it (read-your-claim). A claim that only corroborates
+        emits no decision, so this asks the key's owner, not the decisions topic. None when it
+        is not placed in time: the worker dead-letters a claim its policy refuses."""
+        model = claim if isinstance(claim, Claim) else Claim.model_validate(claim)
+        await (await self.publish(model))
+        return await facts.wait_for_claim(model.subject, model.field, model.claim_id, wait_s)
+
     async def resolve(self, resolution: Resolution) -> None:
         topic = self.settings.topics.resolutions
         key = state_key(resolution.subject, resolution.field).encode()
@@ -217,56 +233,209 @@ async def publish_resolutions(settings: Settings, resolutions: Iterable[Resoluti
     return sent
 
 
+API_TIMEOUT_S = 10.0
+PLACED_POLL_S = 0.2
+
+
+def api_url(settings: Settings) -> str:
+    """The web API of the worker the settings describe (a wildcard bind is reached on loopback)."""
+    host = "127.0.0.1" if settings.web_host in ("0.0.0.0", "::", "") else settings.web_host
+    return f"http://{host}:{settings.web_port}"
+
+
+class FactsClient:
+    """What is believed now about a subject and field, asked of any worker's web API: the worker
+    resolves aliases and forwards to the key's owner, which recomputes the decision now (so a
+    claim that only corroborates shows in the evidence, though no new decision was emitted)."""
+
+    def __init__(self, api: str, *, timeout_s: float = API_TIMEOUT_S) -> None:
+        self.api = api.rstrip("/")
+        self.timeout_s = timeout_s
+        self._vocabulary: dict[str, Any] | None = None
+
+    async def vocabulary(self) -> dict[str, Any]:
+        """The worker's policy version, fields, sources and conflict kinds (`/api/console`)."""
+        if self._vocabulary is None:
+            _, self._vocabulary = await self._get("/api/console")
+        return self._vocabulary
+
+    async def check_field(self, field_name: str) -> None:
+        fields: list[str] = (await self.vocabulary())["fields"]
+        if field_name not in fields:
+            raise ClaimstreamError(
+                f"unknown field {field_name!r}; the policy's fields are: {', '.join(fields)}"
+            )
+
+    async def answer(
+        self, subject: str, field_name: str, as_of: datetime | None = None
+    ) -> dict[str, Any] | None:
+        """The web API's answer for the key (see the README's Web API), None when the worker
+        holds no claims about it (or, with `as_of`, no belief was in force by then)."""
+        if not subject.strip():
+            raise ClaimstreamError("the subject is empty; name what the fact is about")
+        await self.check_field(field_name)
+        path = "/api/decisions/" + urllib.parse.quote(state_key(subject, field_name), safe="")
+        params = {"as_of": as_of.isoformat()} if as_of is not None else {}
+        status, body = await self._get(path, params, missing_ok=True)
+        return None if status == 404 else body
+
+    async def get_fact(self, subject: str, field_name: str) -> Decision | None:
+        """The current decision about `subject` and `field_name` with its evidence, or None."""
+        found = await self.answer(subject, field_name)
+        return Decision.model_validate(found["decision"]) if found else None
+
+    async def conflicts(self, **filters: str | int) -> dict[str, Any]:
+        """Open conflicts and quarantines across the cluster (`field`, `kind`, `min_age_s`)."""
+        _, body = await self._get("/api/conflicts", {k: str(v) for k, v in filters.items()})
+        found: dict[str, Any] = body
+        return found
+
+    async def wait_for_claim(
+        self, subject: str, field_name: str, claim_id: str, wait_s: float
+    ) -> Decision | None:
+        """The key's current decision once its evidence holds `claim_id` (whatever its role),
+        or None if it does not within `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            decision = await self.get_fact(subject, field_name)
+            if decision is not None and any(e.claim_id == claim_id for e in decision.evidence):
+                return decision
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(PLACED_POLL_S)
+
+    async def _get(
+        self, path: str, params: Mapping[str, str] | None = None, *, missing_ok: bool = False
+    ) -> tuple[int, Any]:
+        url = self.api + path
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as s,
+                s.get(url, params=params) as reply,
+            ):
+                body = await reply.json(content_type=None)
+                status = reply.status
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise ClaimstreamError(
+                f"cannot reach the worker's web API at {self.api}: {exc or type(exc).__name__}"
+            ) from exc
+        if status == 404 and missing_ok:
+            return status, body
+        if status != 200:
+            error = body.get("error") if isinstance(body, dict) else body
+            raise ClaimstreamError(f"the worker at {self.api} answered {status}: {error}")
+        return status, body
+
+
 @dataclass(frozen=True, slots=True)
 class GateVerdict:
+    """May a step run? `blocked_by` names each blocking read and why, `actions` its decision's
+    action (None: no decision yet). `degraded`: every blocking fact's action is `degrade`, so the
+    step may go on without those facts; a `block` (or no decision) means stop."""
+
     runnable: bool
-    blocked_by: dict[str, str]  # field -> why
+    blocked_by: dict[str, str]  # read -> why
+    actions: dict[str, Action | None] = field(default_factory=dict)
+
+    @property
+    def degraded(self) -> bool:
+        return not self.runnable and all(a is Action.DEGRADE for a in self.actions.values())
+
+
+def _blocking(decision: Decision | None) -> str | None:
+    if decision is None:
+        return "no decision yet"
+    if decision.outcome is not Outcome.RESOLVED:
+        return f"{decision.outcome.value} ({decision.reason})"
+    if decision.action is Action.BLOCK:
+        return "action is block"
+    return None
+
+
+def judge(reads: Iterable[tuple[str, Decision | None]]) -> GateVerdict:
+    """The gate's rule over (read, its latest decision) pairs: a read blocks unless its decision
+    is resolved and its action is not block."""
+    blocked: dict[str, str] = {}
+    actions: dict[str, Action | None] = {}
+    for read, decision in reads:
+        why = _blocking(decision)
+        if why is not None:
+            blocked[read] = why
+            actions[read] = decision.action if decision is not None else None
+    return GateVerdict(runnable=not blocked, blocked_by=blocked, actions=actions)
 
 
 class DecisionFeed:
     """Follows the decisions topic and keeps the latest decision per subject and field.
 
-    Repeated decisions (same id as the latest for the key) are dropped: delivery is at least once.
+    It reads committed decisions only (`read_committed`: under exactly-once a worker's open
+    transaction is not a belief yet), from the start of every partition unless a `group_id`
+    has committed offsets, and commits none itself unless `commit_offsets` (a feed that commits
+    and restarts misses the keys decided before its commit). Repeated decisions (same id as the
+    latest for the key) are dropped: delivery is at least once.
     """
 
-    def __init__(self, settings: Settings, *, group_id: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, group_id: str | None = None, commit_offsets: bool = False
+    ) -> None:
+        self.topic = settings.topics.decisions
+        self.bootstrap = settings.bootstrap
         self.codec = WireCodec(registry_from_url(settings.schema_registry))
         self.latest: dict[tuple[str, str], Decision] = {}
         self._consumer = AIOKafkaConsumer(
-            settings.topics.decisions,
             **client_options(settings),
             group_id=group_id,
             auto_offset_reset="earliest",
-            enable_auto_commit=group_id is not None,
+            enable_auto_commit=commit_offsets and group_id is not None,
+            isolation_level="read_committed",
         )
 
     async def __aenter__(self) -> DecisionFeed:
-        await self._consumer.start()
+        try:
+            await self._consumer.start()
+        except KafkaError as exc:
+            await self._consumer.stop()
+            raise ClaimstreamError(f"cannot reach the broker {self.bootstrap}: {exc}") from exc
+        self._consumer.subscribe([self.topic])  # without a group: every partition, from the start
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self._consumer.stop()
 
+    async def caught_up(self, timeout_s: float = 60.0) -> None:
+        """Read every decision the topic holds now into `latest` (up to each partition's end as
+        of this call); `decisions()` then goes on from there. Do not run it beside
+        `decisions()`: both read the same consumer."""
+        deadline = time.monotonic() + timeout_s
+        while not (assigned := self._consumer.assignment()):  # a group assigns after joining
+            if time.monotonic() > deadline:
+                raise ClaimstreamError(f"no partitions of {self.topic!r} assigned in {timeout_s}s")
+            await asyncio.sleep(0.1)
+        ends = await self._consumer.end_offsets(list(assigned))
+        while [tp for tp, end in ends.items() if await self._consumer.position(tp) < end]:
+            if time.monotonic() > deadline:
+                raise ClaimstreamError(f"{self.topic!r} not read to its end in {timeout_s}s")
+            batches = await self._consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                for record in records:
+                    self._take(record.value)
+
     async def decisions(self) -> AsyncIterator[Decision]:
         """New beliefs as they arrive (duplicates of the latest one are skipped)."""
         async for message in self._consumer:
-            decision = self.codec.decode(Decision, message.value)
-            key = (decision.subject, decision.field)
-            previous = self.latest.get(key)
-            if previous is not None and previous.decision_id == decision.decision_id:
-                continue
-            self.latest[key] = decision
-            yield decision
+            decision = self._take(message.value)
+            if decision is not None:
+                yield decision
+
+    def _take(self, value: bytes) -> Decision | None:
+        decision = self.codec.decode(Decision, value)
+        key = (decision.subject, decision.field)
+        previous = self.latest.get(key)
+        if previous is not None and previous.decision_id == decision.decision_id:
+            return None
+        self.latest[key] = decision
+        return decision
 
     def gate(self, subject: str, reads: Iterable[str]) -> GateVerdict:
-        """May a step that reads these fields of `subject` run now?"""
-        blocked = {}
-        for field in reads:
-            decision = self.latest.get((subject, field))
-            if decision is None:
-                blocked[field] = "no decision yet"
-            elif decision.outcome is not Outcome.RESOLVED:
-                blocked[field] = f"{decision.outcome.value} ({decision.reason})"
-            elif decision.action is Action.BLOCK:
-                blocked[field] = "action is block"
-        return GateVerdict(runnable=not blocked, blocked_by=blocked)
+        """May a step that reads these fields of `subject` run now? (`judge`'s rule)"""
+        return judge((name, self.latest.get((subject, name))) for name in reads)

@@ -24,6 +24,7 @@ from streams.arbiter.routing import Ownership
 from streams.client import build_resolution, publish_resolutions
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
+from streams.console.lookup import canonical_key
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core import contracts
@@ -53,6 +54,7 @@ class Console:
     """What every handler needs: the worker's ownership, the policy, and the console's parts."""
 
     ownership: Ownership
+    alias_of: Callable[[str], str | None]  # an alias's canonical subject, as claims are keyed
     policy: Policy
     settings: Settings
     metrics: Metrics
@@ -146,6 +148,7 @@ async def conflicts(console: Console, web: View, request: Request) -> Response:
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
     """The key's current decision with its evidence, or the belief in force at `as_of`."""
+    key = canonical_key(key, console.alias_of)
     raw_as_of = request.query.get("as_of")
     try:
         as_of = parse_instant(raw_as_of) if raw_as_of else None
@@ -179,6 +182,7 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
 
 async def decision_history(console: Console, web: View, request: Request, key: str) -> Response:
     """The key's emitted decisions, retained claims and resolutions."""
+    key = canonical_key(key, console.alias_of)
     ownership = console.ownership
 
     def answer() -> Response:

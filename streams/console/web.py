@@ -70,6 +70,7 @@ def static_assets() -> dict[str, tuple[bytes, str]]:
 def register_console(
     app: faust.App,
     ownership: Ownership,
+    alias_of: Callable[[str], str | None],
     policy: Policy,
     settings: Settings,
     metrics: Metrics,
@@ -77,6 +78,7 @@ def register_console(
 ) -> Console:
     console = Console(
         ownership,
+        alias_of,
         policy,
         settings,
         metrics,
