@@ -56,7 +56,8 @@ from streams.core.contracts import OPEN_OUTCOMES, Decision
 from streams.core.keystate import KeyState
 from streams.health import Pulse
 from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics
-from streams.pipeline import Handled, Incoming, Outgoing, Processor, partition_of
+from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.pipeline.rekey import partition_of
 from streams.settings import Guarantee, Settings
 from streams.statestore import StateCache, TaskStore
 

@@ -23,7 +23,8 @@ from streams.core.errors import ClaimstreamError
 from streams.core.intake import parse_claim
 from streams.core.policy import load_policy
 from streams.logs import configure_logging
-from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
+from streams.pipeline.authentication import principal_topics
+from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 

@@ -44,7 +44,7 @@ from streams.devkit.brokers import free_port, start_broker
 from streams.devkit.synthetic import generate_claims
 from streams.metrics import STAGES
 from streams.packaged import example_path
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Guarantee, Settings, Topics
 

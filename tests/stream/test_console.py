@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
-from streams.arbiter import partition_of
 from streams.client import ClaimPublisher
 from streams.core.keystate import state_key
 from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
+from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from tests.stream.conftest import write_policy
 from tests.stream.support import REPO, Deployment, WorkerProcess

@@ -22,7 +22,7 @@ from streams.core.policy import load_policy
 from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker, TansuBroker
 from streams.devkit.synthetic import generate_claims
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 from tests.stream.conftest import write_policy
 from tests.stream.support import (
     CODEC,
