@@ -47,7 +47,8 @@ class Authentication:
             if arrived_as is not None and owner != arrived_as:
                 raise ContractError(
                     RejectReason.UNAUTHENTICATED,
-                    f"spoofed source: principal {arrived_as!r} may not publish claims of {source!r}",
+                    f"spoofed source: principal {arrived_as!r} may not publish claims of "
+                    f"{source!r}",
                 )
         signing = self.policy.signing
         if signing.keys or signing.required:
