@@ -1,4 +1,11 @@
-"""The `claimstream` command line."""
+"""The `claimstream` command line: one `cmd_*` handler per subcommand, `build_parser` the table.
+
+Offline, in the order a newcomer meets them: `init` (example files), `replay` (arbitrate recorded
+claims), `policy check|diff`, `explain` (decisions for people). Against a broker: `worker`, `dev`
+(bundled broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in),
+`tail` (streams out), and `bench`. Broker-side work is imported lazily from streams.runtime,
+streams.client and streams.devkit, so the offline commands start without Kafka clients.
+"""
 
 from __future__ import annotations
 
@@ -91,14 +98,14 @@ def cmd_policy_diff(args: argparse.Namespace) -> int:
     flips = 0
     for key in sorted(before.keys() | after.keys()):
         a, b = before.get(key), after.get(key)
-        if _belief(a) != _belief(b):
+        if _flippable(a) != _flippable(b):
             flips += 1
-            print(f"{key[0]} {key[1]}: {_summary(a)} -> {_summary(b)}")
+            print(f"{key[0]} {key[1]}: {_one_line(a)} -> {_one_line(b)}")
     print(f"policy diff: {flips} of {len(before.keys() | after.keys())} decisions change")
     return 1 if flips and args.exit_code else 0
 
 
-def _belief(decision: Decision | None) -> tuple[object, ...] | None:
+def _flippable(decision: Decision | None) -> tuple[object, ...] | None:
     if decision is None:
         return None
     return (
@@ -110,7 +117,7 @@ def _belief(decision: Decision | None) -> tuple[object, ...] | None:
     )
 
 
-def _summary(decision: Decision | None) -> str:
+def _one_line(decision: Decision | None) -> str:
     if decision is None:
         return "(no decision: claims rejected)"
     value = "" if decision.value is None else f" {decision.value!r}"
@@ -322,55 +329,65 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"claimstream {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    it = commands.add_parser(
+    init_parser = commands.add_parser(
         "init", help="write the example policy, claims and resolution into a folder"
     )
-    it.add_argument(
+    init_parser.add_argument(
         "directory",
         nargs="?",
         type=Path,
         default=Path("examples"),
         help="where to write them (default: ./examples)",
     )
-    it.add_argument("--force", action="store_true", help="overwrite example files already there")
-    it.set_defaults(handler=cmd_init)
+    init_parser.add_argument(
+        "--force", action="store_true", help="overwrite example files already there"
+    )
+    init_parser.set_defaults(handler=cmd_init)
 
-    rp = commands.add_parser("replay", help="arbitrate recorded claims offline (JSON lines)")
-    rp.add_argument("claims", type=Path, help="claims, one JSON object per line")
-    rp.add_argument("--policy", type=Path, required=True, help="the policy file (YAML)")
-    rp.add_argument(
+    replay_parser = commands.add_parser(
+        "replay", help="arbitrate recorded claims offline (JSON lines)"
+    )
+    replay_parser.add_argument("claims", type=Path, help="claims, one JSON object per line")
+    replay_parser.add_argument("--policy", type=Path, required=True, help="the policy file (YAML)")
+    replay_parser.add_argument(
         "--now",
         type=_instant_argument,
         required=True,
         help=f"RFC 3339 evaluation time (the examples are recorded for {EXAMPLES_NOW})",
     )
-    rp.add_argument("--rejected", type=Path, help="write rejected claims here (JSON lines)")
-    rp.add_argument("--resolutions", type=Path, help="people's resolutions, JSON lines")
-    rp.set_defaults(handler=cmd_replay)
+    replay_parser.add_argument(
+        "--rejected", type=Path, help="write rejected claims here (JSON lines)"
+    )
+    replay_parser.add_argument("--resolutions", type=Path, help="people's resolutions, JSON lines")
+    replay_parser.set_defaults(handler=cmd_replay)
 
-    policy = commands.add_parser("policy", help="check or compare policy files")
-    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    check = policy_commands.add_parser("check", help="validate a policy file")
-    check.add_argument("file", type=Path, help="the policy file (YAML)")
-    check.set_defaults(handler=cmd_policy_check)
-    diff = policy_commands.add_parser("diff", help="decisions a policy change would flip")
-    diff.add_argument("old", type=Path, help="the policy in force")
-    diff.add_argument("new", type=Path, help="the proposed policy")
-    diff.add_argument("claims", type=Path, help="recorded claims to replay under both, JSON lines")
-    diff.add_argument(
+    policy_parser = commands.add_parser("policy", help="check or compare policy files")
+    policy_commands = policy_parser.add_subparsers(dest="policy_command", required=True)
+    check_parser = policy_commands.add_parser("check", help="validate a policy file")
+    check_parser.add_argument("file", type=Path, help="the policy file (YAML)")
+    check_parser.set_defaults(handler=cmd_policy_check)
+    diff_parser = policy_commands.add_parser("diff", help="decisions a policy change would flip")
+    diff_parser.add_argument("old", type=Path, help="the policy in force")
+    diff_parser.add_argument("new", type=Path, help="the proposed policy")
+    diff_parser.add_argument(
+        "claims", type=Path, help="recorded claims to replay under both, JSON lines"
+    )
+    diff_parser.add_argument(
         "--now",
         type=_instant_argument,
         default=datetime.now(UTC),
         help="RFC 3339 evaluation time (default: now)",
     )
-    diff.add_argument("--exit-code", action="store_true", help="exit 1 when a decision flips")
-    diff.set_defaults(handler=cmd_policy_diff)
+    diff_parser.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when a decision flips"
+    )
+    diff_parser.set_defaults(handler=cmd_policy_diff)
 
-    ex = commands.add_parser("explain", help="render decisions (JSON lines) for people")
-    ex.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")
-    ex.add_argument("--subject", help="only decisions about this subject")
-    ex.add_argument("--field", help="only decisions about this field")
-    ex.set_defaults(handler=cmd_explain)
+    explain_parser = commands.add_parser("explain", help="render decisions (JSON lines) for people")
+    explain_parser.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")
+    explain_parser.add_argument("--subject", help="only decisions about this subject")
+    explain_parser.add_argument("--field", help="only decisions about this field")
+    explain_parser.set_defaults(handler=cmd_explain)
 
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
@@ -378,105 +395,121 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker", metavar="URL", help="kafka://host:port or host:port (overrides settings)"
     )
 
-    wk = commands.add_parser(
+    worker_parser = commands.add_parser(
         "worker", parents=[connection], help="run a worker against the configured broker"
     )
-    wk.set_defaults(handler=cmd_worker)
+    worker_parser.set_defaults(handler=cmd_worker)
 
-    dv = commands.add_parser(
+    dev_parser = commands.add_parser(
         "dev", parents=[connection], help="bundled broker + worker + demo feed, printing decisions"
     )
-    _broker_kind_option(dv, default="tansu")
-    dv.add_argument("--rounds", type=int, default=0, help="stop after N demo rounds (0: run on)")
-    dv.add_argument(
+    _broker_kind_option(dev_parser, default="tansu")
+    dev_parser.add_argument(
+        "--rounds", type=int, default=0, help="stop after N demo rounds (0: run on)"
+    )
+    dev_parser.add_argument(
         "--round-seconds", type=float, default=20.0, help="pause between rounds (seconds)"
     )
-    dv.set_defaults(handler=cmd_dev)
+    dev_parser.set_defaults(handler=cmd_dev)
 
-    pb = commands.add_parser(
+    publish_parser = commands.add_parser(
         "publish", parents=[connection], help="JSON claims or resolutions in, Avro out"
     )
-    pb.add_argument(
+    publish_parser.add_argument(
         "claims",
         nargs="?",
         help="claims, JSON lines file or - for stdin (the default unless --resolutions is given)",
     )
-    pb.add_argument("--user", action="store_true", help="publish the claims as user assertions")
-    pb.add_argument(
+    publish_parser.add_argument(
+        "--user", action="store_true", help="publish the claims as user assertions"
+    )
+    publish_parser.add_argument(
         "--resolutions",
         type=Path,
         help="also publish people's resolutions from this JSON lines file "
         "(resolution_id and decided_at default to a fresh id and now)",
     )
-    pb.set_defaults(handler=cmd_publish)
+    publish_parser.set_defaults(handler=cmd_publish)
 
-    rs = commands.add_parser(
+    resolve_parser = commands.add_parser(
         "resolve",
         parents=[connection],
         help="publish a person's decision that closes a conflict (reason manual)",
     )
-    rs.add_argument("subject", help="the subject, e.g. invoice:42")
-    rs.add_argument("field", help="the field, e.g. order.payment_status")
-    rs.add_argument(
+    resolve_parser.add_argument("subject", help="the subject, e.g. invoice:42")
+    resolve_parser.add_argument("field", help="the field, e.g. order.payment_status")
+    resolve_parser.add_argument(
         "--value",
         metavar="V",
         help='the decided value: JSON (40, true, {"amount_minor": 1250, "currency": '
         '"USD"}) or else a string (paid)',
     )
-    rs.add_argument(
+    resolve_parser.add_argument(
         "--status",
         choices=[ClaimStatus.PRESENT.value, ClaimStatus.NOT_FOUND.value],
         default=ClaimStatus.PRESENT.value,
         help="present (with --value; default) or not_found (the thing does not exist)",
     )
-    rs.add_argument(
+    resolve_parser.add_argument(
         "--unit", metavar="U", help="the value's unit, e.g. s or ms (numbers with units)"
     )
-    rs.add_argument(
+    resolve_parser.add_argument(
         "--by", required=True, metavar="NAME", help="who decides: a person or team identity"
     )
-    rs.add_argument("--note", default="", metavar="TEXT", help="why, in your words")
-    rs.add_argument("--decision-id", metavar="ID", help="the conflict decision you looked at")
-    rs.add_argument(
+    resolve_parser.add_argument("--note", default="", metavar="TEXT", help="why, in your words")
+    resolve_parser.add_argument(
+        "--decision-id", metavar="ID", help="the conflict decision you looked at"
+    )
+    resolve_parser.add_argument(
         "--policy",
         type=Path,
         metavar="FILE",
         help="check the value against this policy before sending "
         "(the worker checks it anyway and dead-letters what it refuses)",
     )
-    rs.set_defaults(handler=cmd_resolve)
+    resolve_parser.set_defaults(handler=cmd_resolve)
 
-    tl = commands.add_parser("tail", parents=[connection], help="print a stream as JSON lines")
-    tl.add_argument(
+    tail_parser = commands.add_parser(
+        "tail", parents=[connection], help="print a stream as JSON lines"
+    )
+    tail_parser.add_argument(
         "stream",
         choices=["decisions", "dead-letters", "epoch-changes", "reobserve", "escalations"],
         help="which stream",
     )
-    tl.add_argument("--count", type=int, default=0, help="stop after N records (0: follow)")
-    tl.add_argument("--timeout", type=float, default=0.0, help="stop after S idle seconds")
-    tl.set_defaults(handler=cmd_tail)
+    tail_parser.add_argument(
+        "--count", type=int, default=0, help="stop after N records (0: follow)"
+    )
+    tail_parser.add_argument("--timeout", type=float, default=0.0, help="stop after S idle seconds")
+    tail_parser.set_defaults(handler=cmd_tail)
 
-    bn = commands.add_parser(
+    bench_parser = commands.add_parser(
         "bench", help="claims/s, latency and state next to the raw aiokafka limit (prints JSON)"
     )
-    bn.add_argument("--claims", type=int, default=100_000, help="generated claims to process")
-    bn.add_argument("--subjects", type=int, default=12_000, help="distinct subjects among them")
-    _broker_kind_option(bn, default="kafka")
-    bn.add_argument("--partitions", type=int, default=4, help="partitions per topic")
-    bn.add_argument("--latency-s", type=float, default=20.0, help="seconds of offered load")
-    bn.add_argument(
+    bench_parser.add_argument(
+        "--claims", type=int, default=100_000, help="generated claims to process"
+    )
+    bench_parser.add_argument(
+        "--subjects", type=int, default=12_000, help="distinct subjects among them"
+    )
+    _broker_kind_option(bench_parser, default="kafka")
+    bench_parser.add_argument("--partitions", type=int, default=4, help="partitions per topic")
+    bench_parser.add_argument(
+        "--latency-s", type=float, default=20.0, help="seconds of offered load"
+    )
+    bench_parser.add_argument(
         "--soak-s",
         type=float,
         default=0.0,
         help="then a steady run of this many seconds sampling memory (600 for the 10-min check)",
     )
-    bn.add_argument(
+    bench_parser.add_argument(
         "--guarantee",
         choices=[g.value for g in Guarantee],
         default=Guarantee.AT_LEAST_ONCE.value,
         help="the worker's processing guarantee (exactly_once: the same run under transactions)",
     )
-    bn.set_defaults(handler=cmd_bench)
+    bench_parser.set_defaults(handler=cmd_bench)
     return parser
 
 
