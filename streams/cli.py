@@ -299,7 +299,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from streams.devkit.bench import main as bench_main
+    from streams.devkit.bench.run import main as bench_main
 
     return bench_main(
         args.claims,
