@@ -98,7 +98,8 @@ class Pulse:
             restoring = now - self.restoring_since
             if restoring > self.restore_timeout_s:
                 reasons.append(
-                    f"rebalance restoring for {restoring:.0f}s (limit {self.restore_timeout_s:.0f}s)"
+                    f"rebalance restoring for {restoring:.0f}s "
+                    f"(limit {self.restore_timeout_s:.0f}s)"
                 )
         else:
             idle = now - self.last_beat
@@ -198,7 +199,8 @@ class LagProbe(Service):
             await self.sleep(interval)
 
     async def refresh(self) -> None:
-        """Ask the broker for end and committed offsets; set the lag gauge, count committed records."""
+        """Ask the broker for end and committed offsets; set the lag gauge, count committed
+        records."""
         assert self._offsets is not None
         assert self._admin is not None
         owned = self.owned() or frozenset()
