@@ -1,5 +1,6 @@
 """The `claimstream` command line: the argument table (`build_parser`) and the dispatch to the
-subcommands' handlers, which are in streams.commands (in the same order as here).
+subcommands' handlers, which are in streams.commands (in the same order as here), but for the
+dev kit's `dev` and `bench`: this is the one module that may name the dev kit, lazily.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from pathlib import Path
 
 from streams import __version__
 from streams.commands import (
-    cmd_bench,
-    cmd_dev,
     cmd_explain,
     cmd_init,
     cmd_policy_check,
@@ -23,6 +22,7 @@ from streams.commands import (
     cmd_resolve,
     cmd_tail,
     cmd_worker,
+    settings_from,
 )
 from streams.core.contracts import ClaimStatus, parse_instant
 from streams.core.errors import ClaimstreamError
@@ -35,6 +35,31 @@ def _instant_argument(raw: str) -> datetime:
         return parse_instant(raw)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{raw!r} is not an RFC 3339 timestamp: {exc}") from exc
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from streams.devkit.dev import run_dev
+
+    return run_dev(
+        settings_from(args),
+        broker_kind=args.broker_kind,
+        rounds=args.rounds,
+        round_seconds=args.round_seconds,
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from streams.devkit.bench.run import main as bench_main
+
+    return bench_main(
+        args.claims,
+        args.subjects,
+        args.broker_kind,
+        args.partitions,
+        args.latency_s,
+        args.soak_s,
+        Guarantee(args.guarantee),
+    )
 
 
 def _broker_kind_option(parser: argparse.ArgumentParser, default: str) -> None:

@@ -2,8 +2,9 @@
 newcomer meets them. Offline: `init` (example files), `replay` (arbitrate recorded claims),
 `policy check|diff`, `explain` (decisions for people). Against a broker: `worker`, `dev` (bundled
 broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in), `tail`
-(streams out), and `bench`. Broker-side work is imported lazily from streams.runtime,
-streams.client and streams.devkit, so the offline commands start without Kafka clients.
+(streams out). Broker-side work is imported lazily from streams.runtime and streams.client, so
+the offline commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay
+in streams.cli, the one module that may name the dev kit (tests/devkit/test_boundary.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
-from streams.settings import Guarantee, Settings, load_settings
+from streams.settings import Settings, load_settings
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -166,7 +167,9 @@ def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace)
     return 0
 
 
-def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """The settings a command runs with: its --settings file, then its --broker."""
+    """The settings a command runs with: its --settings file, then --broker."""
     return load_settings(args.settings, broker=getattr(args, "broker", None), **overrides)
 
 
@@ -179,18 +182,7 @@ def _client_logs_quiet() -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     from streams.runtime import run_worker
 
-    return run_worker(_settings(args))
-
-
-def cmd_dev(args: argparse.Namespace) -> int:
-    from streams.devkit.dev import run_dev
-
-    return run_dev(
-        _settings(args),
-        broker_kind=args.broker_kind,
-        rounds=args.rounds,
-        round_seconds=args.round_seconds,
-    )
+    return run_worker(settings_from(args))
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -198,7 +190,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from streams.runtime import publish_lines
 
     _client_logs_quiet()
-    settings = _settings(args)
+    settings = settings_from(args)
     # Every resolution is checked before anything is sent: one bad line sends none of them.
     resolutions = _resolutions_file(args.resolutions) if args.resolutions else []
     if args.claims is not None or not args.resolutions:
@@ -273,7 +265,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         note=args.note,
         resolves_decision_id=args.decision_id,
     )
-    asyncio.run(publish_resolutions(_settings(args), [resolution]))
+    asyncio.run(publish_resolutions(settings_from(args), [resolution]))
     print(resolution.model_dump_json())
     print(
         f"resolve: {resolution.resolution_id} sent for {args.subject} {args.field}",
@@ -286,18 +278,4 @@ def cmd_tail(args: argparse.Namespace) -> int:
     from streams.runtime import tail
 
     _client_logs_quiet()
-    return asyncio.run(tail(_settings(args), args.stream, args.count, args.timeout))
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from streams.devkit.bench.run import main as bench_main
-
-    return bench_main(
-        args.claims,
-        args.subjects,
-        args.broker_kind,
-        args.partitions,
-        args.latency_s,
-        args.soak_s,
-        Guarantee(args.guarantee),
-    )
+    return asyncio.run(tail(settings_from(args), args.stream, args.count, args.timeout))

@@ -3,6 +3,11 @@
 Conventions: one `claimstream_` prefix, base units (seconds), `_total` counters. Labels are bounded:
 `field` and `source` take only names the policy declares (anything else is reported as `_other`),
 and no metric ever carries a subject, a claim id or a claim value.
+
+`Metrics` registers its families by what they describe, in the order a claim meets them: what
+happened to each record, how fresh the decisions are, the state held, the hot path's stages, the
+console's writes, the worker's lifecycle. Per-claim counts are tallied in plain dicts and
+published once per batch (`flush`); `StageClock` sums the stage times the same way.
 """
 
 from __future__ import annotations

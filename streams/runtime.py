@@ -1,4 +1,9 @@
-"""Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev)."""
+"""Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev).
+
+`run_worker` starts the Faust worker over what streams.app builds (topics ensured, the garbage
+collector tuned for the hot path); `publish_lines` sends JSON claims in as Avro; `tail` prints a
+stream out as JSON lines, dead letters with their `claimstream.error.*` headers.
+"""
 
 from __future__ import annotations
 
