@@ -40,7 +40,10 @@ def conflict_ratio(selector: str = "", window: str = RATE, offset: str = "") -> 
     0 when it decided without either."""
     sel = f",{selector}" if selector else ""
     off = f" offset {offset}" if offset else ""
-    conflicts = f'sum by (field) (rate(claimstream_decisions_total{{outcome=~"conflict|quarantined"{sel}}}[{window}]{off}))'
+    conflicts = (
+        "sum by (field) "
+        f'(rate(claimstream_decisions_total{{outcome=~"conflict|quarantined"{sel}}}[{window}]{off}))'
+    )
     matchers = f"{{{selector}}}" if selector else ""
     decisions = f"sum by (field) (rate(claimstream_decisions_total{matchers}[{window}]{off}))"
     return f"({conflicts} or on (field) 0 * {decisions}) / on (field) ({decisions} > 0)"
@@ -193,9 +196,8 @@ ALERT_ANNOTATIONS = {
     "enable": True,
     "hide": False,
     "iconColor": "red",
-    "expr": 'ALERTS{alertstate="firing",alertname=~"Claimstream.+",alertname!="ClaimstreamWatchdog",'
-    + ENVIRONMENT
-    + "}",
+    "expr": 'ALERTS{alertstate="firing",alertname=~"Claimstream.+",'
+    'alertname!="ClaimstreamWatchdog",' + ENVIRONMENT + "}",
     "step": "60s",
     "titleFormat": "{{alertname}}",
     "textFormat": "{{severity}} {{field}}{{source}}{{instance}}{{topic}}",
@@ -418,7 +420,8 @@ def overview() -> dict[str, Any]:
             "The fields with the most conflict decisions over the dashboard's time range.",
             [
                 target(
-                    'topk(10, sum by (field) (increase(claimstream_decisions_total{outcome="conflict"}[$__range])))',
+                    "topk(10, sum by (field) "
+                    '(increase(claimstream_decisions_total{outcome="conflict"}[$__range])))',
                     "{{field}}",
                     instant=True,
                 )
@@ -448,7 +451,8 @@ def overview() -> dict[str, Any]:
         panel(
             "timeseries",
             "Oldest open conflict by field",
-            "Age of the oldest open conflict per field (ClaimstreamConflictOpenTooLong fires past 1 h).",
+            "Age of the oldest open conflict per field "
+            "(ClaimstreamConflictOpenTooLong fires past 1 h).",
             [target("max by (field) (claimstream_oldest_open_conflict_age_seconds)", "{{field}}")],
             unit="s",
             links=drill,
@@ -485,13 +489,16 @@ def overview() -> dict[str, Any]:
             [
                 target(
                     "(sum by (source) (rate(claimstream_claims_rejected_total[$__rate_interval]))"
-                    " or on (source) 0 * sum by (source) (rate(claimstream_claims_accepted_total[$__rate_interval])))"
+                    " or on (source) 0 * sum by (source) "
+                    "(rate(claimstream_claims_accepted_total[$__rate_interval])))"
                     " / on (source) ("
                     "(sum by (source) (rate(claimstream_claims_rejected_total[$__rate_interval]))"
-                    " or on (source) 0 * sum by (source) (rate(claimstream_claims_accepted_total[$__rate_interval])))"
+                    " or on (source) 0 * sum by (source) "
+                    "(rate(claimstream_claims_accepted_total[$__rate_interval])))"
                     " + on (source) "
                     "(sum by (source) (rate(claimstream_claims_accepted_total[$__rate_interval]))"
-                    " or on (source) 0 * sum by (source) (rate(claimstream_claims_rejected_total[$__rate_interval])))"
+                    " or on (source) 0 * sum by (source) "
+                    "(rate(claimstream_claims_rejected_total[$__rate_interval])))"
                     " > 0)",
                     "{{source}}",
                 )
@@ -511,7 +518,8 @@ def overview() -> dict[str, Any]:
             "failed inside the worker).",
             [
                 target(
-                    "sum by (source, reason) (rate(claimstream_claims_rejected_total[$__rate_interval]))",
+                    "sum by (source, reason) "
+                    "(rate(claimstream_claims_rejected_total[$__rate_interval]))",
                     "{{source}} / {{reason}}",
                 )
             ],
@@ -547,11 +555,13 @@ def overview() -> dict[str, Any]:
             "From a claim's record timestamp to the decision it caused, from the histogram.",
             [
                 target(
-                    "histogram_quantile(0.5, sum by (le) (rate(claimstream_decision_latency_seconds_bucket[$__rate_interval])))",
+                    "histogram_quantile(0.5, sum by (le) "
+                    "(rate(claimstream_decision_latency_seconds_bucket[$__rate_interval])))",
                     "p50",
                 ),
                 target(
-                    "histogram_quantile(0.99, sum by (le) (rate(claimstream_decision_latency_seconds_bucket[$__rate_interval])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    "(rate(claimstream_decision_latency_seconds_bucket[$__rate_interval])))",
                     "p99",
                 ),
             ],
@@ -610,7 +620,8 @@ def overview() -> dict[str, Any]:
                     "epoch changes",
                 ),
                 target(
-                    "sum(rate(claimstream_processing_retries_total[$__rate_interval])) or vector(0)",
+                    "sum(rate(claimstream_processing_retries_total[$__rate_interval]))"
+                    " or vector(0)",
                     "retries",
                 ),
                 target(
@@ -652,11 +663,13 @@ def overview() -> dict[str, Any]:
                     "rebalances {{instance}}",
                 ),
                 target(
-                    "sum by (instance) (increase(claimstream_commit_failures_total[$__rate_interval]))",
+                    "sum by (instance) "
+                    "(increase(claimstream_commit_failures_total[$__rate_interval]))",
                     "commit failures {{instance}}",
                 ),
                 target(
-                    "sum by (instance) (increase(claimstream_tasks_fenced_total[$__rate_interval]))",
+                    "sum by (instance) "
+                    "(increase(claimstream_tasks_fenced_total[$__rate_interval]))",
                     "fenced {{instance}}",
                 ),
             ],
@@ -670,7 +683,8 @@ def overview() -> dict[str, Any]:
         panel(
             "bargauge",
             "Policy versions",
-            "Workers per policy version (more than one for 15 minutes: ClaimstreamPolicyVersionSkew).",
+            "Workers per policy version (more than one for 15 minutes: "
+            "ClaimstreamPolicyVersionSkew).",
             [
                 target(
                     "count by (policy_version) (claimstream_policy_info)",
@@ -770,7 +784,8 @@ def field_dashboard() -> dict[str, Any]:
             "Decisions on this field per second, by outcome and conflict kind.",
             [
                 target(
-                    f"sum by (outcome, conflict_kind) (rate(claimstream_decisions_total{{{f}}}[$__rate_interval]))",
+                    "sum by (outcome, conflict_kind) "
+                    f"(rate(claimstream_decisions_total{{{f}}}[$__rate_interval]))",
                     "{{outcome}} / {{conflict_kind}}",
                 )
             ],
@@ -836,7 +851,8 @@ def field_dashboard() -> dict[str, Any]:
             "Claims on this field admitted per second, by source.",
             [
                 target(
-                    f"sum by (source) (rate(claimstream_claims_accepted_total{{{f}}}[$__rate_interval]))",
+                    "sum by (source) "
+                    f"(rate(claimstream_claims_accepted_total{{{f}}}[$__rate_interval]))",
                     "{{source}}",
                 )
             ],
@@ -854,7 +870,8 @@ def field_dashboard() -> dict[str, Any]:
             "resolved decision), per second: the lagging-replica signal.",
             [
                 target(
-                    f"sum by (source) (rate(claimstream_claim_losses_total{{{f}}}[$__rate_interval]))",
+                    "sum by (source) "
+                    f"(rate(claimstream_claim_losses_total{{{f}}}[$__rate_interval]))",
                     "{{source}}",
                 )
             ],
@@ -887,7 +904,8 @@ def field_dashboard() -> dict[str, Any]:
             "existence, semantic, cross_epoch, provenance.",
             [
                 target(
-                    f'sum by (conflict_kind) (rate(claimstream_decisions_total{{{f},outcome=~"conflict|quarantined"}}[$__rate_interval]))',
+                    f"sum by (conflict_kind) (rate(claimstream_decisions_total{{{f},"
+                    f'outcome=~"conflict|quarantined"}}[$__rate_interval]))',
                     "{{conflict_kind}}",
                 )
             ],
@@ -905,11 +923,13 @@ def field_dashboard() -> dict[str, Any]:
             "an epoch boundary, per second.",
             [
                 target(
-                    f"sum(rate(claimstream_escalations_total{{{f}}}[$__rate_interval])) or vector(0)",
+                    f"sum(rate(claimstream_escalations_total{{{f}}}[$__rate_interval]))"
+                    " or vector(0)",
                     "escalations",
                 ),
                 target(
-                    f"sum(rate(claimstream_epoch_changes_total{{{f}}}[$__rate_interval])) or vector(0)",
+                    f"sum(rate(claimstream_epoch_changes_total{{{f}}}[$__rate_interval]))"
+                    " or vector(0)",
                     "epoch changes",
                 ),
             ],

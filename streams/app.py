@@ -30,7 +30,8 @@ from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.health import LagProbe, Pulse, report_health
 from streams.metrics import Metrics
-from streams.pipeline import Processor, principal_topics
+from streams.pipeline import Processor
+from streams.pipeline.authentication import principal_topics
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 

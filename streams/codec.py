@@ -1,6 +1,11 @@
 """Avro at the edge: the packaged schemas (schemas/) encode and decode the core's records.
 
-fastavro's errors are translated into CodecError here, so the rest of the code sees one error tree.
+In file order: the schemas, expanded and parsed (`expanded_schema`, `parsed_schema`); a record
+to Avro (`to_avro`, `encode`, via the compiled writers of streams.avro_writer); Avro back to a
+record (`decode_dict`, `decode`); and the decoded claim's fast path to a `Claim`
+(`claim_from_avro`), which falls back to the contract's validation. The wire framing around
+these bodies is streams.registry's. fastavro's errors are translated into CodecError here, so
+the rest of the code sees one error tree.
 """
 
 from __future__ import annotations

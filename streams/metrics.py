@@ -3,6 +3,11 @@
 Conventions: one `claimstream_` prefix, base units (seconds), `_total` counters. Labels are bounded:
 `field` and `source` take only names the policy declares (anything else is reported as `_other`),
 and no metric ever carries a subject, a claim id or a claim value.
+
+`Metrics` registers its families by what they describe, in the order a claim meets them: what
+happened to each record, how fresh the decisions are, the state held, the hot path's stages, the
+console's writes, the worker's lifecycle. Per-claim counts are tallied in plain dicts and
+published once per batch (`flush`); `StageClock` sums the stage times the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +43,23 @@ class Metrics:
         self._fields = frozenset(policy.fields)
         self._sources = frozenset(s for s in policy.sources if s != "*")
         r = self.registry
+        self._claim_families(r)
+        self._freshness_families(r)
+        self._state_families(r)
+        self._stage_families(r)
+        self._console_families(r)
+        self._worker_families(r, policy)
+        # Memory, CPU, open files and start time of this process, next to its own metrics.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        # What `flush` publishes once per batch: a labelled counter costs more per claim.
+        self._accepted: Tally[tuple[str, str]] = Tally()
+        self._decided: Tally[tuple[str, str, str]] = Tally()
+        self._losses: Tally[tuple[str, str]] = Tally()
+        self._last_claim = self._last_decision = 0.0
+
+    def _claim_families(self, r: CollectorRegistry) -> None:
+        """What happened to each record: admitted, refused, decided, lost, escalated, re-keyed."""
         self.claims_accepted = Counter(
             "claimstream_claims_accepted_total",
             "Claims admitted by the policy, by field and source.",
@@ -89,6 +111,9 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+
+    def _freshness_families(self, r: CollectorRegistry) -> None:
+        """How current the decisions are: open conflicts, latency, lag, last activity."""
         self.open_conflicts = Gauge(
             "claimstream_open_conflicts",
             "Keys whose current decision is a conflict or quarantine, on this worker.",
@@ -123,6 +148,12 @@ class Metrics:
             "Unix time of the last claim this worker admitted.",
             registry=r,
         )
+        for field in sorted(self._fields):
+            self.open_conflicts.labels(field).set(0)
+            self.oldest_open_conflict_age.labels(field).set(0)
+
+    def _state_families(self, r: CollectorRegistry) -> None:
+        """The key state this worker holds, and the re-decisions time alone starts."""
         self.state_keys = Gauge(
             "claimstream_state_keys",
             "Subject|field keys whose state this worker holds (its tasks' keys).",
@@ -139,6 +170,9 @@ class Metrics:
             "escalate).",
             registry=r,
         )
+
+    def _stage_families(self, r: CollectorRegistry) -> None:
+        """Where the hot path's time goes, stage by stage (see StageClock)."""
         self.stage_seconds = Counter(
             "claimstream_stage_seconds_total",
             "Time the arbiter spent in each stage of the hot path: decode, admit (authenticate, "
@@ -147,6 +181,11 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+        for stage in STAGES:
+            self.stage_seconds.labels(stage)
+
+    def _console_families(self, r: CollectorRegistry) -> None:
+        """The steward console's writes."""
         self.console_writes_refused = Counter(
             "claimstream_console_writes_refused_total",
             "Console writes (resolutions) refused: writes disabled, missing or wrong steward "
@@ -160,6 +199,9 @@ class Metrics:
             ["field"],
             registry=r,
         )
+
+    def _worker_families(self, r: CollectorRegistry, policy: Policy) -> None:
+        """The worker's lifecycle: liveness, readiness, tasks, rebalances, commits, policy."""
         self.up = Gauge(
             "claimstream_worker_up",
             "1 while the worker is live (its arbiter loop iterates; /healthz answers 200).",
@@ -206,18 +248,6 @@ class Metrics:
             registry=r,
         )
         self.policy_info.labels(policy.version).set(1)
-        self._accepted: Tally[tuple[str, str]] = Tally()
-        self._decided: Tally[tuple[str, str, str]] = Tally()
-        self._losses: Tally[tuple[str, str]] = Tally()
-        self._last_claim = self._last_decision = 0.0
-        for stage in STAGES:
-            self.stage_seconds.labels(stage)
-        # Memory, CPU, open files and start time of this process, next to its own metrics.
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        for field in sorted(self._fields):
-            self.open_conflicts.labels(field).set(0)
-            self.oldest_open_conflict_age.labels(field).set(0)
 
     def field_label(self, field: str | None) -> str:
         return field if field in self._fields else OTHER

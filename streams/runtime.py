@@ -1,4 +1,9 @@
-"""Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev)."""
+"""Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev).
+
+`run_worker` starts the Faust worker over what streams.app builds (topics ensured, the garbage
+collector tuned for the hot path); `publish_lines` sends JSON claims in as Avro; `tail` prints a
+stream out as JSON lines, dead letters with their `claimstream.error.*` headers.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ from streams.core.errors import ClaimstreamError
 from streams.core.intake import parse_claim
 from streams.core.policy import load_policy
 from streams.logs import configure_logging
-from streams.pipeline import ERROR_HEADER_PREFIX, principal_topics
+from streams.pipeline.authentication import principal_topics
+from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.registry import WireCodec, registry_from_url
 from streams.settings import Settings
 

@@ -1,4 +1,5 @@
-"""Worker settings: defaults, then a YAML settings file, then CLAIMSTREAM_* environment variables."""
+"""Worker settings: defaults, then a YAML settings file, then CLAIMSTREAM_* environment
+variables."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from streams.arbiter.routing import RoutingAssignor
 from streams.arbiter.schedule import Schedule
 from streams.core.keystate import KeyState
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 
 TOPICS = ["claims.tools", "claims.users", "claimstream-rekeyed", "claims.resolutions"]
 

@@ -223,7 +223,8 @@ def test_resolve_checks_its_arguments_before_reaching_a_broker() -> None:
         "resolve", "globex", "contract.seats", "--by", "me", "--broker", "127.0.0.1:9", check=False
     )
     assert both.stderr.splitlines() == [
-        "claimstream: error: give --value for a present value, or --status not_found without a value"
+        "claimstream: error: give --value for a present value, "
+        "or --status not_found without a value"
     ]
     wrong_type = claimstream(
         "resolve",

@@ -398,7 +398,10 @@ def test_ids_are_stable_across_instances_and_processes(folder: FolderRegistry) -
     assert FolderRegistry(schema_dir()).files() == ids
     assert len(set(ids.values())) == len(ids), "every schema file has its own id"
     assert all(0 <= sid < 2**31 for sid in ids.values())
-    script = "import json; from streams.registry import FolderRegistry as F; print(json.dumps(F().files()))"
+    script = (
+        "import json; from streams.registry import FolderRegistry as F; "
+        "print(json.dumps(F().files()))"
+    )
     other = subprocess.run(
         [sys.executable, "-c", script],
         check=True,

@@ -15,7 +15,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from streams.pipeline import Outgoing, partition_of
+from streams.pipeline import Outgoing
+from streams.pipeline.rekey import partition_of
 
 Pending = list[tuple[str, int, "asyncio.Future[Any]"]]  # topic, records, the batch's ack
 

@@ -27,7 +27,7 @@ from streams.arbiter.schedule import Schedule
 from streams.arbiter.tasks import Tasks
 from streams.core.contracts import Decision
 from streams.core.keystate import KeyState
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 
 Observer = Callable[[Decision], None]

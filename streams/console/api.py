@@ -24,7 +24,6 @@ from streams.arbiter.routing import Ownership
 from streams.client import build_resolution, publish_resolutions
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
-from streams.console.lookup import canonical_key
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core import contracts
@@ -35,6 +34,7 @@ from streams.core.explain import explain
 from streams.core.keystate import KeyState, current_decision, split_key, state_key
 from streams.core.policy import FieldRules, Policy
 from streams.metrics import Metrics
+from streams.pipeline.rekey import canonical_key
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

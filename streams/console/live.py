@@ -70,7 +70,8 @@ class Subscription:
             self.lagged = True
 
     async def next(self, timeout: float) -> bytes | None:
-        """The next event to write (a `lagged` notice first, if events were lost); None on timeout."""
+        """The next event to write (a `lagged` notice first, if events were lost); None on
+        timeout."""
         if self.lagged:
             self.lagged = False
             return LAGGED

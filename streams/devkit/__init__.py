@@ -1,6 +1,9 @@
 """The dev kit: what develops, demonstrates and measures claimstream, never what a worker runs.
 
-Brokers started from Maven jars or Tansu, the `dev` bundle and its demo scenarios, generated
-claims, the benchmark and a small schema-registry server. Nothing outside this package imports it
-except the CLI's dev commands (lazily) and the tests; tests/devkit/test_boundary.py holds the line.
+The rooms: `brokers/` (real brokers on loopback ports: Apache Kafka from Maven jars, a Kafka
+cluster, Tansu), `dev` and `demo` (the `dev` bundle and its scenarios), `synthetic` (generated
+claims), `bench/` (`claimstream bench`, phase by phase), and `registry_server` over
+`registry_store` (a small Confluent-compatible schema registry). Nothing outside this package
+imports it except the CLI's dev commands (lazily, in streams.commands) and the tests;
+tests/devkit/test_boundary.py holds the line.
 """

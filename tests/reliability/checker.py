@@ -262,7 +262,8 @@ def check(
         partitions = sorted({claim_partition[key] for key in wrong_keys if key in claim_partition})
         problems.append(
             f"{len(wrong_keys)} keys' final decisions differ from the offline replay "
-            f"(input partitions {partitions}); e.g. {describe_keys(sorted(wrong_keys)[:3], expected, latest, observed)}"
+            f"(input partitions {partitions}); e.g. "
+            f"{describe_keys(sorted(wrong_keys)[:3], expected, latest, observed)}"
         )
     # A claim is lost if the broker dropped it or its key never reached the decision that
     # accounts for it.

@@ -157,7 +157,8 @@ def test_a_worker_restarted_without_local_state_recovers_its_table_from_the_chan
         recovered_s = time.monotonic() - restarted
         assert after == before, "table state after recovery differs from before the restart"
         print(
-            f"checker: scenario=table-recovery keys_compared={len(sample)} recovery_s={recovered_s:.1f}"
+            f"checker: scenario=table-recovery keys_compared={len(sample)} "
+            f"recovery_s={recovered_s:.1f}"
         )
     finally:
         worker.stop()

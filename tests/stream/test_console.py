@@ -33,7 +33,7 @@ from streams.client import ClaimPublisher
 from streams.core.keystate import state_key
 from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from tests.stream.conftest import write_policy
 from tests.stream.support import REPO, Deployment, WorkerProcess

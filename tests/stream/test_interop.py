@@ -26,7 +26,7 @@ from streams.core.policy import load_policy
 from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker
 from streams.devkit.registry_server import RegistryServer, serve_registry
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 from streams.registry import FolderRegistry
 from tests.stream.support import Deployment, changelog_partitions, crc32_partition
 from tests.stream.test_pipeline import metric_sum, warm_up

@@ -22,7 +22,7 @@ from streams.core.policy import load_policy
 from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker, TansuBroker
 from streams.devkit.synthetic import generate_claims
-from streams.pipeline import partition_of
+from streams.pipeline.rekey import partition_of
 from tests.stream.conftest import write_policy
 from tests.stream.support import (
     CODEC,
@@ -195,7 +195,9 @@ def test_streamed_decisions_equal_offline_replay(
         hops = metric_sum(metrics, 'claimstream_rekey_hops_total{cause="partition"}')
         assert hops > 0
         print(
-            f"differential[{broker_kind},{store},cache={cache}]: sent={sent} keys={len(expected)} decisions={len(every)} dead_letters={len(dead)} partition_hops={hops:.0f} journaled_keys={len(journaled)}"
+            f"differential[{broker_kind},{store},cache={cache}]: sent={sent} "
+            f"keys={len(expected)} decisions={len(every)} dead_letters={len(dead)} "
+            f"partition_hops={hops:.0f} journaled_keys={len(journaled)}"
         )
     finally:
         worker.stop()
@@ -350,7 +352,8 @@ def test_bad_records_are_dead_lettered_and_the_worker_keeps_going(
         assert worker.restarts() == 0
         assert worker.get("/healthz")["status"] == "ok"
         print(
-            f"dead letters[{broker_kind}]: {len(dead)} bad records in {time.monotonic() - started:.1f}s"
+            f"dead letters[{broker_kind}]: {len(dead)} bad records in "
+            f"{time.monotonic() - started:.1f}s"
         )
     finally:
         worker.stop()

@@ -1,0 +1,281 @@
+"""What each `claimstream` subcommand does: one `cmd_*` handler per subcommand, in the order a
+newcomer meets them. Offline: `init` (example files), `replay` (arbitrate recorded claims),
+`policy check|diff`, `explain` (decisions for people). Against a broker: `worker`, `dev` (bundled
+broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in), `tail`
+(streams out). Broker-side work is imported lazily from streams.runtime and streams.client, so
+the offline commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay
+in streams.cli, the one module that may name the dev kit (tests/devkit/test_boundary.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Iterable
+from contextlib import nullcontext
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from streams.core.contracts import ClaimStatus, Decision, Resolution
+from streams.core.errors import ClaimstreamError
+from streams.core.explain import explain
+from streams.core.policy import load_policy
+from streams.core.replay import ReplayResult, replay
+from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
+from streams.settings import Settings, load_settings
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    target: Path = args.directory
+    existing = [target / name for name in EXAMPLE_FILES if (target / name).exists()]
+    if existing and not args.force:
+        raise ClaimstreamError(
+            f"{existing[0]} exists; pass --force to overwrite the example files in {target}"
+        )
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name in EXAMPLE_FILES:
+            shutil.copyfile(example_path(name), target / name)
+    except OSError as exc:
+        raise ClaimstreamError(f"{target}: cannot write the examples: {exc.strerror}") from exc
+    print(f"init: wrote {', '.join(str(target / name) for name in EXAMPLE_FILES)}")
+    print("try:")
+    print(f"  claimstream policy check {target / 'policy.yaml'}")
+    print(
+        f"  claimstream replay --policy {target / 'policy.yaml'} --now {EXAMPLES_NOW} "
+        f"--resolutions {target / 'resolutions.jsonl'} {target / 'claims.jsonl'}"
+        " | claimstream explain"
+    )
+    return 0
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ClaimstreamError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+def _run_replay(
+    policy_path: Path, now: datetime, claims: Path, resolutions: Path | None
+) -> ReplayResult:
+    policy = load_policy(policy_path)
+    resolution_lines = _read_lines(resolutions) if resolutions else []
+    return replay(_read_lines(claims), policy, now, resolution_lines, str(resolutions))
+
+
+def _open_for_writing(path: Path) -> TextIO:
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise ClaimstreamError(f"{path}: cannot write: {exc.strerror}") from exc
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    # Opened first: an unwritable path fails before any decision is printed.
+    with _open_for_writing(args.rejected) if args.rejected else nullcontext() as rejected:
+        result = _run_replay(args.policy, args.now, args.claims, args.resolutions)
+        out = sys.stdout
+        for decision in result.decisions:
+            out.write(decision.model_dump_json() + "\n")
+        if rejected is not None:
+            rejected.writelines(rejection.to_json() + "\n" for rejection in result.rejections)
+    for problem in result.rejected_resolutions:
+        print(f"claimstream: rejected resolution: {problem}", file=sys.stderr)
+    print(
+        f"replay: {len(result.decisions)} decisions, {len(result.rejections)} rejected claims, "
+        f"{len(result.rejected_resolutions)} rejected resolutions",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_policy_check(args: argparse.Namespace) -> int:
+    policy = load_policy(args.file)
+    print(
+        f"{args.file}: policy {policy.version} is valid "
+        f"({len(policy.sources)} sources, {len(policy.fields)} fields)"
+    )
+    return 0
+
+
+def cmd_policy_diff(args: argparse.Namespace) -> int:
+    old = _run_replay(args.old, args.now, args.claims, None)
+    new = _run_replay(args.new, args.now, args.claims, None)
+    before = {(d.subject, d.field): d for d in old.decisions}
+    after = {(d.subject, d.field): d for d in new.decisions}
+    flips = 0
+    for key in sorted(before.keys() | after.keys()):
+        a, b = before.get(key), after.get(key)
+        if _flippable(a) != _flippable(b):
+            flips += 1
+            print(f"{key[0]} {key[1]}: {_one_line(a)} -> {_one_line(b)}")
+    print(f"policy diff: {flips} of {len(before.keys() | after.keys())} decisions change")
+    return 1 if flips and args.exit_code else 0
+
+
+def _flippable(decision: Decision | None) -> tuple[object, ...] | None:
+    if decision is None:
+        return None
+    return (
+        decision.outcome,
+        decision.conflict_kind,
+        decision.status,
+        decision.value,
+        decision.action,
+    )
+
+
+def _one_line(decision: Decision | None) -> str:
+    if decision is None:
+        return "(no decision: claims rejected)"
+    value = "" if decision.value is None else f" {decision.value!r}"
+    kind = f"/{decision.conflict_kind.value}" if decision.conflict_kind else ""
+    return f"{decision.outcome.value}{kind}{value} ({decision.action.value})"
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    if args.decisions == "-":
+        return _explain_lines(sys.stdin, "stdin", args)
+    return _explain_lines(_read_lines(Path(args.decisions)), args.decisions, args)
+
+
+def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace) -> int:
+    for number, line in enumerate(source, start=1):
+        if not line.strip():
+            continue
+        try:
+            decision = Decision.model_validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "(line)"
+            raise ClaimstreamError(
+                f"{origin}:{number}: not a decision record: {where}: {first['msg']}"
+            ) from exc
+        if args.subject and decision.subject != args.subject:
+            continue
+        if args.field and decision.field != args.field:
+            continue
+        print(explain(decision))
+    return 0
+
+
+def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """The settings a command runs with: its --settings file, then its --broker."""
+    """The settings a command runs with: its --settings file, then --broker."""
+    return load_settings(args.settings, broker=getattr(args, "broker", None), **overrides)
+
+
+def _client_logs_quiet() -> None:
+    """publish, resolve and tail report a broker they cannot reach as one error line; aiokafka
+    would log each failed connection attempt before it as well."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from streams.runtime import run_worker
+
+    return run_worker(settings_from(args))
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from streams.client import publish_resolutions
+    from streams.runtime import publish_lines
+
+    _client_logs_quiet()
+    settings = settings_from(args)
+    # Every resolution is checked before anything is sent: one bad line sends none of them.
+    resolutions = _resolutions_file(args.resolutions) if args.resolutions else []
+    if args.claims is not None or not args.resolutions:
+        claims = args.claims or "-"
+        lines = sys.stdin.read().splitlines() if claims == "-" else _read_lines(Path(claims))
+        sent = asyncio.run(publish_lines(settings, lines, user_assertions=args.user))
+        print(f"publish: {sent} claims sent", file=sys.stderr)
+    if resolutions:
+        sent = asyncio.run(publish_resolutions(settings, resolutions))
+        print(f"publish: {sent} resolutions sent", file=sys.stderr)
+    return 0
+
+
+def _resolutions_file(path: Path) -> list[Resolution]:
+    from streams.client import build_resolution
+
+    now = datetime.now(UTC)
+    resolutions = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        if not line.strip():
+            continue
+        origin = f"{path}:{number}"
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ClaimstreamError(f"{origin}: not JSON: {exc.msg}") from exc
+        if not isinstance(request, dict):
+            raise ClaimstreamError(f"{origin}: a resolution is a JSON object")
+        problems = [
+            f"{origin}: {key}: missing"
+            for key in ("subject", "field", "decided_by")
+            if not isinstance(request.get(key), str)
+        ]
+        problems += [
+            f"{origin}: {key}: not a resolution field"
+            for key in sorted(request.keys() - Resolution.model_fields.keys())
+        ]
+        if problems:
+            raise ClaimstreamError("\n".join(problems))
+        fields = {"decided_at": now, **request, "origin": origin}
+        resolutions.append(build_resolution(None, **fields))
+    return resolutions
+
+
+def _json_or_text(raw: str) -> Any:
+    """`--value 40` is a number, `--value true` a boolean, `--value '{"amount_minor": 1250,
+    "currency": "USD"}'` money; anything that is not JSON (`--value paid`) is a string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from streams.client import build_resolution, publish_resolutions
+
+    _client_logs_quiet()
+    status = ClaimStatus(args.status)
+    if (args.value is None) == (status is ClaimStatus.PRESENT):
+        raise ClaimstreamError(
+            "give --value for a present value, or --status not_found without a value"
+        )
+    resolution = build_resolution(
+        load_policy(args.policy) if args.policy else None,
+        args.subject,
+        args.field,
+        decided_by=args.by,
+        decided_at=datetime.now(UTC),
+        status=status,
+        value=None if args.value is None else _json_or_text(args.value),
+        unit=args.unit,
+        note=args.note,
+        resolves_decision_id=args.decision_id,
+    )
+    asyncio.run(publish_resolutions(settings_from(args), [resolution]))
+    print(resolution.model_dump_json())
+    print(
+        f"resolve: {resolution.resolution_id} sent for {args.subject} {args.field}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from streams.runtime import tail
+
+    _client_logs_quiet()
+    return asyncio.run(tail(settings_from(args), args.stream, args.count, args.timeout))

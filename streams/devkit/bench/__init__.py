@@ -1,0 +1,14 @@
+"""`claimstream bench`: claimstream next to the raw Kafka limit, on the same generated claims.
+
+One broker is started for the run. The same Avro claims (a realistic mix: many subjects, several
+fields, contended keys, stale claims, conflicts, bad records) are consumed twice:
+- the limit: a plain aiokafka consumer that decodes each claim and produces one record per claim;
+- claimstream: a real worker process arbitrating them end to end.
+Then a fixed offered load at half claimstream's rate measures claim-to-decision latency, and the
+pure engine is timed alone. The last line printed is one JSON object with the figures.
+
+The rooms, in the order a run uses them: `workload` (the claims, topics and pacing), `raw` (the
+aiokafka limits), `worker` (the worker process under test), `load` (latency and soak under an
+offered rate), `inprocess` (engine and state size without a broker), and `run`, which runs the
+phases in that order and reports.
+"""

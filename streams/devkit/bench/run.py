@@ -1,0 +1,197 @@
+"""The bench's run: the phases in order on one broker, then the figures as one JSON object.
+
+Phases: the workload fills the topics; the raw aiokafka limits read it; a worker process reads
+the same records, then takes an offered load for latency (and optionally a soak); last, the
+engine and the state size are measured in process. `main` prints the figures' JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streams.client import ensure_topics
+from streams.core.policy import Policy, load_policy
+from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
+from streams.devkit.bench.load import latency, soak
+from streams.devkit.bench.raw import raw_lean_limit, raw_limit
+from streams.devkit.bench.worker import BenchWorker, claimstream_rate, env_settings
+from streams.devkit.bench.workload import Throughput, Workload, create_topics, fill, workload
+from streams.devkit.brokers import free_port, start_broker
+from streams.packaged import example_path
+from streams.settings import Guarantee, Settings, Topics
+
+
+@dataclass(frozen=True)
+class WorkerFigures:
+    """What the phases against the worker process measured."""
+
+    rate: Throughput
+    stage_us: dict[str, float]
+    saturated: float  # new-key decisions per second at saturation
+    latencies: list[float]
+    peak_rss: int
+    soak_samples: list[tuple[float, int, int]]
+
+
+def run(
+    claims: int,
+    subjects: int,
+    broker_kind: str,
+    partitions: int,
+    latency_s: float,
+    soak_s: float = 0.0,
+    guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
+) -> dict[str, Any]:
+    policy = load_policy(example_path("policy.yaml"))
+    work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
+    name = f"bench{uuid.uuid4().hex[:6]}"
+    topics = Topics(**{k: f"{name}.{v}" for k, v in Topics().model_dump().items()})
+    broker = start_broker(broker_kind, partitions=partitions)
+    try:
+        settings = Settings(
+            app_id=name,
+            broker=f"kafka://{broker.bootstrap}",
+            partitions=partitions,
+            topics=topics,
+            web_port=free_port(),
+            data_dir=work_dir / "state",
+            log_level="error",
+            processing_guarantee=guarantee,
+        )
+        asyncio.run(ensure_topics(settings))
+        load = workload(claims, subjects, seed=1, topic=topics.claims)
+        print(f"bench: {len(load.records)} claims ({len(load.claims)} valid) on {broker_kind}")
+        raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
+        measured = _worker_phases(broker.bootstrap, settings, load, latency_s, soak_s)
+    finally:
+        broker.close()  # stops it and removes its data folder
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return {
+        "broker": broker_kind,
+        "claims": len(load.records),
+        "subjects": subjects,
+        "guarantee": guarantee.value,
+        **_figures(policy, load, raw, lean, measured, soak_s),
+    }
+
+
+def _raw_phases(
+    bootstrap: str, name: str, settings: Settings, load: Workload
+) -> tuple[Throughput, Throughput]:
+    """Fill the raw loops' topic and the worker's input with the same records, then time the
+    raw aiokafka loops on theirs."""
+    raw_in, raw_out = f"{name}.raw-in", f"{name}.raw-out"
+    asyncio.run(create_topics(bootstrap, [raw_in, raw_out], settings.partitions))
+    asyncio.run(fill(bootstrap, raw_in, load.records))
+    asyncio.run(fill(bootstrap, settings.topics.claims, load.records))
+    raw = asyncio.run(raw_limit(bootstrap, raw_in, raw_out, len(load.records)))
+    print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
+    lean = asyncio.run(raw_lean_limit(bootstrap, raw_in, raw_out, len(load.records)))
+    print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
+    return raw, lean
+
+
+def _worker_phases(
+    bootstrap: str, settings: Settings, load: Workload, latency_s: float, soak_s: float
+) -> WorkerFigures:
+    """A worker process reads the filled input, then takes the offered load (and the soak)."""
+    topics = settings.topics
+    env = dict(os.environ)
+    env.update({f"CLAIMSTREAM_{k.upper()}": str(v) for k, v in env_settings(settings).items()})
+    env.update({f"CLAIMSTREAM_TOPIC_{k.upper()}": v for k, v in topics.model_dump().items()})
+    worker = BenchWorker(settings, env)
+    try:
+        ours = claimstream_rate(worker, len(load.records), timeout_s=900)
+        print(f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim")
+        stage_us = {
+            stage: round(seconds / len(load.records) * 1e6, 1)
+            for stage, seconds in worker.stage_seconds().items()
+        }
+        print(f"bench: µs per claim by stage {stage_us}")
+        # New keys cost more than the mixed workload's average (each one is a decision), so
+        # the saturating rate for the latency phase is measured on new keys first.
+        _, saturated = asyncio.run(latency(bootstrap, topics, 1e9, 4000))
+        print(f"bench: new-key decisions saturate at {saturated:,.0f}/s")
+        lat, _ = asyncio.run(
+            latency(bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
+        )
+        rss = worker.peak_rss()
+        samples = []
+        if soak_s > 0:
+            samples = asyncio.run(soak(bootstrap, topics, worker, saturated / 4, soak_s, keys=5000))
+    finally:
+        worker.stop()
+    return WorkerFigures(ours, stage_us, saturated, lat, rss, samples)
+
+
+def _figures(
+    policy: Policy,
+    load: Workload,
+    raw: Throughput,
+    lean: Throughput,
+    measured: WorkerFigures,
+    soak_s: float,
+) -> dict[str, Any]:
+    """The JSON figures of the phases; the engine and state size are measured here, in process,
+    once the broker and worker are gone."""
+    ours, lat, saturated = measured.rate, measured.latencies, measured.saturated
+    quantiles = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
+    engine = engine_rate(policy)
+    return {
+        "raw_claims_per_s": round(raw.per_s),
+        "raw_lean_claims_per_s": round(lean.per_s),
+        "claimstream_claims_per_s": round(ours.per_s),
+        "raw_cpu_us_per_claim": round(raw.cpu_us, 1),
+        "raw_lean_cpu_us_per_claim": round(lean.cpu_us, 1),
+        "claimstream_cpu_us_per_claim": round(ours.cpu_us, 1),
+        "cpu_ratio": round(raw.cpu_us / ours.cpu_us, 3),
+        "stage_us": measured.stage_us,
+        "ratio": round(ours.per_s / raw.per_s, 3),
+        "new_key_saturation_per_s": round(saturated),
+        "latency_offered_per_s": round(saturated / 2),
+        "latency_samples": len(lat),
+        "p50_ms": round(quantiles[49] * 1000, 1),
+        "p99_ms": round(quantiles[98] * 1000, 1),
+        "peak_rss_bytes": measured.peak_rss,
+        "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
+        "engine_decisions_per_s": round(engine),
+        **(_soak_figures(measured, soak_s) if soak_s > 0 else {}),
+    }
+
+
+def _soak_figures(measured: WorkerFigures, soak_s: float) -> dict[str, Any]:
+    # Growth is measured from the middle of the run: the keys take minutes to fill their
+    # bounded claims and decision history (measured: about 4 minutes at these rates).
+    samples = measured.soak_samples
+    settled = next(s for s in samples if s[0] >= soak_s / 2)
+    return {
+        "soak_s": soak_s,
+        "soak_offered_per_s": round(measured.saturated / 4),
+        "soak_rss_settled_bytes": settled[1],
+        "soak_rss_end_bytes": samples[-1][1],
+        "soak_rss_growth_pct": round((samples[-1][1] / settled[1] - 1) * 100, 1),
+        "soak_keys_end": samples[-1][2],
+    }
+
+
+def main(
+    claims: int,
+    subjects: int,
+    broker_kind: str,
+    partitions: int,
+    latency_s: float,
+    soak_s: float = 0.0,
+    guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
+) -> int:
+    result = run(claims, subjects, broker_kind, partitions, latency_s, soak_s, guarantee)
+    print(json.dumps(result, sort_keys=True))
+    return 0

@@ -1,0 +1,114 @@
+"""The worker under test: a real `claimstream worker` process fed by the bench, read through
+its /metrics and /proc (claims processed, CPU, memory, stage times, state keys).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from streams.devkit.bench.workload import Throughput
+from streams.metrics import STAGES
+from streams.settings import Settings
+
+
+def _metric(text: str, name: str) -> float:
+    """The sum of a metric's samples (`name` may carry a full label set)."""
+    prefixes = (name + " ",) if name.endswith("}") else (name + "{", name + " ")
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefixes)
+    )
+
+
+class BenchWorker:
+    def __init__(self, settings: Settings, env: dict[str, str]) -> None:
+        self.settings = settings
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def metrics(self) -> str:
+        try:
+            url = f"http://127.0.0.1:{self.settings.web_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return str(response.read().decode())
+        except OSError:
+            return ""
+
+    def processed(self) -> float:
+        text = self.metrics()
+        return _metric(text, "claimstream_claims_accepted_total") + _metric(
+            text, "claimstream_claims_rejected_total"
+        )
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU time of the worker process so far (all its threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss(self) -> int:
+        return self._status_bytes("VmHWM:")
+
+    def rss(self) -> int:
+        return self._status_bytes("VmRSS:")
+
+    def stage_seconds(self) -> dict[str, float]:
+        text = self.metrics()
+        return {
+            stage: _metric(text, f'claimstream_stage_seconds_total{{stage="{stage}"}}')
+            for stage in STAGES
+        }
+
+    def state_keys(self) -> int:
+        return int(_metric(self.metrics(), "claimstream_state_keys"))
+
+    def _status_bytes(self, field: str) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> Throughput:
+    """Claims per second from the first processed claim to the last (startup excluded)."""
+    deadline = time.monotonic() + timeout_s
+    first: tuple[float, float, float] | None = None
+    while time.monotonic() < deadline:
+        done = worker.processed()
+        now, cpu = time.perf_counter(), worker.cpu_seconds()
+        if first is None and done > 0:
+            first = (now, done, cpu)
+        if done >= expected and first is not None:
+            claims = max(done - first[1], 1.0)
+            return Throughput(claims / max(now - first[0], 1e-6), (cpu - first[2]) / claims * 1e6)
+        time.sleep(0.2)
+    raise TimeoutError(f"worker processed {worker.processed():.0f} of {expected} claims")
+
+
+def env_settings(settings: Settings) -> dict[str, object]:
+    return {
+        "app_id": settings.app_id,
+        "broker": settings.broker,
+        "partitions": settings.partitions,
+        "web_port": settings.web_port,
+        "data_dir": settings.data_dir,
+        "log_level": settings.log_level,
+        "processing_guarantee": settings.processing_guarantee.value,
+    }

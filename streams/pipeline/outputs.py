@@ -1,0 +1,126 @@
+"""What a decided record sends: the key's decision records, escalations and outcome counts
+(`Outputs.emit`), or a dead letter carrying the original record plus why it was refused
+(`Outputs.dead_letter`, headers under `ERROR_HEADER_PREFIX`). The last room of the pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from streams.core.contracts import Claim, RejectReason
+from streams.core.engine import Arbitration
+from streams.core.errors import RejectedInput
+from streams.core.keystate import Step
+from streams.metrics import Metrics
+from streams.pipeline.records import Handled, Incoming, Outgoing
+from streams.registry import WireCodec
+from streams.settings import Settings
+
+# The pipeline's rooms log under the one name operators filter on.
+log = logging.getLogger(__package__)
+
+ERROR_HEADER_PREFIX = "claimstream.error."
+
+
+class Outputs:
+    def __init__(
+        self,
+        settings: Settings,
+        codec: WireCodec,
+        metrics: Metrics,
+        group: str,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self.topics = settings.topics
+        self.codec = codec
+        self.metrics = metrics
+        self.group = group
+        self.wall_clock = wall_clock
+
+    def emit(self, key: bytes, step: Step, record: Incoming) -> Handled:
+        """The key's new state and the records its step sends (a refused claim: a dead letter)."""
+        handled = Handled(key=key, state=step.state)
+        topics = self.topics
+        if step.refused is not None:
+            handled.outputs.append(self.dead_letter(record, step.refused, 1))
+        if step.emitted is not None:
+            handled.outputs += self._arbitration_records(key, step.emitted)
+            decision = step.emitted.decision
+            handled.decisions.append(decision)
+            conflict_kind = decision.conflict_kind.value if decision.conflict_kind else "none"
+            stat = f"{decision.field}|{decision.outcome.value}|{conflict_kind}".encode()
+            handled.outputs.append(Outgoing(topics.outcomes, stat, b"1"))
+        if step.escalation is not None:
+            handled.outputs.append(
+                Outgoing(
+                    topics.escalations, key, self.codec.encode(topics.escalations, step.escalation)
+                )
+            )
+            self.metrics.escalations.labels(self.metrics.field_label(step.state.field)).inc()
+        return handled
+
+    def _arbitration_records(self, key: bytes, arbitration: Arbitration) -> list[Outgoing]:
+        topics = self.topics
+        records = [
+            Outgoing(
+                topics.decisions, key, self.codec.encode(topics.decisions, arbitration.decision)
+            )
+        ]
+        if arbitration.epoch_change is not None:
+            records.append(
+                Outgoing(
+                    topics.epoch_changes,
+                    key,
+                    self.codec.encode(topics.epoch_changes, arbitration.epoch_change),
+                )
+            )
+            field_name = self.metrics.field_label(arbitration.decision.field)
+            self.metrics.epoch_changes.labels(field_name).inc()
+        if arbitration.reobserve is not None:
+            records.append(
+                Outgoing(
+                    topics.reobserve,
+                    key,
+                    self.codec.encode(topics.reobserve, arbitration.reobserve),
+                )
+            )
+        return records
+
+    def dead_letter(self, record: Incoming, exc: Exception, attempts: int) -> Outgoing:
+        """The original record to the dead-letter topic, with the reason in its headers."""
+        reason = exc.reason if isinstance(exc, RejectedInput) else RejectReason.PROCESSING_FAILED
+        detail = exc.detail if isinstance(exc, RejectedInput) else str(exc)
+        source = self._declared_source(record)
+        self.metrics.rejected(reason.value, source)
+        log.info(
+            "dead letter %s[%d]@%d: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
+            extra={"reason": reason.value, "attempts": attempts},
+        )
+        error_headers = {
+            "reason": reason.value,
+            "detail": detail[:2000],
+            "exception": type(exc.__cause__ or exc).__name__,
+            "topic": record.topic,
+            "partition": str(record.partition),
+            "offset": str(record.offset),
+            "group": self.group,
+            "attempts": str(attempts),
+            "rejected_at": datetime.fromtimestamp(self.wall_clock(), UTC).isoformat(),
+        }
+        headers = record.headers + tuple(
+            (ERROR_HEADER_PREFIX + name, value.encode()) for name, value in error_headers.items()
+        )
+        return Outgoing(self.topics.dead_letters, record.key, record.value, headers)
+
+    def _declared_source(self, record: Incoming) -> str | None:
+        """The source a rejected claim claims to be, for the per-source rejection metric."""
+        try:
+            return self.codec.decode(Claim, record.value).source
+        except Exception:
+            return None

@@ -1,0 +1,43 @@
+"""The records the pipeline reads and writes: an `Incoming` Kafka record in, `Outgoing` records and
+the key's new state out (`Handled`). Plain frozen slots dataclasses: one is built per input record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streams.core.contracts import Decision
+from streams.core.keystate import KeyState
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    timestamp: float | None = None  # the record's Kafka timestamp, seconds
+
+    def header(self, name: str) -> bytes | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    partition: int | None = None  # None: the key's partition under the default partitioner
+
+
+@dataclass(slots=True)
+class Handled:
+    key: bytes | None = None
+    state: KeyState | None = None
+    outputs: list[Outgoing] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
