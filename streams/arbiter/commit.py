@@ -123,11 +123,8 @@ class InFlight:
     partitions: set[int]
 
 
-class AtLeastOnce:
-    """One batch in flight: a batch's acknowledgements are awaited after the next is decided."""
-
-    isolation = "read_uncommitted"
-    idempotent = False
+class _Committer:
+    """What every strategy commits through: the tasks, the producer, the group's positions."""
 
     def __init__(
         self,
@@ -142,8 +139,15 @@ class AtLeastOnce:
         self.positions = positions
         self.metrics = metrics
         self.stages = stages
-        self._in_flight: InFlight | None = None  # the last batch, until its records are acked
-        self._commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+
+
+class AtLeastOnce(_Committer):
+    """One batch in flight: a batch's acknowledgements are awaited after the next is decided."""
+
+    isolation = "read_uncommitted"
+    idempotent = False
+    _in_flight: InFlight | None = None  # the last batch, until its records are acked
+    _commit: asyncio.Future[None] | None = None  # the last batch's offset commit
 
     async def fence(self, tasks: Sequence[Task]) -> None:
         """Nothing to fence: a previous owner still sending only repeats decisions."""
@@ -222,7 +226,7 @@ def _retrieved(acks: asyncio.Future[None]) -> None:
         acks.exception()
 
 
-class ExactlyOnce:
+class ExactlyOnce(_Committer):
     """One transaction per task: its outputs, journal and input offsets commit together."""
 
     isolation = "read_committed"
@@ -238,13 +242,9 @@ class ExactlyOnce:
         metrics: Metrics,
         stages: StageClock,
     ) -> None:
+        super().__init__(tasks, collector, positions, metrics, stages)
         self.settings = settings
         self.group = group
-        self.tasks = tasks
-        self.collector = collector
-        self.positions = positions
-        self.metrics = metrics
-        self.stages = stages
 
     async def fence(self, tasks: Sequence[Task]) -> None:
         """Fence each task's previous owner and settle its open transaction (committed or
