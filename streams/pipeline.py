@@ -19,6 +19,7 @@ from time import perf_counter
 
 from aiokafka.partitioner import murmur2
 
+from streams.core.arbitration import Arbitration
 from streams.core.authenticity import SourceKey, keyring, verify
 from streams.core.contracts import (
     Claim,
@@ -29,7 +30,6 @@ from streams.core.contracts import (
     Resolution,
     SourceClass,
 )
-from streams.core.engine import Arbitration
 from streams.core.errors import ClaimstreamError, ContractError, RejectedInput
 from streams.core.intake import admit, admit_resolution
 from streams.core.keystate import (

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from streams.core.arbitration import Arbitration
 from streams.core.contracts import (
     OPEN_OUTCOMES,
     Authority,
@@ -34,8 +35,9 @@ from streams.core.contracts import (
     Value,
     constructed,
 )
-from streams.core.engine import Arbitration, arbitrate, extend
+from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
+from streams.core.incremental import extend
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import canonical_value
 from streams.core.policy import FieldRules
@@ -387,7 +389,7 @@ def add_claim(
     A claim_id identifies one claim within its key (subject and field). Seen again with the same
     normalized content it is a redelivery. Seen with different content, neither version counts:
     the earlier one leaves the evidence, this one is refused, and so is any later version, the
-    same final state whatever order the versions arrive in (as `engine.distinct` in replay)."""
+    same final state whatever order the versions arrive in (as `agreement.distinct` in replay)."""
     claim = admitted.claim
     state = state or KeyState(subject=claim.subject, field=claim.field)
     claim_id = claim.claim_id
@@ -579,7 +581,7 @@ def _extended(
     now: datetime,
     limits: Limits,
 ) -> Arbitration | None:
-    """The incremental path (`engine.extend`), where its preconditions hold: the last
+    """The incremental path (`incremental.extend`), where its preconditions hold: the last
     arbitration is at hand and was made under these rules, no timer of the key has come due since
     (so time alone changed nothing), and the new claim needs no eviction."""
     previous, last = state.arbitration, state.current

@@ -115,7 +115,8 @@ class SourcePolicy(_Strict):
 
 
 class SigningKeyPolicy(_Strict):
-    """A key that proves a claim's source; HMAC secrets come from the environment, never the file."""
+    """A key that proves a claim's source; HMAC secrets come from the environment, never the
+    file."""
 
     key_id: str = Field(min_length=1)
     algorithm: Literal["hmac-sha256", "ed25519"]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streams.core.contracts import Claim, Money, RejectReason, Resolution
-from streams.core.engine import arbitrate, extend
+from streams.core.engine import arbitrate
+from streams.core.incremental import extend
 from streams.core.intake import admit
 from streams.core.keystate import (
     KeyState,
