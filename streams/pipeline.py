@@ -35,7 +35,7 @@ from streams.core.intake import admit, admit_resolution
 from streams.core.keystate import (
     KeyState,
     Limits,
-    Step,
+    Transition,
     add_claim,
     add_resolution,
     advance,
@@ -331,7 +331,7 @@ class Processor:
         stamped = datetime.fromtimestamp(record.timestamp, UTC)
         return min(stamped, wall + self.policy.defaults.max_clock_skew)
 
-    def _emit(self, key: bytes, step: Step, record: Incoming) -> Handled:
+    def _emit(self, key: bytes, step: Transition, record: Incoming) -> Handled:
         handled = Handled(key=key, state=step.state)
         topics = self.topics
         if step.refused is not None:

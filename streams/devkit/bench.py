@@ -38,7 +38,8 @@ from streams.core.contracts import Claim, Decision
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError, RejectedInput
 from streams.core.intake import admit, parse_claim
-from streams.core.keystate import KeyState, Limits, add_claim, encode_state, state_key
+from streams.core.journal import encode_state
+from streams.core.keystate import KeyState, Limits, add_claim, state_key
 from streams.core.policy import Policy, load_policy
 from streams.devkit.brokers import free_port, start_broker
 from streams.devkit.synthetic import generate_claims

@@ -15,13 +15,12 @@ from pathlib import Path
 from streams.core.contracts import Resolution
 from streams.core.errors import ContractError
 from streams.core.intake import admit, admit_resolution, parse_claim
+from streams.core.journal import decode_state, encode_state
 from streams.core.keystate import (
     KeyState,
     add_claim,
     add_resolution,
     advance,
-    decode_state,
-    encode_state,
     state_key,
 )
 from streams.core.policy import Policy, load_policy
