@@ -19,7 +19,6 @@ from pydantic import BaseModel
 from streams.core.contracts import Authority, Claim, ClaimStatus, Money, Resolution, Value
 from streams.core.intake import AdmittedClaim
 from streams.core.keystate import DecisionSummary, KeyState
-from streams.core.memo import ByIdentity
 from streams.core.normalize import canonical_value
 
 # The stored form (version 3) of a claim, a resolution and a decision summary: the model's own
@@ -218,11 +217,14 @@ def _dumped_records(raw: dict[str, Any], subject: str, field: str) -> _Records:
     return resolutions, history
 
 
-stored_summary = ByIdentity[DecisionSummary, str](
-    lambda summary: _COMPACT_JSON.encode(_SUMMARY_FORM.dump(summary))
-)
-"""A decision summary's stored form (JSON), made once: a key's state is journaled again on every
-change, and the decisions in its history never change."""
+def stored_summary(summary: DecisionSummary) -> str:
+    """A decision summary's stored form (JSON), kept on it once made (as a claim's): a key's
+    state is journaled again on every change, and the decisions in its history never change."""
+    stored: str | None = getattr(summary, "journaled", None)
+    if stored is None:
+        stored = _COMPACT_JSON.encode(_SUMMARY_FORM.dump(summary))
+        object.__setattr__(summary, "journaled", stored)  # a slot, past the frozen model's guard
+    return stored
 
 
 def _claim_json(admitted: AdmittedClaim) -> str:

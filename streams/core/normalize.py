@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from streams.core.contracts import Money, RejectReason, Value
 from streams.core.errors import ContractError
-from streams.core.memo import ByIdentity
+from streams.core.memo import by_identity
 from streams.core.policy import FieldRules, FieldType, StringCase
 
 MAX_STRING_CHARS = 4096
@@ -125,7 +125,7 @@ def _compiled(rules: FieldRules) -> Normalizer:
     return normalized
 
 
-normalizer_for = ByIdentity[FieldRules, Normalizer](_compiled)
+normalizer_for: Callable[[FieldRules], Normalizer] = by_identity(_compiled)
 """A field's normalizer, compiled once per FieldRules (every claim asks; policy rules live as
 long as their policy, and a copy with other rules is compiled anew)."""
 
