@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from streams.core.keystate import KeyState, decode_state, encode_state
+from streams.core.journal import decode_state, encode_state
+from streams.core.keystate import KeyState
 
 
 class StateCache:

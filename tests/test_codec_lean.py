@@ -15,7 +15,8 @@ from streams.codec import claim_from_avro, parsed_schema
 from streams.core.contracts import Claim
 from streams.core.errors import RejectedInput
 from streams.core.intake import AdmittedClaim, admit, parse_claim
-from streams.core.keystate import KeyState, encode_state
+from streams.core.journal import encode_state
+from streams.core.keystate import KeyState
 from streams.core.policy import load_policy
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Settings

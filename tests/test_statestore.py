@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from streams.core.contracts import Claim
 from streams.core.intake import admit
-from streams.core.keystate import KeyState, Limits, add_claim, encode_state
+from streams.core.journal import encode_state
+from streams.core.keystate import KeyState, Limits, add_claim
 from streams.core.policy import load_policy
 from streams.settings import Settings
 from streams.statestore import StateCache, TaskStore

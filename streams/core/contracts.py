@@ -31,6 +31,12 @@ class ClaimStatus(StrEnum):
     ERROR = "error"
 
 
+# Say nothing about existence: never evidence of absence (nor of anything else).
+NO_EVIDENCE_STATUSES = frozenset(
+    {ClaimStatus.FORBIDDEN, ClaimStatus.UNAVAILABLE, ClaimStatus.ERROR}
+)
+
+
 class SourceClass(StrEnum):
     OBSERVATION = "observation"
     USER = "user"

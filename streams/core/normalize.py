@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from streams.core.contracts import Money, RejectReason, Value
 from streams.core.errors import ContractError
+from streams.core.memo import by_identity
 from streams.core.policy import FieldRules, FieldType, StringCase
 
 MAX_STRING_CHARS = 4096
@@ -99,13 +100,12 @@ _NormalizeWith = Callable[[Value, str | None, FieldRules], Value]
 
 def normalize_value(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     """Return `raw` in the field's canonical form, or raise ContractError saying why not."""
-    return rules.normalizer(raw, unit)
+    return normalizer_for(rules)(raw, unit)
 
 
-def compile_normalizer(rules: FieldRules) -> Normalizer:
-    """`normalize_value` for one field, with what depends on the field alone worked out once
-    (`FieldRules.normalizer` keeps it): which normalizer applies, and for an enum the spellings
-    it accepts, normalized."""
+def _compiled(rules: FieldRules) -> Normalizer:
+    """`normalize_value` for one field, with what depends on the field alone worked out once:
+    which normalizer applies, and for an enum the spellings it accepts, normalized."""
     normalize = _enum_of(rules) if rules.type is FieldType.ENUM else _NORMALIZERS[rules.type]
 
     def normalized(raw: Value, unit: str | None) -> Value:
@@ -123,6 +123,11 @@ def compile_normalizer(rules: FieldRules) -> Normalizer:
         return normalize(raw, unit, rules)
 
     return normalized
+
+
+normalizer_for: Callable[[FieldRules], Normalizer] = by_identity(_compiled)
+"""A field's normalizer, compiled once per FieldRules (every claim asks; policy rules live as
+long as their policy, and a copy with other rules is compiled anew)."""
 
 
 def _type_error(rules: FieldRules, raw: Value, expected: str) -> ContractError:

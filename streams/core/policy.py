@@ -12,16 +12,13 @@ from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from streams.core.contracts import Authority
 from streams.core.errors import PolicyError, validation_problems
-
-if TYPE_CHECKING:
-    from streams.core.normalize import Normalizer
 
 CATCH_ALL = "*"
 
@@ -115,7 +112,8 @@ class SourcePolicy(_Strict):
 
 
 class SigningKeyPolicy(_Strict):
-    """A key that proves a claim's source; HMAC secrets come from the environment, never the file."""
+    """A key that proves a claim's source; HMAC secrets come from the environment, never the
+    file."""
 
     key_id: str = Field(min_length=1)
     algorithm: Literal["hmac-sha256", "ed25519"]
@@ -188,21 +186,6 @@ class FieldRules(_Strict):
     epoch_change: EpochChangeRule
     escalate_after: timedelta
     authorities: dict[str, Authority]
-
-    @cached_property
-    def normalizer(self) -> Normalizer:
-        """This field's value normalization, compiled once per policy (every claim asks)."""
-        # Imported here: normalize reads the field types and cases defined in this module.
-        from streams.core.normalize import compile_normalizer
-
-        return compile_normalizer(self)
-
-    def model_copy(
-        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
-    ) -> FieldRules:
-        copied = super().model_copy(update=update, deep=deep)
-        copied.__dict__.pop("normalizer", None)  # compiled from the rules it was copied from
-        return copied
 
 
 class Policy(_Strict):

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from streams.core.agreement import distinct
 from streams.core.contracts import Decision, RejectReason, Resolution
-from streams.core.engine import arbitrate, distinct
+from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim, admit, admit_resolution, parse_claim
 from streams.core.policy import Policy

@@ -9,10 +9,10 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from streams.core.arbitration import Arbitration
 from streams.core.contracts import Claim, RejectReason
-from streams.core.engine import Arbitration
 from streams.core.errors import RejectedInput
-from streams.core.keystate import Step
+from streams.core.keystate import Transition
 from streams.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
 from streams.registry import WireCodec
@@ -39,7 +39,7 @@ class Outputs:
         self.group = group
         self.wall_clock = wall_clock
 
-    def emit(self, key: bytes, step: Step, record: Incoming) -> Handled:
+    def emit(self, key: bytes, step: Transition, record: Incoming) -> Handled:
         """The key's new state and the records its step sends (a refused claim: a dead letter)."""
         handled = Handled(key=key, state=step.state)
         topics = self.topics

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from streams.core.arbitration import Arbitration
 from streams.core.contracts import Claim, Decision, Resolution
-from streams.core.engine import Arbitration, arbitrate
+from streams.core.engine import arbitrate
 from streams.core.intake import AdmittedClaim, admit
 from streams.core.policy import Policy, load_policy
 

@@ -1,4 +1,5 @@
-"""The nine fixture cases of seed 000 ("Testing disagreement paths") and the engine's other rules."""
+"""The nine fixture cases of seed 000 ("Testing disagreement paths") and the engine's other
+rules."""
 
 from __future__ import annotations
 

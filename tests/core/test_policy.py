@@ -87,8 +87,8 @@ def test_authority_comes_from_the_policy_and_per_field_overrides(tmp_path: Path)
     policy = load_policy(
         write(
             tmp_path,
-            MINIMAL
-            + "  account.balance: {type: money, currency: USD, authorities: {billing-api: cached}}\n",
+            MINIMAL + "  account.balance: {type: money, currency: USD,"
+            " authorities: {billing-api: cached}}\n",
         )
     )
     assert admit(claim(1), policy, NOW).authority is Authority.SYSTEM_OF_RECORD

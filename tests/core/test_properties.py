@@ -8,8 +8,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.core.agreement import distinct
 from streams.core.contracts import Claim
-from streams.core.engine import arbitrate, distinct
+from streams.core.engine import arbitrate
 from streams.core.intake import admit
 from streams.core.keystate import KeyState, Limits, add_claim, advance, current_decision
 from streams.core.policy import FieldRules, Policy, load_policy, parse_policy

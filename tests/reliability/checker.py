@@ -30,7 +30,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
 from streams.core.contracts import Claim, Decision
-from streams.core.keystate import KeyState, decode_state, state_key
+from streams.core.journal import decode_state
+from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.devkit.brokers import KafkaCluster

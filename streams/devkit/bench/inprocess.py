@@ -13,7 +13,8 @@ from streams.core.contracts import Claim
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
 from streams.core.intake import admit
-from streams.core.keystate import KeyState, Limits, add_claim, encode_state, state_key
+from streams.core.journal import encode_state
+from streams.core.keystate import KeyState, Limits, add_claim, state_key
 from streams.core.policy import Policy
 from streams.devkit.bench.workload import PAID, SOURCES, payment
 

@@ -1,0 +1,290 @@
+"""The decision record: what the engine decided about one key, and the records built from it.
+
+Where it sits: the rules (`engine.py`) reach a `Verdict` and give each claim a role; this module
+turns them into an `Arbitration`, which carries the decision id and the roles at once and builds
+the Decision (with its evidence), the EpochChange and the ReobserveRequest only when someone reads
+them. Downstream, keystate keeps the last arbitration in memory and the pipeline sends its records.
+Every path that decides (the full rules, their incremental shortcut in `incremental.py`, a decision
+restated as first emitted) computes the id here, from the verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import NamedTuple
+
+from streams.core.contracts import (
+    Action,
+    ClaimStatus,
+    ConflictKind,
+    Decision,
+    EpochChange,
+    Evidence,
+    EvidenceRole,
+    Money,
+    Outcome,
+    ReobserveRequest,
+    Value,
+    constructed,
+)
+from streams.core.intake import AdmittedClaim
+from streams.core.policy import FieldRules, OnConflict
+
+Roles = dict[str, EvidenceRole]
+
+_CONFLICT_ACTIONS = {
+    OnConflict.BLOCK: Action.BLOCK,
+    OnConflict.DEGRADE: Action.DEGRADE,
+    OnConflict.SURFACE: Action.CONTINUE,
+    OnConflict.MOST_RECENT: Action.BLOCK,
+}
+
+
+class Verdict(NamedTuple):
+    """What the rules found: the parts of a decision its id is made of, and how it was reached.
+
+    `by_precedence` is set by the rule that resolves by authority precedence (corroboration,
+    without a tiebreak): the winner's own value decides, so one more claim that agrees with it,
+    or is weaker, leaves the belief standing (see `incremental.extend`)."""
+
+    outcome: Outcome
+    reason: str
+    kind: ConflictKind | None = None
+    status: ClaimStatus | None = None
+    value: Value = None
+    tiebreak: str | None = None
+    resolution_id: str | None = None
+    by_precedence: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EpochShift:
+    """A value that changed across an epoch boundary (set aside by the newest_epoch rule)."""
+
+    from_epoch: int
+    to_epoch: int
+    previous_value: Value
+    new_value: Value
+    claim_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """A decision over plain claims (no epoch, period or scope) that one more plain claim may
+    leave standing: resolved by precedence (`winner` set), or a conflict at authority `rank`."""
+
+    rank: int
+    winner: AdmittedClaim | None
+    rules: FieldRules
+    policy_version: str
+
+
+class Arbitration:
+    """What the engine decided: the decision id and roles at once, the full records on demand.
+
+    Building a Decision with its evidence costs more than deciding; a stream emits only when the
+    belief changes, so the records are built only when someone reads them."""
+
+    def __init__(
+        self,
+        *,
+        subject: str,
+        field: str,
+        claims: list[AdmittedClaim],
+        roles: Roles,
+        verdict: Verdict,
+        rules: FieldRules,
+        policy_version: str,
+        decided_at: datetime,
+        supersedes: str | None,
+        shift: EpochShift | None = None,
+        belief: Belief | None = None,
+        known_id: str | None = None,
+    ) -> None:
+        self.subject, self.field = subject, field
+        self.belief = belief
+        """Set when a new claim may be added without arbitrating again (see `extend`)."""
+        self.roles = roles
+        self.outcome = verdict.outcome
+        self._claims, self._verdict, self._rules = claims, verdict, rules
+        self._policy_version, self._decided_at = policy_version, decided_at
+        self._supersedes, self._shift = supersedes, shift
+        self.action = _action(verdict, rules)
+        resolved = verdict.outcome is Outcome.RESOLVED
+        self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
+        self.decision_id = known_id or decision_id(
+            subject=subject,
+            field=field,
+            verdict=verdict,
+            unit=self.unit,
+            action=self.action,
+            policy_version=policy_version,
+        )
+
+    @property
+    def claims(self) -> list[AdmittedClaim]:
+        """The evidence, oldest first."""
+        return self._claims
+
+    @property
+    def verdict(self) -> Verdict:
+        return self._verdict
+
+    @property
+    def supersedes(self) -> str | None:
+        return self._supersedes
+
+    @cached_property
+    def decision(self) -> Decision:
+        """Built without re-validation (`constructed`): every part comes from validated claims
+        and the policy. Tests round-trip decisions through Avro and `model_validate`."""
+        verdict = self._verdict
+        roles = self.roles
+        return constructed(
+            Decision,
+            {
+                "decision_id": self.decision_id,
+                "subject": self.subject,
+                "field": self.field,
+                "outcome": verdict.outcome,
+                "conflict_kind": verdict.kind,
+                "status": verdict.status,
+                "value": verdict.value,
+                "unit": self.unit,
+                "action": self.action,
+                "policy_version": self._policy_version,
+                "reason": verdict.reason,
+                "tiebreak": verdict.tiebreak,
+                "resolution_id": verdict.resolution_id,
+                "evidence": tuple(_evidence(a, roles[a.claim.claim_id]) for a in self._claims),
+                "decided_at": self._decided_at,
+                "supersedes": self._supersedes,
+            },
+        )
+
+    def restated(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
+        """The same decision with another decided_at and supersedes (as first emitted)."""
+        return Arbitration(
+            subject=self.subject,
+            field=self.field,
+            claims=self._claims,
+            roles=self.roles,
+            verdict=self._verdict,
+            rules=self._rules,
+            policy_version=self._policy_version,
+            decided_at=decided_at,
+            supersedes=supersedes,
+            shift=self._shift,
+            belief=self.belief,
+            known_id=self.decision_id,
+        )
+
+    @cached_property
+    def epoch_change(self) -> EpochChange | None:
+        return _epoch_event(self.decision, self._shift)
+
+    @cached_property
+    def reobserve(self) -> ReobserveRequest | None:
+        return _reobserve_request(self.decision, self._claims, self.roles)
+
+
+def decision_id(
+    *,
+    subject: str,
+    field: str,
+    verdict: Verdict,
+    unit: str | None,
+    action: Action,
+    policy_version: str,
+) -> str:
+    """Hash of what was decided (not when, nor the evidence list, which grows as claims agree,
+    nor how the rules got there): blake2b over its parts joined by a unit separator (enum members
+    format as their values; the subject, the only free text before parts of fixed vocabulary, is
+    length-prefixed). Every path computes it here."""
+    text = (
+        f"{len(subject)}:{subject}\x1f{field}\x1f{verdict.outcome}\x1f{verdict.kind}"
+        f"\x1f{verdict.status}\x1f{_hashable(verdict.value)}\x1f{unit}\x1f{action}"
+        f"\x1f{policy_version}\x1f{verdict.reason}\x1f{verdict.tiebreak}"
+        f"\x1f{verdict.resolution_id}"
+    )
+    return f"dec_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
+
+
+def _hashable(value: Value) -> str:
+    """A normalized value as text for the decision id: its repr (floats exactly), money as
+    amount and currency."""
+    if isinstance(value, Money):
+        return f"money:{value.amount_minor}:{value.currency}"
+    return repr(value)
+
+
+def _action(verdict: Verdict, rules: FieldRules) -> Action:
+    if verdict.outcome is Outcome.RESOLVED:
+        return Action.CONTINUE
+    if verdict.outcome is Outcome.QUARANTINED:
+        return Action.BLOCK
+    if verdict.outcome is Outcome.INSUFFICIENT:
+        return Action.BLOCK if rules.on_conflict is OnConflict.BLOCK else Action.DEGRADE
+    return _CONFLICT_ACTIONS[rules.on_conflict]
+
+
+def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
+    claim = admitted.claim
+    return constructed(
+        Evidence,
+        {
+            "claim_id": claim.claim_id,
+            "source": claim.source,
+            "replica": claim.replica,
+            "authority": admitted.authority,
+            "status": claim.status,
+            "value": admitted.value,
+            "observed_at": claim.observed_at,
+            "valid_from": claim.valid_from,
+            "valid_to": claim.valid_to,
+            "epoch": claim.epoch,
+            "lineage": admitted.lineage,
+            # As compared (normalized): one claim sent twice with its scope spelled two ways is
+            # the same claim, and its evidence must not depend on which spelling arrived first.
+            "scope": admitted.scope_key,
+            "role": role,
+        },
+    )
+
+
+def _epoch_event(decision: Decision, shift: EpochShift | None) -> EpochChange | None:
+    if shift is None:
+        return None
+    return EpochChange(
+        subject=decision.subject,
+        field=decision.field,
+        from_epoch=shift.from_epoch,
+        to_epoch=shift.to_epoch,
+        previous_value=shift.previous_value,
+        new_value=shift.new_value,
+        claim_ids=tuple(shift.claim_ids),
+        decision_id=decision.decision_id,
+        detected_at=decision.decided_at,
+    )
+
+
+def _reobserve_request(
+    decision: Decision, claims: list[AdmittedClaim], roles: Roles
+) -> ReobserveRequest | None:
+    if decision.outcome is not Outcome.QUARANTINED:
+        return None
+    held = [a for a in claims if roles[a.claim.claim_id] is EvidenceRole.QUARANTINED]
+    epochs = [a.claim.epoch for a in held if a.claim.epoch is not None]
+    return ReobserveRequest(
+        request_id=f"reobs_{decision.decision_id.removeprefix('dec_')}",
+        subject=decision.subject,
+        field=decision.field,
+        epoch=max(epochs) if epochs else None,
+        sources=tuple(sorted({a.claim.source for a in held})),
+        reason=decision.reason,
+        decision_id=decision.decision_id,
+        requested_at=decision.decided_at,
+    )

@@ -1,0 +1,155 @@
+"""The rules' shortcut: one more claim placed into the last arbitration without running them.
+
+Where it sits: keystate tries `extend` first for a new claim (when no timer of the key has come
+due), and runs the rules (`engine.arbitrate`) only when it returns None. It is a second encoding
+of a part of `engine.RULES`, for the common case of a plain claim that cannot change the belief;
+`tests/core/test_properties.py::test_incremental_arbitration_equals_the_full_engine_at_every_step`
+holds it equal to the full engine, claim by claim, so a change to the rules that this shortcut
+does not follow fails there.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from streams.core.agreement import RECENCY, agrees
+from streams.core.arbitration import Arbitration, Belief, Roles, Verdict
+from streams.core.contracts import (
+    NO_EVIDENCE_STATUSES,
+    ClaimStatus,
+    ConflictKind,
+    EvidenceRole,
+    Outcome,
+    Resolution,
+)
+from streams.core.intake import AdmittedClaim
+from streams.core.normalize import values_agree
+from streams.core.policy import FieldRules, OnConflict
+
+_CONTESTED = EvidenceRole.CONTESTED
+
+_EXTENSIBLE_CONFLICTS = frozenset({ConflictKind.VALUE, ConflictKind.EXISTENCE})
+
+
+class Decided(Protocol):
+    """What the rules leave in their `engine.Context` that says whether `extend` may follow."""
+
+    rules: FieldRules
+    resolutions: Sequence[Resolution]
+    evidence: list[AdmittedClaim]
+    plain: bool
+    winner: AdmittedClaim | None
+    roles: Roles
+
+
+def extensible_belief(context: Decided, verdict: Verdict, policy_version: str) -> Belief | None:
+    """What `extend` may build on: a resolved precedence decision, or a value or
+    existence conflict, over plain claims with no resolution in play and no independence to
+    count (one more claim can join two sources into one lineage)."""
+    rules = context.rules
+    if not context.plain or context.resolutions or rules.min_independent_sources > 1:
+        return None
+    winner = context.winner
+    if verdict.by_precedence and winner is not None:
+        return Belief(winner.rank, winner, rules, policy_version)
+    if verdict.outcome is Outcome.CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
+        roles = context.roles
+        top = min(a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED)
+        return Belief(top, None, rules, policy_version)
+    return None
+
+
+def extend(
+    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
+) -> Arbitration | None:
+    """`arbitrate` over the previous claims plus `added`, in O(claims) copying and no rule run,
+    where `added` provably cannot change the belief; None where the rules must run again.
+
+    The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
+    freshness or period boundary) and that `added` is a new claim_id. Then a plain claim that
+    says nothing about existence is excluded, a stale one is stale, a fresh one weaker than the
+    deciding authority agrees with the winner (by the field's tolerance) or is contested; one of
+    the winner's own authority that says exactly the same joins the agreeing group, winning if
+    newer; one of the conflicting authority that cannot settle the conflict is contested with
+    the others."""
+    belief = previous.belief
+    if belief is None or not added.plain:
+        return None
+    rules, winner = belief.rules, belief.winner
+    claim = added.claim
+    roles = dict(previous.roles)
+    claim_id = claim.claim_id
+    if claim.status in NO_EVIDENCE_STATUSES:
+        roles[claim_id] = EvidenceRole.EXCLUDED
+    elif rules.freshness is not None and claim.observed_at < now - rules.freshness:
+        roles[claim_id] = EvidenceRole.STALE
+    elif added.rank > belief.rank:
+        agreeing = winner is not None and agrees(added, winner, rules.tolerance)
+        roles[claim_id] = EvidenceRole.CORROBORATING if agreeing else _CONTESTED
+    elif added.rank < belief.rank:
+        return None
+    elif winner is None:
+        if not _joins_conflict(added, previous, rules):
+            return None
+        roles[claim_id] = _CONTESTED
+    elif claim.status is not winner.claim.status or not _same_statement(
+        added, winner, previous.claims
+    ):
+        return None
+    elif added.recency > winner.recency:
+        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
+        roles[claim_id] = EvidenceRole.WINNER
+        belief = Belief(belief.rank, added, rules, belief.policy_version)
+    else:
+        roles[claim_id] = EvidenceRole.CORROBORATING
+    claims = list(previous.claims)
+    insort(claims, added, key=RECENCY)
+    return Arbitration(
+        subject=previous.subject,
+        field=previous.field,
+        claims=claims,
+        roles=roles,
+        verdict=previous.verdict,
+        rules=rules,
+        policy_version=belief.policy_version,
+        decided_at=now,
+        supersedes=supersedes,
+        belief=belief,
+        known_id=previous.decision_id,
+    )
+
+
+def _same_statement(
+    added: AdmittedClaim, winner: AdmittedClaim, claims: Iterable[AdmittedClaim]
+) -> bool:
+    """Whether `added` says exactly what the winner says, so that it joins the winner's group
+    whatever the tolerance. A float must also say exactly what every claim of its lineage at
+    that authority says: within a lineage, the newest observation decides which of the others
+    agree, by a tolerance that is not transitive."""
+    value = added.value
+    if not isinstance(value, float):
+        return values_agree(value, winner.value, 0.0)
+    return value == winner.value and all(a.value == value for a in _kin(added, claims))
+
+
+def _kin(added: AdmittedClaim, claims: Iterable[AdmittedClaim]) -> Iterator[AdmittedClaim]:
+    """The claims of `added`'s lineage at its authority: the ones the lineage rule weighs it
+    against."""
+    return (a for a in claims if a.lineage == added.lineage and a.rank == added.rank)
+
+
+def _joins_conflict(added: AdmittedClaim, previous: Arbitration, rules: FieldRules) -> bool:
+    """Whether a claim of the conflicting authority leaves the conflict as it is: it comes from
+    a lineage of its own there (so it supersedes nothing), and joins a value conflict (which only
+    present claims make) where ties are not broken by recency."""
+    if any(_kin(added, previous.claims)):
+        return False
+    if previous.verdict.kind is ConflictKind.EXISTENCE:
+        return True
+    return (
+        added.claim.status is ClaimStatus.PRESENT
+        and rules.on_conflict is not OnConflict.MOST_RECENT
+    )

@@ -1,0 +1,146 @@
+"""The journal's bytes do not move: states grown from a fixed history encode exactly as a
+recorded copy (tests/core/golden/journal.json, written by the code that first stored them).
+
+A changelog written before a change must read the same after it, and a state journaled again
+must not change its bytes (the store compares them); the decision ids inside are held too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from streams.core.contracts import Resolution
+from streams.core.errors import ContractError
+from streams.core.intake import admit, admit_resolution, parse_claim
+from streams.core.journal import decode_state, encode_state
+from streams.core.keystate import (
+    KeyState,
+    add_claim,
+    add_resolution,
+    advance,
+    state_key,
+)
+from streams.core.policy import Policy, load_policy
+from streams.devkit.synthetic import generate_claims
+from tests.core.conftest import NOW, REPO, claim
+
+POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
+GOLDEN = Path(__file__).parent / "golden" / "journal.json"
+
+
+def journals() -> dict[str, bytes]:
+    """Each key's encoded state after generated claims (epochs, reused ids, assertions, no
+    evidence), resolutions of the open keys, time passing past escalation, and one claim with
+    every field set."""
+    states: dict[str, KeyState] = {}
+    now = NOW
+    generated = generate_claims(
+        400, now, seed=19, subjects=40, epochs=True, reused_id_share=0.1, bad_share=0.0
+    )
+    for n, data in enumerate(generated):
+        now = NOW + timedelta(seconds=n // 20, microseconds=n)
+        try:
+            admitted = admit(parse_claim(data), POLICY, now)
+        except ContractError:
+            continue
+        rules = POLICY.rules_for(admitted.claim.field)
+        assert rules is not None
+        key = state_key(admitted.claim.subject, admitted.claim.field)
+        states[key] = add_claim(states.get(key), admitted, rules, POLICY.version, now).state
+    later = now + timedelta(minutes=20)
+    for n, (key, state) in enumerate(sorted(states.items())):
+        rules = POLICY.rules_for(state.field)
+        assert rules is not None
+        states[key] = advance(state, rules, POLICY.version, later).state
+        current = states[key].current
+        if n % 3 == 0 and current is not None and current.outcome != "resolved":
+            value = next((a.claim.value for a in state.claims if a.claim.value is not None), None)
+            resolution = Resolution.model_validate(
+                {
+                    "resolution_id": f"r{n}",
+                    "subject": state.subject,
+                    "field": state.field,
+                    "status": "present" if value is not None else "not_found",
+                    "value": value,
+                    "unit": "ms" if state.field == "api.latency" and value is not None else None,
+                    "decided_by": "ann",
+                    "note": "checked the ledger" if n % 2 else "",
+                    "decided_at": later,
+                    "resolves_decision_id": current.decision_id,
+                }
+            )
+            admitted_resolution = admit_resolution(resolution, POLICY, later)
+            resolved = add_resolution(
+                states[key], admitted_resolution, rules, POLICY.version, later
+            )
+            states[key] = resolved.state
+    rules = POLICY.rules_for("api.latency")
+    assert rules is not None
+    full = claim(
+        "full",
+        field="api.latency",
+        value=1,
+        unit="s",
+        replica="eu-1",
+        source_class="observation",
+        valid_from=NOW - timedelta(hours=1),
+        valid_to=NOW + timedelta(hours=1),
+        epoch=3,
+        lineage="ledger",
+        scope="checkout",
+        confidence=0.5,
+        trace_id="t-1",
+        producer="probe",
+        attributes={"region": "eu"},
+    )
+    state = add_claim(None, admit(full, POLICY, NOW), rules, POLICY.version, NOW).state
+    states[state_key(full.subject, full.field)] = state
+    return {key: encode_state(state) for key, state in sorted(states.items())}
+
+
+def _digest(encoded: dict[str, bytes]) -> str:
+    hashed = hashlib.sha256()
+    for key, data in encoded.items():
+        hashed.update(f"{key}\n".encode() + data + b"\n")
+    return hashed.hexdigest()
+
+
+def _samples(encoded: dict[str, bytes]) -> dict[str, str]:
+    """A few states written out in full, for a reader: the first of each kind seen."""
+    wanted = ('"resolutions"', '"escalated"', '"disputed"', '"V"', '"L"', '"amount_minor"')
+    chosen: dict[str, str] = {}
+    for mark in wanted:
+        key = next(k for k, data in encoded.items() if mark.encode() in data)
+        chosen[key] = encoded[key].decode()
+    return chosen
+
+
+def test_the_journal_bytes_are_the_recorded_ones() -> None:
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    encoded = journals()
+    for key, data in golden["samples"].items():
+        assert encoded[key].decode() == data
+    assert len(encoded) == golden["keys"]
+    assert _digest(encoded) == golden["digest"]
+
+
+def test_the_recorded_states_read_back_and_encode_to_the_same_bytes() -> None:
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    for data in golden["samples"].values():
+        assert encode_state(decode_state(data.encode())).decode() == data
+
+
+if __name__ == "__main__":  # records the copy: only for a deliberate change of the format
+    recorded = journals()
+    GOLDEN.write_text(
+        json.dumps(
+            {"keys": len(recorded), "digest": _digest(recorded), "samples": _samples(recorded)},
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
