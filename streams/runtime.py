@@ -31,7 +31,7 @@ from streams.logs import configure_logging
 from streams.pipeline.authentication import principal_topics
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.registry import WireCodec, registry_from_url
-from streams.settings import Settings
+from streams.settings import Settings, warn_unknown_variables
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting on.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     configure_logging(settings.log_level, settings.log_format)
+    warn_unknown_variables()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     policy = load_policy(settings.policy)

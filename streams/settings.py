@@ -1,8 +1,10 @@
 """Worker settings: defaults, then a YAML settings file, then CLAIMSTREAM_* environment
-variables."""
+variables; a CLAIMSTREAM_* variable that names no setting is reported at start, not ignored."""
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import ssl
 from collections.abc import Mapping
@@ -25,6 +27,20 @@ from streams.core.errors import ClaimstreamError, validation_problems
 from streams.packaged import example_path
 
 ENV_PREFIX = "CLAIMSTREAM_"
+# Read by docker-compose.yml and scripts/kafka-assemble.sh (the broker kit), never by a worker:
+# set in a worker's environment they are no mistyped setting.
+DEPLOYMENT_VARIABLES = frozenset(
+    {
+        "CLAIMSTREAM_BIND_ADDRESS",
+        "CLAIMSTREAM_RUNBOOK_BASE",
+        "CLAIMSTREAM_POLICY_FILE",
+        "CLAIMSTREAM_KAFKA_HOME",
+        "CLAIMSTREAM_KAFKA_POM",
+        "CLAIMSTREAM_KAFKA_VERSION",
+    }
+)
+
+log = logging.getLogger(__name__)
 
 
 class Guarantee(StrEnum):
@@ -222,3 +238,32 @@ def load_settings(
         return Settings.model_validate({**data, "topics": topics})
     except ValidationError as exc:
         raise ClaimstreamError(validation_problems(exc.errors(), "settings")) from exc
+
+
+def setting_variables() -> frozenset[str]:
+    """Every CLAIMSTREAM_* variable `load_settings` reads."""
+    settings = {ENV_PREFIX + name.upper() for name in Settings.model_fields if name != "topics"}
+    topics = {f"{ENV_PREFIX}TOPIC_{name.upper()}" for name in Topics.model_fields}
+    return frozenset({f"{ENV_PREFIX}SETTINGS", *settings, *topics})
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The CLAIMSTREAM_* variables that name no setting, each with the closest one that does."""
+    known = setting_variables()
+    return [
+        (name, difflib.get_close_matches(name, known, n=1, cutoff=0)[0])
+        for name in sorted(env)
+        if name.startswith(ENV_PREFIX) and name not in known | DEPLOYMENT_VARIABLES
+    ]
+
+
+def warn_unknown_variables(env: Mapping[str, str] | None = None) -> None:
+    """A mistyped setting would be silently ignored: name it, never its value (it may be a
+    secret), and the setting it was probably meant to be."""
+    for name, closest in unknown_variables(os.environ if env is None else env):
+        log.warning(
+            "%s is not a setting and is ignored; the closest setting is %s",
+            name,
+            closest,
+            extra={"variable": name, "closest": closest},
+        )

@@ -1,12 +1,19 @@
-"""Settings that size durability and group membership."""
+"""Settings that size durability and group membership, and variables that name no setting."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
 from streams.app import faust_settings
 from streams.core.errors import ClaimstreamError
-from streams.settings import load_settings
+from streams.settings import (
+    load_settings,
+    setting_variables,
+    unknown_variables,
+    warn_unknown_variables,
+)
 
 
 def test_an_instance_id_makes_both_consumer_groups_static() -> None:
@@ -23,3 +30,39 @@ def test_min_insync_replicas_cannot_exceed_the_replication_factor() -> None:
     assert (replicated.replication_factor, replicated.min_insync_replicas) == (3, 2)
     with pytest.raises(ClaimstreamError, match="no write could succeed"):
         load_settings(env={"CLAIMSTREAM_MIN_INSYNC_REPLICAS": "2"})
+
+
+def test_an_unknown_variable_is_reported_with_the_closest_setting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = {
+        "CLAIMSTREAM_WEB_PROT": "7000",  # a typo of CLAIMSTREAM_WEB_PORT, value never logged
+        "CLAIMSTREAM_TOPIC_DECISONS": "mine.decisions",
+        "CLAIMSTREAM_WEB_PORT": "6066",
+        "CLAIMSTREAM_TOPIC_CLAIMS": "mine.claims",
+        "CLAIMSTREAM_SETTINGS": "worker.yaml",
+        "CLAIMSTREAM_BIND_ADDRESS": "0.0.0.0",  # docker-compose's, not the worker's
+        "OTHER_WEB_PROT": "1",
+    }
+    assert unknown_variables(env) == [
+        ("CLAIMSTREAM_TOPIC_DECISONS", "CLAIMSTREAM_TOPIC_DECISIONS"),
+        ("CLAIMSTREAM_WEB_PROT", "CLAIMSTREAM_WEB_PORT"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="streams.settings"):
+        warn_unknown_variables(env)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == [
+        "CLAIMSTREAM_TOPIC_DECISONS is not a setting and is ignored; the closest setting is "
+        "CLAIMSTREAM_TOPIC_DECISIONS",
+        "CLAIMSTREAM_WEB_PROT is not a setting and is ignored; the closest setting is "
+        "CLAIMSTREAM_WEB_PORT",
+    ]
+    assert "7000" not in caplog.text
+    assert "mine.decisions" not in caplog.text
+
+
+def test_every_setting_and_topic_has_its_variable() -> None:
+    variables = setting_variables()
+    assert "CLAIMSTREAM_SASL_PASSWORD" in variables
+    assert "CLAIMSTREAM_TOPIC_OUTCOMES" in variables
+    assert unknown_variables(dict.fromkeys(variables, "x")) == []
