@@ -15,6 +15,7 @@ import json
 import logging
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -60,18 +61,58 @@ def tune_collector() -> None:
         gc.callbacks.append(freeze_survivors)
 
 
+_FRAME = ("cr_frame", "gi_frame", "ag_frame")  # a coroutine's, a generator's, an async one's
+_AWAITED = ("cr_await", "gi_yieldfrom", "ag_await")
+
+
+def _first_attribute(obj: Any, names: tuple[str, ...]) -> Any:
+    return next((value for name in names if (value := getattr(obj, name, None)) is not None), None)
+
+
+def await_chain(task: asyncio.Task[Any]) -> traceback.StackSummary:
+    """Where a task is: its coroutine's frame, then the frame of each coroutine it awaits in
+    turn, down to the innermost (`Task.get_stack` gives only the outermost of a suspended one)."""
+    frames = []
+    awaitable: Any = task.get_coro()
+    while (frame := _first_attribute(awaitable, _FRAME)) is not None:
+        code = frame.f_code
+        frames.append(traceback.FrameSummary(code.co_filename, frame.f_lineno, code.co_name))
+        awaitable = _first_attribute(awaitable, _AWAITED)
+    return traceback.StackSummary.from_list(frames)
+
+
+def log_task_stacks(loop: asyncio.AbstractEventLoop) -> None:
+    """Every asyncio task's await chain, in one log record. Frames only, never their local
+    variables: those hold claim values, and a log line carries none."""
+    tasks = sorted(asyncio.all_tasks(loop), key=lambda task: task.get_name())
+    stacks = [
+        f"Task {task.get_name()} {task.get_coro()!r}:\n{''.join(await_chain(task).format())}"
+        for task in tasks
+    ]
+    log.warning("asyncio task stacks (%d tasks):\n%s", len(tasks), "\n".join(stacks))
+
+
 class QuietWorker(faust.Worker):
-    """Stops on Ctrl-C like on SIGTERM, without mode's "-INT- -INT- ..." line on stderr."""
+    """Stops on Ctrl-C like on SIGTERM, without mode's "-INT- -INT- ..." line on stderr; on
+    SIGUSR1 prints every thread's stack, then logs every asyncio task's."""
 
     def _on_sigint(self) -> None:
         self._schedule_shutdown(signal.SIGINT)
+
+    def install_signal_handlers(self) -> None:
+        super().install_signal_handlers()
+        # The loop's SIGUSR1 handler (mode installs it at start) only runs when the loop turns.
+        # faulthandler goes first, chained to it, so thread stacks print even when it is stuck.
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
+
+    def _on_sigusr1(self) -> None:
+        """Replaces mode's dump, which pretty-prints every frame's local variables."""
+        log_task_stacks(self.loop)
 
 
 def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None = None) -> int:
     """Create the topics, build the app and run a Faust worker until SIGINT/SIGTERM."""
     tune_collector()
-    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting on.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     configure_logging(settings.log_level, settings.log_format)
     warn_unknown_variables()
     loop = asyncio.new_event_loop()
