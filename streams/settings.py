@@ -140,7 +140,11 @@ class Settings(BaseModel):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
-    log_level: str = "warn"
+    log_level: str = Field(
+        default="info",
+        description="crit, error, warn, info or debug: info shows what the runbook watches "
+        "(tasks ready, changelog caught up, dead letters)",
+    )
     log_format: LogFormat = LogFormat.JSON
     liveness_timeout_s: float = Field(
         default=60.0,

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from streams.logs import configure_logging
-from streams.settings import LogFormat
+from streams.settings import LogFormat, load_settings
 
 
 def logged(log_format: LogFormat, emit: Callable[[logging.Logger], None]) -> list[str]:
@@ -65,3 +65,22 @@ def test_text_for_people() -> None:
     (line,) = logged(LogFormat.TEXT, lambda log: log.warning("arbiter: offset commit failed"))
     assert line.endswith(" WARNING streams.pipeline: arbiter: offset commit failed")
     assert not line.startswith("{")
+
+
+def test_the_default_level_shows_the_lines_the_runbook_tells_an_operator_to_watch() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        configure_logging(load_settings(env={}).log_level, LogFormat.JSON, stream)
+        tasks = logging.getLogger("streams.arbiter.tasks")
+        tasks.info("arbiter: tasks %s ready in %.2fs (%d keys)", [0, 1], 1.5, 20)
+        tasks.info("arbiter: task %d caught up to changelog offset %d (end %d)", 1, 40, 40)
+        tasks.debug("below the default level")
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+    messages = [json.loads(line)["message"] for line in stream.getvalue().splitlines()]
+    assert messages == [
+        "arbiter: tasks [0, 1] ready in 1.50s (20 keys)",
+        "arbiter: task 1 caught up to changelog offset 40 (end 40)",
+    ]

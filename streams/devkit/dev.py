@@ -47,10 +47,14 @@ def run_dev(
             update={
                 "broker": f"kafka://{broker.bootstrap}",
                 "data_dir": Path(scratch.name),
-                # People read dev's output: text logs unless the settings ask for JSON.
+                # People read dev's output: text logs unless the settings ask for JSON, and
+                # only warnings, between the decisions it prints, unless asked for more.
                 "log_format": settings.log_format
                 if "log_format" in settings.model_fields_set
                 else LogFormat.TEXT,
+                "log_level": settings.log_level
+                if "log_level" in settings.model_fields_set
+                else "warn",
             }
         )
         print(f"dev: {broker_kind} broker on {broker.bootstrap}", flush=True)
