@@ -32,7 +32,7 @@ from streams.health import LagProbe, Pulse, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor
 from streams.pipeline.authentication import principal_topics
-from streams.registry import WireCodec, registry_from_url
+from streams.registry import WireCodec, registry_for
 from streams.settings import Settings
 
 OUTCOME_WINDOW = timedelta(minutes=1)
@@ -146,7 +146,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     setup_prometheus_sensors(
         app, "/metrics", registry=metrics.registry, name_prefix="claimstream_faust"
     )
-    codec = WireCodec(registry_from_url(settings.schema_registry))
+    codec = WireCodec(registry_for(settings))
     processor = Processor(settings, policy, codec, metrics, group=f"{settings.app_id}-arbiter")
     topics = settings.topics
 

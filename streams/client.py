@@ -39,7 +39,7 @@ from streams.core.errors import ClaimstreamError, RejectedInput, validation_prob
 from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
 from streams.core.policy import Policy
-from streams.registry import WireCodec, registry_from_url
+from streams.registry import WireCodec, registry_for
 from streams.settings import Settings
 
 
@@ -119,7 +119,7 @@ class ClaimPublisher:
     def __init__(self, settings: Settings, *, user_assertions: bool = False) -> None:
         self.settings = settings
         self.topic = settings.topics.user_claims if user_assertions else settings.topics.claims
-        self.codec = WireCodec(registry_from_url(settings.schema_registry))
+        self.codec = WireCodec(registry_for(settings))
         self._producer = AIOKafkaProducer(
             **client_options(settings), acks="all", linger_ms=5, enable_idempotence=False
         )
@@ -380,7 +380,7 @@ class DecisionFeed:
     ) -> None:
         self.topic = settings.topics.decisions
         self.bootstrap = settings.bootstrap
-        self.codec = WireCodec(registry_from_url(settings.schema_registry))
+        self.codec = WireCodec(registry_for(settings))
         self.latest: dict[tuple[str, str], Decision] = {}
         self._consumer = AIOKafkaConsumer(
             **client_options(settings),

@@ -38,6 +38,7 @@ from streams import codec
 from streams.core.contracts import Claim, RejectReason
 from streams.core.errors import ClaimstreamError, CodecError
 from streams.packaged import schema_dir as packaged_schemas
+from streams.settings import Settings
 
 __all__ = [
     "CONTENT_TYPE",
@@ -425,8 +426,19 @@ def _aliases(schema: Any) -> list[str]:
     return [a if "." in a or not namespace else f"{namespace}.{a}" for a in aliases]
 
 
-def registry_from_url(url: str | None) -> SchemaRegistry:
-    """`None`/`folder:` -> the checkout's schemas/; `folder:/path`; `http(s)://[user:pass@]host`."""
+def registry_for(settings: Settings) -> SchemaRegistry:
+    """The registry the settings name, with the basic-auth password from its secret setting."""
+    password = settings.schema_registry_password
+    auth = None
+    if settings.schema_registry_username is not None:
+        secret = password.get_secret_value() if password is not None else ""
+        auth = (settings.schema_registry_username, secret)
+    return registry_from_url(settings.schema_registry, auth)
+
+
+def registry_from_url(url: str | None, auth: tuple[str, str] | None = None) -> SchemaRegistry:
+    """`None`/`folder:` -> the checkout's schemas/; `folder:/path`; `http(s)://[user:pass@]host`
+    (or the credentials as `auth`)."""
     if url is None or url in ("", "folder:"):
         return FolderRegistry()
     if url.startswith("folder:"):
@@ -437,7 +449,6 @@ def registry_from_url(url: str | None) -> SchemaRegistry:
             f"unsupported schema registry URL {parts.scheme}://{parts.hostname or ''}...: "
             "use folder:[PATH] or http(s)://[user:password@]host[:port][/prefix]"
         )
-    auth = None
     netloc = parts.netloc
     if parts.username is not None:
         auth = (unquote(parts.username), unquote(parts.password or ""))

@@ -31,7 +31,7 @@ from streams.core.policy import load_policy
 from streams.logs import configure_logging
 from streams.pipeline.authentication import principal_topics
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
-from streams.registry import WireCodec, registry_from_url
+from streams.registry import WireCodec, registry_for
 from streams.settings import Settings, warn_unknown_variables
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ TAILS: dict[str, tuple[Callable[[Settings], str], type[Any] | None]] = {
 
 async def tail(settings: Settings, stream: str, count: int, timeout: float) -> int:
     topic_of, model = TAILS[stream]
-    codec = WireCodec(registry_from_url(settings.schema_registry))
+    codec = WireCodec(registry_for(settings))
     consumer = AIOKafkaConsumer(
         topic_of(settings), **client_options(settings), auto_offset_reset="earliest"
     )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -84,6 +85,10 @@ class Settings(BaseModel):
     )
     schema_registry: str | None = Field(
         default=None, description="None for the packaged schemas, or a Confluent-compatible URL"
+    )
+    schema_registry_username: str | None = None
+    schema_registry_password: SecretStr | None = Field(
+        default=None, description="the registry's basic-auth password: a secret, never printed"
     )
     store: str = "memory://"
     data_dir: Path = Path("var/claimstream")
@@ -177,6 +182,17 @@ class Settings(BaseModel):
                 f"replication_factor={self.replication_factor}: no write could succeed"
             )
         return self
+
+    @field_validator("schema_registry")
+    @classmethod
+    def _no_password_in_url(cls, url: str | None) -> str | None:
+        """A URL is printed (errors, repr); a password belongs in a secret setting."""
+        if url is not None and "://" in url and urlsplit(url).password is not None:
+            raise ValueError(
+                "the URL carries a password: set schema_registry_username and "
+                "schema_registry_password (CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD, a secret) instead"
+            )
+        return url
 
     @field_validator("broker")
     @classmethod

@@ -8,6 +8,7 @@ import pytest
 
 from streams.app import faust_settings
 from streams.core.errors import ClaimstreamError
+from streams.registry import HttpRegistry, registry_for
 from streams.settings import (
     load_settings,
     setting_variables,
@@ -66,3 +67,32 @@ def test_every_setting_and_topic_has_its_variable() -> None:
     assert "CLAIMSTREAM_SASL_PASSWORD" in variables
     assert "CLAIMSTREAM_TOPIC_OUTCOMES" in variables
     assert unknown_variables(dict.fromkeys(variables, "x")) == []
+
+
+SECRETS = {
+    "CLAIMSTREAM_SCHEMA_REGISTRY": "https://registry.example.test:8081",
+    "CLAIMSTREAM_SCHEMA_REGISTRY_USERNAME": "svc",
+    "CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD": "registry-s3cret",
+    "CLAIMSTREAM_SASL_PASSWORD": "sasl-s3cret",
+    "CLAIMSTREAM_STEWARD_TOKENS": "steward-token-s3cret-0001",
+}
+
+
+def test_credentials_are_secret_settings_never_printed(caplog: pytest.LogCaptureFixture) -> None:
+    settings = load_settings(env=SECRETS)
+    registry = registry_for(settings)
+    assert isinstance(registry, HttpRegistry)
+    assert registry._headers["Authorization"] == "Basic c3ZjOnJlZ2lzdHJ5LXMzY3JldA=="
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("streams").warning("settings: %s %r", settings, settings)
+    printed = [repr(settings), str(settings), settings.model_dump_json(), caplog.text]
+    for secret in ("registry-s3cret", "sasl-s3cret", "steward-token-s3cret-0001"):
+        assert not [text for text in printed if secret in text], secret
+
+
+def test_a_password_in_the_registry_url_is_refused_without_printing_it() -> None:
+    with pytest.raises(ClaimstreamError, match="schema_registry_password") as refused:
+        load_settings(env={"CLAIMSTREAM_SCHEMA_REGISTRY": "https://svc:url-s3cret@registry:8081"})
+    assert "url-s3cret" not in str(refused.value)
+    plain = load_settings(env={"CLAIMSTREAM_SCHEMA_REGISTRY": "http://schema-registry:8081"})
+    assert plain.schema_registry == "http://schema-registry:8081"

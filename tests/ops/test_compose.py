@@ -312,16 +312,16 @@ def test_kustomization_lists_every_manifest() -> None:
     assert listed == on_disk - generated_files()
 
 
-def rendered() -> list[dict[str, Any]]:
-    """`kubectl kustomize deploy/kubernetes`: the manifests exactly as `kubectl apply -k` sends
-    them."""
+def rendered(kustomization: Path = KUBERNETES) -> list[dict[str, Any]]:
+    """`kubectl kustomize deploy/kubernetes` (or another kustomization): the manifests exactly
+    as `kubectl apply -k` sends them."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.fail(
             "kubectl is not installed: apt-get install kubectl (.ci/run does)", pytrace=False
         )
     result = subprocess.run(
-        [kubectl, "kustomize", str(KUBERNETES)], capture_output=True, text=True, check=False
+        [kubectl, "kustomize", str(kustomization)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]

@@ -19,7 +19,7 @@ README = REPO / "README.md"
 RUNBOOK = REPO / "docs" / "runbook.md"
 DEPLOYMENT_FILES = (
     REPO / "docker-compose.yml",
-    *sorted((REPO / "deploy" / "kubernetes").glob("*.yaml")),
+    *sorted((REPO / "deploy").glob("kubernetes*/*.yaml")),
 )
 # `/` and `/api` answer ENDPOINTS itself (streams.app.register_views), so it does not list them.
 INDEX = {("GET", "/"), ("GET", "/api")}

@@ -1,5 +1,6 @@
 """What a worker tells its operator about itself: a mistyped setting at start, and on SIGUSR1
-where every thread and asyncio task is (the runbook's step for a stalled worker), on Apache Kafka.
+where every thread and asyncio task is (the runbook's step for a stalled worker), never a secret
+setting's value; on Apache Kafka.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ def test_a_worker_names_a_mistyped_setting_and_prints_its_tasks_stacks_on_sigusr
     kafka: KafkaBroker, deployment_factory: Any
 ) -> None:
     deployment: Deployment = deployment_factory(kafka.bootstrap)
-    worker = deployment.worker(CLAIMSTREAM_STATE_CACHE_KEY="77").start()
+    secrets = {
+        "CLAIMSTREAM_SASL_PASSWORD": "sasl-s3cret-never-printed",
+        "CLAIMSTREAM_SCHEMA_REGISTRY_USERNAME": "svc",
+        "CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD": "registry-s3cret-never-printed",
+        "CLAIMSTREAM_STEWARD_TOKENS": "steward-s3cret-never-printed",
+    }
+    worker = deployment.worker(CLAIMSTREAM_STATE_CACHE_KEY="77", **secrets).start()
     try:
         started = worker.log_path.read_text(errors="replace")
         assert any(
@@ -64,3 +71,5 @@ def test_a_worker_names_a_mistyped_setting_and_prints_its_tasks_stacks_on_sigusr
         assert worker.alive
     finally:
         worker.stop()
+    log = worker.log_path.read_text(errors="replace")
+    assert [secret for secret in secrets.values() if secret in log] == []
