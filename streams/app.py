@@ -234,8 +234,8 @@ ENDPOINTS = {
     "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
     "(Authorization: Bearer <steward token>)",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
-    "GET /api/fields/{field}/outcomes": "decisions per outcome over the last minute (the current "
-    "and the previous one-minute window; keys this worker owns)",
+    "GET /api/fields/{field}/outcomes": "decisions per outcome in the current and the previous "
+    "one-minute window (one to two minutes of decisions; keys this worker owns)",
     "GET /healthz": "liveness (the arbiter loop iterating) and the policy version; 503 with "
     "reasons when failing",
     "GET /readyz": "readiness (assigned tasks restored); 503 with reasons when not ready",
