@@ -36,7 +36,10 @@ def test_a_worker_names_a_mistyped_setting_and_prints_its_tasks_stacks_on_sigusr
         "CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD": "registry-s3cret-never-printed",
         "CLAIMSTREAM_STEWARD_TOKENS": "steward-s3cret-never-printed",
     }
-    worker = deployment.worker(CLAIMSTREAM_STATE_CACHE_KEY="77", **secrets).start()
+    # info, the default level (the test deployment's is warn): more lines that could leak
+    worker = deployment.worker(
+        CLAIMSTREAM_STATE_CACHE_KEY="77", CLAIMSTREAM_LOG_LEVEL="info", **secrets
+    ).start()
     try:
         started = worker.log_path.read_text(errors="replace")
         assert any(
@@ -73,3 +76,5 @@ def test_a_worker_names_a_mistyped_setting_and_prints_its_tasks_stacks_on_sigusr
         worker.stop()
     log = worker.log_path.read_text(errors="replace")
     assert [secret for secret in secrets.values() if secret in log] == []
+    # The line the runbook says to watch when a worker gains tasks.
+    assert [e for e in json_lines(log) if e["message"].startswith("arbiter: tasks ")], log[-2000:]
