@@ -451,6 +451,6 @@ def registry_from_url(url: str | None, auth: tuple[str, str] | None = None) -> S
         )
     netloc = parts.netloc
     if parts.username is not None:
-        auth = (unquote(parts.username), unquote(parts.password or ""))
+        auth = auth or (unquote(parts.username), unquote(parts.password or ""))
         netloc = netloc.rpartition("@")[2]
     return HttpRegistry(urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), auth)
