@@ -87,6 +87,8 @@ class Settings(BaseModel):
     batch_within_s: float = Field(default=0.01, gt=0)
     max_claims_per_key: int = Field(default=16, ge=2)
     decision_history_per_key: int = Field(default=10, ge=1)
+    # Claim ids refused as conflicting duplicates a key remembers, to refuse their later versions.
+    max_disputed_per_key: int = Field(default=64, ge=1)
     state_cache_keys: int = Field(
         default=100_000,
         ge=1,

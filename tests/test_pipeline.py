@@ -400,3 +400,10 @@ def test_a_retried_record_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert decode_s < slow_s  # the failed attempt's slow decode is not charged
     for stage in ("admit", "arbitrate", "encode"):
         assert (sample("claimstream_stage_seconds_total", {"stage": stage}) or 0.0) < slow_s
+
+
+def test_the_disputed_bound_is_the_setting() -> None:
+    policy = load_policy(REPO / "examples" / "policy.yaml")
+    processor = Processor(Settings(max_disputed_per_key=7), policy, CODEC, Metrics(policy))
+    assert processor.limits.max_disputed == 7
+    assert Settings().max_disputed_per_key == 64
