@@ -95,6 +95,13 @@ class Settings(BaseModel):
         description="decoded key states a worker keeps in memory; others stay encoded (~1 KB)",
     )
     retry_attempts: int = Field(default=3, ge=1)
+    audit_retention_days: int = Field(
+        default=30,
+        ge=-1,
+        description="the replay and audit horizon: days the input topics, dead letters and "
+        "event topics keep every record (-1: forever); an existing topic that keeps less is "
+        "warned of at start",
+    )
     expiry_interval_s: float = Field(default=1.0, gt=0)
     expiry_ticks_per_batch: int = Field(
         default=64,
@@ -159,6 +166,13 @@ class Settings(BaseModel):
                 f"replication_factor={self.replication_factor}: no write could succeed"
             )
         return self
+
+    @field_validator("audit_retention_days")
+    @classmethod
+    def _a_horizon(cls, days: int) -> int:
+        if days == 0:
+            raise ValueError("0 keeps nothing: a number of days, or -1 for forever")
+        return days
 
     @field_validator("broker")
     @classmethod
