@@ -33,6 +33,7 @@ from streams.metrics import Metrics
 from streams.pipeline import Processor
 from streams.pipeline.authentication import principal_topics
 from streams.registry import WireCodec, registry_for
+from streams.retention import topic_configs
 from streams.settings import Settings
 
 OUTCOME_WINDOW = timedelta(minutes=1)
@@ -149,6 +150,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     codec = WireCodec(registry_for(settings))
     processor = Processor(settings, policy, codec, metrics, group=f"{settings.app_id}-arbiter")
     topics = settings.topics
+    configs = topic_configs(settings)
 
     def topic(name: str) -> Any:
         return app.topic(
@@ -158,6 +160,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
+            config=configs[name],  # as ensure_topics creates it, should Faust declare it first
         )
 
     aliases = app.GlobalTable(

@@ -20,6 +20,7 @@ from streams.commands import (
     cmd_policy_diff,
     cmd_publish,
     cmd_replay,
+    cmd_replay_dead_letters,
     cmd_resolve,
     cmd_tail,
     cmd_worker,
@@ -219,6 +220,29 @@ def build_parser() -> argparse.ArgumentParser:
         "(the worker checks it anyway and dead-letters what it refuses)",
     )
     resolve_parser.set_defaults(handler=cmd_resolve)
+
+    redrive_parser = commands.add_parser(
+        "replay-dead-letters",
+        parents=[connection],
+        help="send dead letters back to the topics they came from (once their cause is fixed)",
+    )
+    redrive_parser.add_argument(
+        "--reason",
+        action="append",
+        default=[],
+        metavar="R",
+        help="only dead letters of this reason (repeatable; default: every reason)",
+    )
+    redrive_parser.add_argument(
+        "--since", type=_instant_argument, metavar="T", help="only those rejected at or after T"
+    )
+    redrive_parser.add_argument(
+        "--until", type=_instant_argument, metavar="T", help="only those rejected before T"
+    )
+    redrive_parser.add_argument(
+        "--dry-run", action="store_true", help="count and list, send nothing"
+    )
+    redrive_parser.set_defaults(handler=cmd_replay_dead_letters)
 
     tail_parser = commands.add_parser(
         "tail", parents=[connection], help="print a stream as JSON lines"

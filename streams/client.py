@@ -40,6 +40,7 @@ from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
 from streams.core.policy import Policy
 from streams.registry import WireCodec, registry_for
+from streams.retention import topic_configs, warn_short_retention
 from streams.settings import Settings
 
 
@@ -62,14 +63,13 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[str]:
-    """Create the pipeline's topics (idempotent); decisions are compacted. Returns those created."""
+    """Create the pipeline's topics (idempotent) with their configs (`streams.retention`), and
+    warn of an existing one that keeps its records for less. Returns those created."""
     topics = settings.topics
     changelog = settings.changelog_topic
     durability = {"min.insync.replicas": str(settings.min_insync_replicas)}
-    configs = {
-        topics.decisions: {"cleanup.policy": "compact"},
-        changelog: {"cleanup.policy": "compact"},
-    }
+    extra = list(extra)
+    configs = topic_configs(settings, extra)
     names = [
         changelog,
         *topics.inputs(),
@@ -104,6 +104,7 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
                 created.append(name)
             except TopicAlreadyExistsError:
                 pass
+        await warn_short_retention(admin, settings, existing & set(names), extra)
     except KafkaError as exc:
         raise ClaimstreamError(f"cannot create topics on {settings.bootstrap}: {exc}") from exc
     finally:

@@ -1,10 +1,11 @@
 """What each `claimstream` subcommand does: one `cmd_*` handler per subcommand, in the order a
 newcomer meets them. Offline: `init` (example files), `replay` (arbitrate recorded claims),
 `policy check|diff`, `explain` (decisions for people). Against a broker: `worker`, `dev` (bundled
-broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in), `tail`
-(streams out). Broker-side work is imported lazily from streams.runtime and streams.client, so
-the offline commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay
-in streams.cli, the one module that may name the dev kit (tests/devkit/test_boundary.py).
+broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in),
+`replay-dead-letters` (refused records back in), `tail` (streams out). Broker-side work is
+imported lazily from streams.runtime, streams.client and streams.dead_letters, so the offline
+commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay in
+streams.cli, the one module that may name the dev kit (tests/devkit/test_boundary.py).
 """
 
 from __future__ import annotations
@@ -272,6 +273,23 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def cmd_replay_dead_letters(args: argparse.Namespace) -> int:
+    """Exit 1 when a chosen dead letter could not be sent (a signature past max_age)."""
+    from streams.dead_letters import Choice, replay_dead_letters
+
+    _client_logs_quiet()
+    settings = settings_from(args)
+    max_age = load_policy(settings.policy).signing.max_age
+    choice = Choice(set(args.reason), args.since, args.until)
+    replayed = asyncio.run(
+        replay_dead_letters(
+            settings, choice, max_age, datetime.now(UTC), sys.stderr, dry_run=args.dry_run
+        )
+    )
+    print(replayed.summary(max_age, args.dry_run), file=sys.stderr)
+    return 1 if replayed.expired else 0
 
 
 def cmd_tail(args: argparse.Namespace) -> int:

@@ -330,6 +330,10 @@ class StageClock:
         self.seconds[stage] += now - since
         return now
 
+    def charge(self, stage: str, since: float, until: float) -> None:
+        """Charge the time from `since` to `until` to `stage`."""
+        self.seconds[stage] += until - since
+
     def reset(self) -> None:
         for stage in self.seconds:
             self.seconds[stage] = 0.0

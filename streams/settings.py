@@ -108,12 +108,21 @@ class Settings(BaseModel):
     batch_within_s: float = Field(default=0.01, gt=0)
     max_claims_per_key: int = Field(default=16, ge=2)
     decision_history_per_key: int = Field(default=10, ge=1)
+    # Claim ids refused as conflicting duplicates a key remembers, to refuse their later versions.
+    max_disputed_per_key: int = Field(default=64, ge=1)
     state_cache_keys: int = Field(
         default=100_000,
         ge=1,
         description="decoded key states a worker keeps in memory; others stay encoded (~1 KB)",
     )
     retry_attempts: int = Field(default=3, ge=1)
+    audit_retention_days: int = Field(
+        default=30,
+        ge=-1,
+        description="the replay and audit horizon: days the input topics, dead letters and "
+        "event topics keep every record (-1: forever); an existing topic that keeps less is "
+        "warned of at start",
+    )
     expiry_interval_s: float = Field(default=1.0, gt=0)
     expiry_ticks_per_batch: int = Field(
         default=64,
@@ -193,6 +202,13 @@ class Settings(BaseModel):
                 "schema_registry_password (CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD, a secret) instead"
             )
         return url
+
+    @field_validator("audit_retention_days")
+    @classmethod
+    def _a_horizon(cls, days: int) -> int:
+        if days == 0:
+            raise ValueError("0 keeps nothing: a number of days, or -1 for forever")
+        return days
 
     @field_validator("broker")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from streams.core.authenticity import sign
 from streams.core.contracts import Claim, Resolution
@@ -352,3 +354,56 @@ def test_state_is_only_ever_kept_on_the_keys_own_partition(
             key,
             owner(key),
         )
+
+
+def test_a_retried_record_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first attempt decodes slowly, counts as far as it gets, then fails to encode its
+    decision; the retry succeeds. Metrics and stage clocks show one claim, one attempt's time."""
+    policy = load_policy(REPO / "examples" / "policy.yaml")
+    metrics = Metrics(policy)
+    codec = WireCodec(FolderRegistry())
+    processor = Processor(Settings(), policy, codec, metrics, wall_clock=NOW.timestamp)
+    decode, encode = codec.decode_claim, codec.encode
+    attempts: list[str] = []
+    slow_s = 0.25
+
+    def slow_first_decode(data: bytes | None) -> Claim:
+        if not attempts:
+            time.sleep(slow_s)
+        return decode(data)
+
+    def failing_first_decision(topic: str, record: BaseModel) -> bytes:
+        if topic == "claims.decisions":
+            attempts.append(topic)
+            if len(attempts) == 1:
+                raise RuntimeError("injected: the broker's schema lookup failed")
+        return encode(topic, record)
+
+    monkeypatch.setattr(codec, "decode_claim", slow_first_decode)
+    monkeypatch.setattr(codec, "encode", failing_first_decision)
+    arriving = claim()
+    key = state_key(arriving.subject, arriving.field).encode()
+    value = CODEC.encode("claims.tools", arriving)
+    handled = run(
+        processor, Incoming("claims.tools", owner(key), 0, key, value, (), NOW.timestamp())
+    )
+    assert len(attempts) == 2
+    assert reason(handled) is None
+    assert [d.outcome for d in handled.decisions] == ["resolved"]
+    metrics.flush(processor.stages)  # as the worker does after every batch
+    sample = metrics.registry.get_sample_value
+    assert sample("claimstream_processing_retries_total") == 1.0
+    labels = {"field": "order.payment_status", "source": "billing-api"}
+    assert sample("claimstream_claims_accepted_total", labels) == 1.0
+    decode_s = sample("claimstream_stage_seconds_total", {"stage": "decode"})
+    assert decode_s is not None
+    assert decode_s < slow_s  # the failed attempt's slow decode is not charged
+    for stage in ("admit", "arbitrate", "encode"):
+        assert (sample("claimstream_stage_seconds_total", {"stage": stage}) or 0.0) < slow_s
+
+
+def test_the_disputed_bound_is_the_setting() -> None:
+    policy = load_policy(REPO / "examples" / "policy.yaml")
+    processor = Processor(Settings(max_disputed_per_key=7), policy, CODEC, Metrics(policy))
+    assert processor.limits.max_disputed == 7
+    assert Settings().max_disputed_per_key == 64

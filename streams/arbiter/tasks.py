@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 from streams.arbiter.schedule import Schedule
+from streams.core.journal import UnknownStateFormat
 from streams.statestore import StateCache, TaskStore
 
 log = logging.getLogger(__name__)
@@ -232,10 +233,17 @@ class Tasks:
                     task.changelog_offset = messages[-1].offset + 1
 
     async def _install(self, task: Task, opening: Opening) -> None:
-        """Put a restored task in service and let its partitions be fetched again."""
+        """Put a restored task in service and let its partitions be fetched again.
+
+        Every key is decoded here, before its partitions resume: a record in a state format this
+        release does not read stops the restore (and the worker) before any input is consumed."""
         self.open[task.partition] = task
         for n, key in enumerate(task.states):
-            state = task.states.get(key)
+            try:
+                state = task.states.get(key)
+            except UnknownStateFormat as exc:
+                where = f"{self.changelog} partition {task.partition}, key {key!r}"
+                raise UnknownStateFormat(exc.version, where) from None
             if state is not None:
                 self.schedule.note(key, state)
             if n % SCHEDULE_YIELD_KEYS == SCHEDULE_YIELD_KEYS - 1:

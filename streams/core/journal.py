@@ -3,7 +3,8 @@
 Where it sits: the stream shell journals the `KeyState` a transition (keystate.py) returns, with
 `encode_state`, and restores it with `decode_state` when a partition is assigned. Pure, and apart
 from the transitions: this module knows the stored forms and their versions, keystate knows what a
-state means. Every version ever written stays readable; the bytes of version 3 are held by
+state means. Every version ever written stays readable, and a version this release does not know
+(written by a newer one) is refused rather than misread; the bytes of version 3 are held by
 tests/core/test_journal_golden.py.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from streams.core.contracts import Authority, Claim, ClaimStatus, Money, Resolution, Value
+from streams.core.errors import ClaimstreamError
 from streams.core.intake import AdmittedClaim
 from streams.core.keystate import DecisionSummary, KeyState
 from streams.core.normalize import canonical_value
@@ -32,6 +34,23 @@ _RECORDS_DUMPED_VERSION = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
+class UnknownStateFormat(ClaimstreamError):
+    """A changelog record of a state format this release does not read: written by a newer
+    release (a rollback), or not claimstream's key state at all."""
+
+    def __init__(self, version: object, where: str = "") -> None:
+        readable = f"v1-v{_VERSION}"
+        if isinstance(version, int) and not isinstance(version, bool) and version > _VERSION:
+            problem = f"key state format v{version} is newer than this release reads ({readable})"
+            remedy = "upgrade, or restore from a changelog written by this release"
+        else:
+            problem = f"key state format {version!r} is not one this release reads ({readable})"
+            remedy = "the record is not claimstream key state; check the changelog topic"
+        place = f" ({where})" if where else ""
+        super().__init__(f"{problem}{place}: {remedy} (runbook: Upgrades and rollbacks)")
+        self.version = version
 
 
 class _StoredForm:
@@ -169,10 +188,13 @@ def encode_state(state: KeyState) -> bytes:
 
 
 def decode_state(data: bytes) -> KeyState:
-    """Reads this encoding and the earlier ones (see `_VERSION`)."""
+    """Reads this encoding and the earlier ones (see `_VERSION`); refuses any other version
+    with `UnknownStateFormat`, as a newer form read as this one would be misread."""
     raw = json.loads(data)
-    subject, field = raw["subject"], raw["field"]
     version = raw.get("version")
+    if version is not None and (type(version) is not int or not 1 <= version <= _VERSION):
+        raise UnknownStateFormat(version)
+    subject, field = raw["subject"], raw["field"]
     dumped = version is None or version == _RECORDS_DUMPED_VERSION
     read_records = _dumped_records if dumped else _stored_records
     resolutions, history = read_records(raw, subject, field)

@@ -80,8 +80,10 @@ class KeyState:
     escalated: bool = False
     next_check_at: datetime | None = None
     disputed: tuple[str, ...] = ()
-    """Claim ids seen with different content: no version of them counts (kept to refuse any
-    later version too, whichever order they arrive in)."""
+    """Claim ids seen with different content, the `Limits.max_disputed` most recent: no version
+    of them counts, and any later version is refused too, whichever order they arrive in. An id
+    trimmed off the bound is forgotten: a later version of it counts as a new claim (replay keeps
+    every id, so it decides such a key apart from the stream)."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
     the belief be placed without running the rules again."""
@@ -93,6 +95,9 @@ class KeyState:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """Per-key bounds on what a key's state keeps (settings `max_claims_per_key`,
+    `decision_history_per_key`, `max_disputed_per_key`)."""
+
     max_claims: int = 16
     max_history: int = 10
     max_disputed: int = 64
@@ -126,8 +131,9 @@ def add_claim(
 
     A claim_id identifies one claim within its key (subject and field). Seen again with the same
     normalized content it is a redelivery. Seen with different content, neither version counts:
-    the earlier one leaves the evidence, this one is refused, and so is any later version, the
-    same final state whatever order the versions arrive in (as `agreement.distinct` in replay)."""
+    the earlier one leaves the evidence, this one is refused, and so is any later version while
+    the id is among the key's `limits.max_disputed` latest disputed ids, the same final state
+    whatever order the versions arrive in (as `agreement.distinct` in replay)."""
     claim = admitted.claim
     state = state or KeyState(subject=claim.subject, field=claim.field)
     claim_id = claim.claim_id

@@ -58,7 +58,12 @@ class Outputs:
                     topics.escalations, key, self.codec.encode(topics.escalations, step.escalation)
                 )
             )
-            self.metrics.escalations.labels(self.metrics.field_label(step.state.field)).inc()
+        # Counted once every record is built: a failed attempt is retried and must count nothing.
+        metrics = self.metrics
+        if step.emitted is not None and step.emitted.epoch_change is not None:
+            metrics.epoch_changes.labels(metrics.field_label(step.state.field)).inc()
+        if step.escalation is not None:
+            metrics.escalations.labels(metrics.field_label(step.state.field)).inc()
         return handled
 
     def _arbitration_records(self, key: bytes, arbitration: Arbitration) -> list[Outgoing]:
@@ -76,8 +81,6 @@ class Outputs:
                     self.codec.encode(topics.epoch_changes, arbitration.epoch_change),
                 )
             )
-            field_name = self.metrics.field_label(arbitration.decision.field)
-            self.metrics.epoch_changes.labels(field_name).inc()
         if arbitration.reobserve is not None:
             records.append(
                 Outgoing(
@@ -93,7 +96,6 @@ class Outputs:
         reason = exc.reason if isinstance(exc, RejectedInput) else RejectReason.PROCESSING_FAILED
         detail = exc.detail if isinstance(exc, RejectedInput) else str(exc)
         source = self._declared_source(record)
-        self.metrics.rejected(reason.value, source)
         log.info(
             "dead letter %s[%d]@%d: %s",
             record.topic,
@@ -116,6 +118,7 @@ class Outputs:
         headers = record.headers + tuple(
             (ERROR_HEADER_PREFIX + name, value.encode()) for name, value in error_headers.items()
         )
+        self.metrics.rejected(reason.value, source)
         return Outgoing(self.topics.dead_letters, record.key, record.value, headers)
 
     def _declared_source(self, record: Incoming) -> str | None:

@@ -65,7 +65,11 @@ class Processor:
         self.codec = codec
         self.metrics = metrics
         self.wall_clock = wall_clock
-        self.limits = Limits(settings.max_claims_per_key, settings.decision_history_per_key)
+        self.limits = Limits(
+            settings.max_claims_per_key,
+            settings.decision_history_per_key,
+            settings.max_disputed_per_key,
+        )
         self.stages = StageClock()
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
@@ -112,10 +116,11 @@ class Processor:
         return self._on_claim(record, state_of, alias_of)
 
     def _on_claim(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
-        stages = self.stages
+        # Counted (metrics, stage clocks) only once nothing is left that can fail: an attempt
+        # that raises is retried, and must leave no count behind.
         started = perf_counter()
         claim = self.codec.decode_claim(record.value)
-        lap = stages.add(DECODE, started)
+        decoded = perf_counter()
         wall = datetime.fromtimestamp(self.wall_clock(), UTC)
         self.authentication.check(record, claim.source, wall)
         claim = canonical(claim, alias_of)
@@ -123,10 +128,12 @@ class Processor:
         admitted = admit(claim, self.policy, wall, rekeying.source_class(record))
         key = state_key(claim.subject, claim.field).encode()
         if rekeying.misrouted(record, key):
-            return rekeying.forward(record, key, KIND_CLAIM)
+            forwarded = rekeying.forward(record, key, KIND_CLAIM)
+            self.stages.charge(DECODE, started, decoded)
+            return forwarded
         rules = self.policy.rules_for(claim.field)
         assert rules is not None  # admit() refused unknown fields
-        lap = stages.add(ADMIT, lap)
+        admitted_at = perf_counter()
         step = add_claim(
             state_of(key),
             admitted,
@@ -135,9 +142,14 @@ class Processor:
             self._now(record, wall),
             self.limits,
         )
-        lap = stages.add(ARBITRATE, lap)
+        arbitrated = perf_counter()
+        handled = self.outputs.emit(key, step, record)
+        stages = self.stages
+        stages.charge(DECODE, started, decoded)
+        stages.charge(ADMIT, decoded, admitted_at)
+        stages.charge(ARBITRATE, admitted_at, arbitrated)
         if step.refused is not None:
-            return self.outputs.emit(key, step, record)
+            return handled
         self.metrics.accepted(claim.field, claim.source, wall.timestamp())
         decided = step.arbitration
         if (
@@ -147,8 +159,7 @@ class Processor:
         ):
             # Arrived late and lost: the decision stands, but the loss is the signal.
             self.metrics.lost(claim.field, claim.source)
-        handled = self.outputs.emit(key, step, record)
-        stages.add(ENCODE, lap)
+        stages.charge(ENCODE, arbitrated, perf_counter())
         return handled
 
     def _on_resolution(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:

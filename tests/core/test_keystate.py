@@ -86,6 +86,27 @@ def test_a_reused_claim_id_with_another_payload_is_refused_and_neither_version_c
     assert decode_state(encode_state(again.state)).disputed == ("c1",)
 
 
+def test_disputed_ids_are_refused_within_their_bound_and_forgotten_past_it() -> None:
+    limits = Limits(max_disputed=2)
+    state, _ = grow(claim(1), claim(2), claim(3), claim(4, source="crm"), limits=limits)
+    assert state is not None
+    for n in (1, 2, 3):  # each reused with another payload: disputed, oldest trimmed first
+        step = add_claim(
+            state, admit(claim(n, value="overdue"), POLICY, NOW), RULES, POLICY.version, NOW, limits
+        )
+        assert step.refused is not None
+        state = step.state
+    assert state.disputed == ("c2", "c3")
+    for n in (2, 3):  # within the bound: any later version is refused
+        again = add_claim(state, admit(claim(n), POLICY, NOW), RULES, POLICY.version, NOW, limits)
+        assert again.refused is not None
+        assert again.state.claims == state.claims
+    # Past it, the id is forgotten: a later version counts as a new claim.
+    forgotten = add_claim(state, admit(claim(1), POLICY, NOW), RULES, POLICY.version, NOW, limits)
+    assert forgotten.refused is None
+    assert "c1" in [a.claim.claim_id for a in forgotten.state.claims]
+
+
 def test_a_reused_claim_id_with_the_same_normalized_content_is_one_claim() -> None:
     state, _ = grow(claim(1, value="paid"))
     step = add_claim(
