@@ -138,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain_parser.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")
     explain_parser.add_argument("--subject", help="only decisions about this subject")
     explain_parser.add_argument("--field", help="only decisions about this field")
+    explain_parser.add_argument(
+        "--resolutions",
+        type=Path,
+        help="resolutions (JSON lines): a person's decision names who resolved, when and why",
+    )
     explain_parser.set_defaults(handler=cmd_explain)
 
     connection = argparse.ArgumentParser(add_help=False)

@@ -148,6 +148,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace) -> int:
+    resolutions = _recorded_resolutions(args.resolutions) if args.resolutions else []
     for number, line in enumerate(source, start=1):
         if not line.strip():
             continue
@@ -163,8 +164,19 @@ def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace)
             continue
         if args.field and decision.field != args.field:
             continue
-        print(explain(decision))
+        print(explain(decision, resolutions))
     return 0
+
+
+def _recorded_resolutions(path: Path) -> list[Resolution]:
+    found = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        if line.strip():
+            try:
+                found.append(Resolution.model_validate_json(line))
+            except ValidationError as exc:
+                raise ClaimstreamError(f"{path}:{number}: not a resolution: {exc}") from exc
+    return found
 
 
 def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:

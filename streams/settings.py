@@ -87,6 +87,12 @@ class Settings(BaseModel):
     batch_within_s: float = Field(default=0.01, gt=0)
     max_claims_per_key: int = Field(default=16, ge=2)
     decision_history_per_key: int = Field(default=10, ge=1)
+    resolutions_per_key: int = Field(
+        default=10,
+        ge=1,
+        description="resolutions a key keeps for its audit trail: the latest by decided_at, "
+        "so the one that decides the key is always among them",
+    )
     state_cache_keys: int = Field(
         default=100_000,
         ge=1,

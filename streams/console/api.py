@@ -169,7 +169,7 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
                 "key": key,
                 "worker": ownership.url,
                 "decision": current.model_dump(mode="json"),
-                "explain": explain(current),
+                "explain": explain(current, state.resolutions),
                 "last_emitted": state.current.model_dump(mode="json") if state.current else None,
                 "open_since": state.conflict_since.isoformat() if state.conflict_since else None,
                 "rules": rules_json(rules),
@@ -223,7 +223,7 @@ def _as_of_answer(
             "belief": found.belief.model_dump(mode="json"),
             "evidence_basis": found.basis.value,
             "decision": found.decision.model_dump(mode="json") if found.decision else None,
-            "explain": explain(found.decision) if found.decision else None,
+            "explain": explain(found.decision, state.resolutions) if found.decision else None,
             "rules": rules_json(rules),
         }
     )

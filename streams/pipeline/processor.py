@@ -65,7 +65,11 @@ class Processor:
         self.codec = codec
         self.metrics = metrics
         self.wall_clock = wall_clock
-        self.limits = Limits(settings.max_claims_per_key, settings.decision_history_per_key)
+        self.limits = Limits(
+            settings.max_claims_per_key,
+            settings.decision_history_per_key,
+            max_resolutions=settings.resolutions_per_key,
+        )
         self.stages = StageClock()
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
