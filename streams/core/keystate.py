@@ -174,7 +174,7 @@ def add_resolution(
     state = state or KeyState(subject=resolution.subject, field=resolution.field)
     if any(r.resolution_id == resolution.resolution_id for r in state.resolutions):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    stale = _stale_view(state, resolution, rules, policy_version, now)
+    stale = stale_view(state, resolution, rules, policy_version, now)
     if stale is not None:
         transition = _decide(state, rules, policy_version, now, "resolution", limits)
         return replace(transition, refused=stale)
@@ -184,7 +184,7 @@ def add_resolution(
     )
 
 
-def _stale_view(
+def stale_view(
     state: KeyState, resolution: Resolution, rules: FieldRules, policy_version: str, now: datetime
 ) -> ContractError | None:
     """Why `resolution` no longer applies, if it names a decision that is not the key's current

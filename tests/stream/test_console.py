@@ -36,7 +36,7 @@ from streams.devkit.demo import scenario_claims
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from tests.stream.conftest import write_policy
-from tests.stream.support import REPO, Deployment, WorkerProcess
+from tests.stream.support import REPO, Deployment, WorkerProcess, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +168,7 @@ def cluster(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
         **{PAYMENT: {"freshness": "10m"}, ADDRESS: {"on_conflict": "block"}},
     )
     deployment = Deployment(bootstrap=kafka.bootstrap, workdir=workdir, policy=policy)
-    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=TOKEN)
+    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=f"Ann Steward:{TOKEN}")
     reader = deployment.worker(1)
     try:
         writer.start()
@@ -417,7 +417,6 @@ def test_a_steward_resolves_the_demos_conflict_from_the_browser(
     form = page.locator("#resolve")
     expect(form).to_be_visible(timeout=WAIT_MS)
     form.get_by_label("paid", exact=True).check()
-    page.locator("#author").fill("Ann Steward")
     page.locator("#note").fill("the ledger is authoritative; the export lagged")
     page.locator("#resolve-submit").click()
     expect(page.locator("#outcome")).to_contain_text("resolved", timeout=WAIT_MS)
@@ -477,7 +476,6 @@ def test_a_newcomer_resolves_a_demo_conflict_in_claimstream_dev(page: Page, tmp_
         form = page.locator("#resolve")
         expect(form).to_be_visible(timeout=WAIT_MS)
         form.locator("input[name=choice]").first.check()
-        page.locator("#author").fill("New Steward")
         page.locator("#resolve-submit").click()
         expect(page.locator("#outcome")).to_contain_text("reason manual", timeout=WAIT_MS)
         expect(page.locator("#outcome")).to_contain_text("resolved")
@@ -489,3 +487,48 @@ def test_a_newcomer_resolves_a_demo_conflict_in_claimstream_dev(page: Page, tmp_
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_a_resolution_of_a_decision_no_longer_current_is_refused_where_the_steward_sees_it(
+    cluster: Cluster,
+) -> None:
+    """On the worker owning the key the console refuses at once (409, the reason in the answer);
+    on another it publishes, and the owner refuses it when it applies it (a dead letter). Either
+    way the key's decision stands, and the steward's name comes from the token, not the body."""
+    owners: dict[bool, str] = {}
+    for subject in one_subject_per_partition("invoice:90", cluster.deployment.partitions, PAYMENT):
+        key = state_key(subject, PAYMENT)
+        shown = cluster.writer.get("/api/decisions/" + urllib.parse.quote(key, safe=""))
+        owners.setdefault(shown["worker"].endswith(f":{cluster.writer.web_port}"), key)
+    assert set(owners) == {True, False}
+    stale = "dec_000000000000000000000000"
+    for here, key in owners.items():
+        body = {"key": key, "value": "paid", "decided_by": "mallory"}
+        status, answer = cluster.post(
+            cluster.writer, {**body, "resolves_decision_id": stale}, TOKEN
+        )
+        if here:
+            assert status == 409, answer
+            assert answer["refused"] == "stale_decision"
+            assert stale in answer["error"]
+        else:
+            assert status == 202, answer
+            assert answer["resolution"]["decided_by"] == "Ann Steward"
+    found: list[Any] = []
+
+    async def dead_letters() -> None:
+        topic = cluster.deployment.topics.dead_letters
+        found.extend(await read_topic(cluster.deployment.bootstrap, topic, idle_s=2))
+
+    failures: list[BaseException] = []
+    deadline = time.monotonic() + 60
+    reasons: list[str] = []
+    while "stale_decision" not in reasons and time.monotonic() < deadline:
+        found.clear()
+        reading = threading.Thread(target=lambda: _run(dead_letters(), failures))
+        reading.start()
+        reading.join(90)
+        assert not failures, failures
+        reasons = [dict(m.headers)["claimstream.error.reason"].decode() for m in found]
+    assert "stale_decision" in reasons
+    assert set(owners.values()) <= open_keys(cluster.reader)
