@@ -157,9 +157,11 @@ class Processor:
 
     def _on_resolution(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
         wall = datetime.fromtimestamp(self.wall_clock(), UTC)
-        resolution = admit_resolution(
-            self.codec.decode(Resolution, record.value), self.policy, wall
+        decoded = self.codec.decode(Resolution, record.value)
+        self.authentication.check_steward(
+            record.value or b"", record.headers, decoded.decided_by, wall
         )
+        resolution = admit_resolution(decoded, self.policy, wall)
         resolution = canonical(resolution, alias_of)
         key = state_key(resolution.subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
