@@ -17,11 +17,11 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
@@ -32,6 +32,9 @@ from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from streams.client import Signer
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -249,9 +252,7 @@ def _resolutions_file(path: Path) -> list[Resolution]:
     return resolutions
 
 
-def _steward_signer(
-    args: argparse.Namespace, settings: Settings
-) -> Callable[[bytes], list[tuple[str, bytes]]]:
+def _steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
     """Signs as the policy's steward key `--key-id` (which must be bound to `--by`)."""
     from streams.core.authenticity import ED25519, sign
 
