@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
@@ -26,12 +26,14 @@ from streams.arbiter.routing import Ownership
 from streams.console.api import Console
 from streams.console.web import register_console
 from streams.core.contracts import ConflictKind, Outcome
+from streams.core.errors import RejectedInput
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
 from streams.health import LagProbe, Pulse, report_health
 from streams.metrics import Metrics
 from streams.pipeline import Processor
 from streams.pipeline.authentication import principal_topics
+from streams.pipeline.records import Incoming
 from streams.registry import WireCodec, registry_for
 from streams.retention import topic_configs
 from streams.settings import Settings
@@ -191,10 +193,14 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         beacon=app.beacon,
     )
 
+    dead_letters = topic(topics.dead_letters)
+
     @app.agent(topic(topics.aliases), name="alias-feed")
     async def alias_feed(stream: StreamT[bytes]) -> None:
         async for event in stream.events():
             if not isinstance(event.key, bytes):
+                continue
+            if not await _alias_proven(processor, dead_letters, event.message):
                 continue
             alias = alias_key(event.key.decode("utf-8", "replace"))
             if event.value:
@@ -219,6 +225,32 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     register_views(app, pulse, arbiter.ownership, policy, outcome_counts)
     console = register_console(app, arbiter.ownership, alias_of, policy, settings, metrics)
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
+
+
+async def _alias_proven(processor: Processor, dead_letters: Any, message: Any) -> bool:
+    """An alias redirects a subject's claims: a record not proven a steward's is dead-lettered,
+    as a resolution would be."""
+    record = Incoming(
+        message.topic,
+        message.partition,
+        message.offset,
+        message.key,
+        message.value,
+        tuple((k, bytes(v or b"")) for k, v in _header_pairs(message.headers)),
+        message.timestamp,
+    )
+    try:
+        processor.authentication.check_alias(record, datetime.now(UTC))
+    except RejectedInput as exc:
+        letter = processor.outputs.dead_letter(record, exc, 1)
+        await dead_letters.send(key=letter.key, value=letter.value, headers=letter.headers)
+        return False
+    return True
+
+
+def _header_pairs(headers: Any) -> list[tuple[str, Any]]:
+    """Faust hands a message's headers over as a list of pairs or as a mapping."""
+    return list(headers.items()) if isinstance(headers, dict) else list(headers or ())
 
 
 ENDPOINTS = {

@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain_parser.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")
     explain_parser.add_argument("--subject", help="only decisions about this subject")
     explain_parser.add_argument("--field", help="only decisions about this field")
+    explain_parser.add_argument(
+        "--resolutions",
+        type=Path,
+        help="resolutions (JSON lines): a person's decision names who resolved, when and why",
+    )
     explain_parser.set_defaults(handler=cmd_explain)
 
     connection = argparse.ArgumentParser(add_help=False)
@@ -218,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="check the value against this policy before sending "
         "(the worker checks it anyway and dead-letters what it refuses)",
+    )
+    resolve_parser.add_argument(
+        "--key-id",
+        metavar="ID",
+        help="sign as --by with this key of the policy's stewards section (its secret, or a "
+        "base64 Ed25519 private key, in the variable --key-env names); without it the "
+        "resolution is proven by the steward principal the connection settings publish as",
+    )
+    resolve_parser.add_argument(
+        "--key-env", metavar="VAR", help="the environment variable holding the key's secret"
     )
     resolve_parser.set_defaults(handler=cmd_resolve)
 

@@ -15,7 +15,7 @@ import asyncio
 import time
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,6 +39,7 @@ from streams.core.errors import ClaimstreamError, RejectedInput, validation_prob
 from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
 from streams.core.policy import Policy
+from streams.pipeline.authentication import STEWARD_HEADER, alias_payload
 from streams.registry import WireCodec, registry_for
 from streams.retention import topic_configs, warn_short_retention
 from streams.settings import Settings
@@ -112,6 +113,10 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
     return created
 
 
+Signer = Callable[[bytes], list[tuple[str, bytes]]]
+"""A record value's signature headers (`authenticity.sign` bound to a key and the time)."""
+
+
 class ClaimPublisher:
     """Publishes claims (Avro, Confluent wire format) keyed by subject|field.
 
@@ -162,14 +167,24 @@ class ClaimPublisher:
         await (await self.publish(model))
         return await facts.wait_for_claim(model.subject, model.field, model.claim_id, wait_s)
 
-    async def resolve(self, resolution: Resolution) -> None:
+    async def resolve(self, resolution: Resolution, signer: Signer | None = None) -> None:
+        """`signer`: the signature headers for the encoded value, where stewards sign."""
         topic = self.settings.topics.resolutions
         key = state_key(resolution.subject, resolution.field).encode()
-        await self._producer.send_and_wait(topic, self.codec.encode(topic, resolution), key=key)
+        value = self.codec.encode(topic, resolution)
+        headers = signer(value) if signer is not None else None
+        await self._producer.send_and_wait(topic, value, key=key, headers=headers)
 
-    async def alias(self, alias: str, subject: str) -> None:
+    async def alias(
+        self, alias: str, subject: str, signer: Signer | None = None, steward: str = ""
+    ) -> None:
+        """`signer` and `steward`: where stewards sign, the steward it signs as."""
+        headers = None
+        if signer is not None:
+            payload = alias_payload(alias.encode(), subject.encode())
+            headers = [*signer(payload), (STEWARD_HEADER, steward.encode())]
         await self._producer.send_and_wait(
-            self.settings.topics.aliases, subject.encode(), key=alias.encode()
+            self.settings.topics.aliases, subject.encode(), key=alias.encode(), headers=headers
         )
 
 
@@ -223,13 +238,15 @@ def build_resolution(
     return resolution
 
 
-async def publish_resolutions(settings: Settings, resolutions: Iterable[Resolution]) -> int:
+async def publish_resolutions(
+    settings: Settings, resolutions: Iterable[Resolution], signer: Signer | None = None
+) -> int:
     """Publish resolutions on the resolutions topic, keyed by subject|field; returns how many
     the broker acknowledged. The worker closes the key's conflict (reason `manual`)."""
     sent = 0
     async with ClaimPublisher(settings) as publisher:
         for resolution in resolutions:
-            await publisher.resolve(resolution)
+            await publisher.resolve(resolution, signer)
             sent += 1
     return sent
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
@@ -31,6 +33,9 @@ from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from streams.client import Signer
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -149,6 +154,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace) -> int:
+    resolutions = _recorded_resolutions(args.resolutions) if args.resolutions else []
     for number, line in enumerate(source, start=1):
         if not line.strip():
             continue
@@ -164,8 +170,19 @@ def _explain_lines(source: Iterable[str], origin: str, args: argparse.Namespace)
             continue
         if args.field and decision.field != args.field:
             continue
-        print(explain(decision))
+        print(explain(decision, resolutions))
     return 0
+
+
+def _recorded_resolutions(path: Path) -> list[Resolution]:
+    found = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        if line.strip():
+            try:
+                found.append(Resolution.model_validate_json(line))
+            except ValidationError as exc:
+                raise ClaimstreamError(f"{path}:{number}: not a resolution: {exc}") from exc
+    return found
 
 
 def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
@@ -236,6 +253,27 @@ def _resolutions_file(path: Path) -> list[Resolution]:
     return resolutions
 
 
+def _steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
+    """Signs as the policy's steward key `--key-id` (which must be bound to `--by`)."""
+    from streams.core.authenticity import ED25519, sign
+
+    policy = load_policy(args.policy or settings.policy)
+    key = next((k for k in policy.stewards.keys if k.key_id == args.key_id), None)
+    if key is None or args.by not in key.sources:
+        raise ClaimstreamError(
+            f"--key-id {args.key_id!r}: not a key of the policy's stewards section bound to "
+            f"--by {args.by!r}"
+        )
+    variable = args.key_env or key.secret_env
+    material = os.environ.get(variable or "")
+    if not material:
+        raise ClaimstreamError(
+            f"--key-id {args.key_id!r}: set --key-env to a variable with its key"
+        )
+    raw = base64.b64decode(material) if key.algorithm == ED25519 else material.encode()
+    return lambda value: sign(value, key.key_id, key.algorithm, raw, datetime.now(UTC))
+
+
 def _json_or_text(raw: str) -> Any:
     """`--value 40` is a number, `--value true` a boolean, `--value '{"amount_minor": 1250,
     "currency": "USD"}'` money; anything that is not JSON (`--value paid`) is a string."""
@@ -266,7 +304,9 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         note=args.note,
         resolves_decision_id=args.decision_id,
     )
-    asyncio.run(publish_resolutions(settings_from(args), [resolution]))
+    settings = settings_from(args)
+    signer = _steward_signer(args, settings) if args.key_id else None
+    asyncio.run(publish_resolutions(settings, [resolution], signer))
     print(resolution.model_dump_json())
     print(
         f"resolve: {resolution.resolution_id} sent for {args.subject} {args.field}",

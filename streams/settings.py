@@ -110,6 +110,12 @@ class Settings(BaseModel):
     decision_history_per_key: int = Field(default=10, ge=1)
     # Claim ids refused as conflicting duplicates a key remembers, to refuse their later versions.
     max_disputed_per_key: int = Field(default=64, ge=1)
+    resolutions_per_key: int = Field(
+        default=10,
+        ge=1,
+        description="resolutions a key keeps for its audit trail: the latest by decided_at, "
+        "so the one that decides the key is always among them",
+    )
     state_cache_keys: int = Field(
         default=100_000,
         ge=1,

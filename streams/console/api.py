@@ -28,10 +28,10 @@ from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core import contracts
 from streams.core.asof import NoBeliefAsOf, belief_as_of
-from streams.core.contracts import ClaimStatus, ConflictKind
+from streams.core.contracts import ClaimStatus, ConflictKind, Resolution
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
-from streams.core.keystate import KeyState, current_decision, split_key, state_key
+from streams.core.keystate import KeyState, current_decision, split_key, stale_view, state_key
 from streams.core.policy import FieldRules, Policy
 from streams.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
@@ -169,7 +169,7 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
                 "key": key,
                 "worker": ownership.url,
                 "decision": current.model_dump(mode="json"),
-                "explain": explain(current),
+                "explain": explain(current, state.resolutions),
                 "last_emitted": state.current.model_dump(mode="json") if state.current else None,
                 "open_since": state.conflict_since.isoformat() if state.conflict_since else None,
                 "rules": rules_json(rules),
@@ -223,7 +223,7 @@ def _as_of_answer(
             "belief": found.belief.model_dump(mode="json"),
             "evidence_basis": found.basis.value,
             "decision": found.decision.model_dump(mode="json") if found.decision else None,
-            "explain": explain(found.decision) if found.decision else None,
+            "explain": explain(found.decision, state.resolutions) if found.decision else None,
             "rules": rules_json(rules),
         }
     )
@@ -236,13 +236,13 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
         console.metrics.console_writes_refused.labels(refusal.value).inc()
         return web.json({"error": message, "refused": refusal.value}, status=status)
 
-    refusal = console.stewards.refusal(request.headers.get("Authorization"))
-    if refusal is Refusal.WRITES_DISABLED:
-        return refused(refusal, 403, "writes are disabled: no steward token is configured")
-    if refusal is Refusal.MISSING_TOKEN:
-        return refused(refusal, 401, "a steward token is required (Authorization: Bearer ...)")
-    if refusal is not None:
-        return refused(refusal, 403, "this steward token is not accepted")
+    steward = console.stewards.steward(request.headers.get("Authorization"))
+    if steward is Refusal.WRITES_DISABLED:
+        return refused(steward, 403, "writes are disabled: no steward token is configured")
+    if steward is Refusal.MISSING_TOKEN:
+        return refused(steward, 401, "a steward token is required (Authorization: Bearer ...)")
+    if isinstance(steward, Refusal):
+        return refused(steward, 403, "this steward token is not accepted")
     try:
         body = await request.json()
         if not isinstance(body, dict):
@@ -255,7 +255,7 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
             console.policy,
             subject,
             field,
-            decided_by=str(body.get("decided_by") or ""),
+            decided_by=steward,  # the token's steward, never what the request says
             decided_at=console.clock(),
             status=ClaimStatus(body.get("status") or ClaimStatus.PRESENT),
             value=body.get("value"),
@@ -264,6 +264,9 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
         )
     except (ClaimstreamError, ValueError) as exc:
         return refused(Refusal.INVALID, 400, str(exc))
+    stale = _stale_here(console, resolution)
+    if stale is not None:
+        return refused(Refusal.STALE_DECISION, 409, stale)
     try:
         await publish_resolutions(console.settings, [resolution])
     except (KafkaError, ClaimstreamError) as exc:
@@ -274,6 +277,21 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
         {"key": state_key(subject, field), "resolution": resolution.model_dump(mode="json")},
         status=202,
     )
+
+
+def _stale_here(console: Console, resolution: Resolution) -> str | None:
+    """Why the resolution is of a decision no longer current, when this worker owns the key (so
+    the steward hears it at once); the key's owner checks again when it applies it, as a
+    decision may change between this answer and that."""
+    key = canonical_key(state_key(resolution.subject, resolution.field), console.alias_of)
+    if not console.ownership.owner_of(key.encode()).here:
+        return None
+    state = console.ownership.state_of(key.encode())
+    rules = console.policy.rules_for(resolution.field)
+    if state is None or rules is None:
+        return None
+    stale = stale_view(state, resolution, rules, console.policy.version, console.clock())
+    return None if stale is None else stale.detail
 
 
 def _subject_and_field(body: dict[str, Any]) -> tuple[str, str]:

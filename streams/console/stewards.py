@@ -2,7 +2,10 @@
 
 Writing (publishing a resolution) is off unless at least one token is configured, in
 `steward_tokens` (comma-separated, e.g. `CLAIMSTREAM_STEWARD_TOKENS`) or a file of one token per
-line. A token travels only in the `Authorization: Bearer` header: never in a URL (logged, kept in
+line. An entry `name:token` binds the token to the steward `name`, who is then the `decided_by` of
+every resolution written with it (the request cannot name anyone else); a bare token is bound to
+`steward-<first 8 hex digits of its SHA-256>`, stable and revealing nothing of the token.
+A token travels only in the `Authorization: Bearer` header: never in a URL (logged, kept in
 history) nor a cookie (sent by the browser on its own, which is what cross-site forgery abuses).
 """
 
@@ -27,19 +30,21 @@ class Refusal(StrEnum):
     MISSING_TOKEN = "missing_token"  # 401
     BAD_TOKEN = "bad_token"  # 403
     INVALID = "invalid_resolution"  # 400: the policy refuses the resolution
+    STALE_DECISION = "stale_decision"  # 409: resolved a decision no longer the key's current one
 
 
 class StewardTokens:
     def __init__(self, tokens: Iterable[str]) -> None:
-        kept = [token.strip() for token in tokens if token.strip()]
-        short = [token for token in kept if len(token) < MIN_TOKEN_LENGTH]
+        kept = [_named(entry.strip()) for entry in tokens if entry.strip()]
+        short = [token for _, token in kept if len(token) < MIN_TOKEN_LENGTH]
         if short:
             raise ClaimstreamError(
                 f"steward tokens must be at least {MIN_TOKEN_LENGTH} characters "
                 f"({len(short)} configured token(s) are shorter)"
             )
         # Digests have one length, so comparing them leaks nothing about a token's length.
-        self._digests = [_digest(token) for token in kept]
+        self._digests = [_digest(token) for _, token in kept]
+        self._stewards = [name or f"steward-{_digest(token).hex()[:8]}" for name, token in kept]
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StewardTokens:
@@ -62,6 +67,11 @@ class StewardTokens:
 
     def refusal(self, authorization: str | None) -> Refusal | None:
         """None when the header carries a configured token; else why the write is refused."""
+        found = self.steward(authorization)
+        return found if isinstance(found, Refusal) else None
+
+    def steward(self, authorization: str | None) -> str | Refusal:
+        """The steward the header's token is bound to, or why the write is refused."""
         if not self._digests:
             return Refusal.WRITES_DISABLED
         if not authorization or authorization[: len(BEARER)].lower() != BEARER:
@@ -69,7 +79,16 @@ class StewardTokens:
         offered = _digest(authorization[len(BEARER) :].strip())
         # Every configured token is compared, whichever matches.
         matches = [hmac.compare_digest(offered, digest) for digest in self._digests]
-        return None if any(matches) else Refusal.BAD_TOKEN
+        return next(
+            (name for name, hit in zip(self._stewards, matches, strict=True) if hit),
+            Refusal.BAD_TOKEN,
+        )
+
+
+def _named(entry: str) -> tuple[str, str]:
+    """`name:token` or a bare token (tokens as generated, hex or URL-safe base64, hold no `:`)."""
+    name, separator, token = entry.rpartition(":")
+    return (name.strip(), token.strip()) if separator else ("", entry)
 
 
 def _digest(token: str) -> bytes:

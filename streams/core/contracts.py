@@ -116,6 +116,7 @@ class RejectReason(StrEnum):
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
     UNAUTHENTICATED = "unauthenticated"
     PROCESSING_FAILED = "processing_failed"
+    STALE_DECISION = "stale_decision"  # a resolution made against a decision no longer current
 
 
 class _Record(BaseModel):

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from streams.core.contracts import Decision, Evidence, EvidenceRole, Money, Outcome, Value
+from collections.abc import Iterable
+
+from streams.core.contracts import (
+    Decision,
+    Evidence,
+    EvidenceRole,
+    Money,
+    Outcome,
+    Resolution,
+    Value,
+)
 
 _ROLE_WORDS = {
     EvidenceRole.WINNER: "decided",
@@ -33,7 +43,16 @@ def _evidence_line(item: Evidence) -> str:
     )
 
 
-def explain(decision: Decision) -> str:
+def _resolution_line(resolution: Resolution) -> str:
+    why = f": {resolution.note}" if resolution.note else " (no note given)"
+    return (
+        f"  resolved by {resolution.decided_by or '(unnamed)'} at "
+        f"{resolution.decided_at.isoformat()}{why}"
+    )
+
+
+def explain(decision: Decision, resolutions: Iterable[Resolution] = ()) -> str:
+    """`resolutions`: the key's, when at hand, to say who resolved it, when and why."""
     head = f"{decision.subject} {decision.field}: "
     if decision.outcome is Outcome.RESOLVED:
         what = (
@@ -60,6 +79,9 @@ def explain(decision: Decision) -> str:
         "  evidence:",
         *(_evidence_line(item) for item in decision.evidence),
     ]
+    applied = [r for r in resolutions if r.resolution_id == decision.resolution_id]
+    if decision.resolution_id and applied:
+        lines.insert(2, _resolution_line(applied[0]))
     if decision.supersedes:
         lines.append(f"  replaces decision {decision.supersedes}")
     return "\n".join(lines)

@@ -96,11 +96,14 @@ class KeyState:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Per-key bounds on what a key's state keeps (settings `max_claims_per_key`,
-    `decision_history_per_key`, `max_disputed_per_key`)."""
+    `decision_history_per_key`, `max_disputed_per_key`, `resolutions_per_key`)."""
 
     max_claims: int = 16
     max_history: int = 10
     max_disputed: int = 64
+    max_resolutions: int = 10
+    """Resolutions a key keeps: the latest by `decided_at`, which include the one the engine
+    applies, so a late-arriving older resolution never pushes out the one deciding the key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +174,51 @@ def add_resolution(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Transition:
+    """Add a person's resolution and re-decide. One made against a decision that is no longer
+    the key's (`resolves_decision_id`: new evidence arrived while the steward looked) is refused,
+    not applied: the steward decided on evidence that has since changed."""
     state = state or KeyState(subject=resolution.subject, field=resolution.field)
     if any(r.resolution_id == resolution.resolution_id for r in state.resolutions):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    kept = (*state.resolutions, resolution)[-limits.max_history :]
+    stale = stale_view(state, resolution, rules, policy_version, now)
+    if stale is not None:
+        transition = _decide(state, rules, policy_version, now, "resolution", limits)
+        return replace(transition, refused=stale)
+    kept = _latest_resolutions((*state.resolutions, resolution), limits.max_resolutions)
     return _decide(
         _rebuilt(state, resolutions=kept), rules, policy_version, now, "resolution", limits
     )
+
+
+def stale_view(
+    state: KeyState, resolution: Resolution, rules: FieldRules, policy_version: str, now: datetime
+) -> ContractError | None:
+    """Why `resolution` no longer applies, if it names a decision that is not the key's current
+    one: neither the last emitted nor the one time alone reached by `now` (a view can show that
+    before the key's timer fires)."""
+    viewed, last = resolution.resolves_decision_id, state.current
+    if viewed is None or (last is not None and viewed == last.decision_id):
+        return None
+    current = _arbitrate(state, rules, policy_version, now) if state.claims else None
+    if current is not None and viewed == current.decision_id:
+        return None
+    now_is = f"{current.decision_id} ({current.outcome.value})" if current is not None else "none"
+    return ContractError(
+        RejectReason.STALE_DECISION,
+        f"resolution {resolution.resolution_id!r} was made against decision {viewed!r}, but the "
+        f"key's current decision is {now_is}: the evidence changed since; look again and "
+        "resolve the current decision",
+    )
+
+
+def _latest_resolutions(resolutions: tuple[Resolution, ...], bound: int) -> tuple[Resolution, ...]:
+    """The `bound` latest by the order the engine chooses in (`decided_at`, then id), kept in
+    arrival order so an existing state stores the same bytes."""
+    if len(resolutions) <= bound:
+        return resolutions
+    ranked = sorted(resolutions, key=lambda r: (r.decided_at, r.resolution_id), reverse=True)
+    kept = {r.resolution_id for r in ranked[:bound]}
+    return tuple(r for r in resolutions if r.resolution_id in kept)
 
 
 def advance(

@@ -194,6 +194,12 @@ class Policy(_Strict):
     sources: dict[str, SourcePolicy]
     fields: dict[str, FieldPolicy] = Field(min_length=1)
     signing: Signing = Signing()
+    stewards: Signing = Field(
+        default_factory=Signing,
+        description="proof for resolutions and alias records, as `signing` is for claims: keys "
+        "whose `sources` name the stewards they sign for (a resolution's decided_by, an alias "
+        "record's claimstream.steward header); `required` refuses unsigned ones",
+    )
 
     @model_validator(mode="after")
     def _field_authorities_name_known_sources(self) -> Policy:

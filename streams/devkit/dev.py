@@ -63,7 +63,9 @@ def run_dev(
         if settings.steward_tokens is None and settings.steward_tokens_file is None:
             # A local demo lets its user resolve from the browser: a token for this run only.
             token = secrets.token_urlsafe(18)
-            settings = settings.model_copy(update={"steward_tokens": SecretStr(token)})
+            settings = settings.model_copy(
+                update={"steward_tokens": SecretStr(f"dev-steward:{token}")}
+            )
             print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
         else:
             print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)

@@ -3,18 +3,22 @@
 Proof is the principal-only topic the claim arrived on (broker ACLs bind a principal to its topic)
 and/or a signature by a key the policy binds to the source, with the keys' secrets read from the
 environment once, when the worker starts. `principal_topics` names the per-principal input topics.
+
+Records that change beliefs (resolutions, alias records) are proven the same two ways: the topic
+they arrive on (broker ACLs let only steward principals write the resolutions and aliases topics)
+and/or a signature by a key the policy's `stewards` section binds to the steward named in them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from streams.core.authenticity import SourceKey, keyring, verify
 from streams.core.contracts import RejectReason
 from streams.core.errors import ClaimstreamError, ContractError
-from streams.core.policy import Policy
+from streams.core.policy import Policy, Signing
 from streams.pipeline.records import Incoming
 from streams.settings import Settings
 
@@ -26,7 +30,8 @@ class Authentication:
         self.prefix = settings.principal_topic_prefix
         self.rekeyed = settings.topics.rekeyed
         self.policy = policy
-        self.keys = signing_keys(policy, env)
+        self.keys = signing_keys(policy.signing, env)
+        self.steward_keys = signing_keys(policy.stewards, env)
 
     def check(self, record: Incoming, source: str, now: datetime) -> None:
         """Raise `ContractError(UNAUTHENTICATED)` unless `record` may carry a claim of `source`:
@@ -62,12 +67,52 @@ class Authentication:
                 signing.required,
             )
 
+    def check_steward(
+        self,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes | None]],
+        steward: str,
+        now: datetime,
+    ) -> None:
+        """Raise `ContractError(UNAUTHENTICATED)` unless a record that changes a belief (a
+        resolution, an alias) is signed by a key bound to `steward`, where the policy's
+        `stewards` section asks for it; else the steward-only topic it arrived on proves it."""
+        stewards = self.policy.stewards
+        if stewards.keys or stewards.required:
+            verify(
+                value,
+                headers,
+                steward,
+                self.steward_keys,
+                now,
+                stewards.max_age,
+                stewards.required,
+            )
 
-def signing_keys(policy: Policy, env: Mapping[str, str] | None = None) -> dict[str, SourceKey]:
-    """The policy's signing keys with their HMAC secrets read from the environment."""
+    def check_alias(self, record: Incoming, now: datetime) -> None:
+        """Raise `ContractError(UNAUTHENTICATED)` unless an alias record (key: the alias; value:
+        the canonical subject, none to remove it) is proven as a steward's, the steward named in
+        its `claimstream.steward` header; the signature covers the alias and the subject both,
+        so a signed value cannot be moved to another alias."""
+        steward = (record.header(STEWARD_HEADER) or b"").decode("utf-8", "replace")
+        payload = alias_payload(record.key or b"", record.value or b"")
+        self.check_steward(payload, record.headers, steward, now)
+
+
+STEWARD_HEADER = "claimstream.steward"
+
+
+def alias_payload(alias: bytes, subject: bytes) -> bytes:
+    """What an alias record's signature covers: both parts, length-prefixed (no two different
+    pairs serialise alike)."""
+    return len(alias).to_bytes(4, "big") + alias + subject
+
+
+def signing_keys(signing: Signing, env: Mapping[str, str] | None = None) -> dict[str, SourceKey]:
+    """A policy section's signing keys with their HMAC secrets read from the environment."""
     env = os.environ if env is None else env
     keys = []
-    for key in policy.signing.keys:
+    for key in signing.keys:
         secret = None
         if key.secret_env is not None:
             secret = env.get(key.secret_env)

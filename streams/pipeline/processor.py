@@ -69,6 +69,7 @@ class Processor:
             settings.max_claims_per_key,
             settings.decision_history_per_key,
             settings.max_disputed_per_key,
+            max_resolutions=settings.resolutions_per_key,
         )
         self.stages = StageClock()
         self.authentication = Authentication(settings, policy, env)
@@ -164,9 +165,11 @@ class Processor:
 
     def _on_resolution(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
         wall = datetime.fromtimestamp(self.wall_clock(), UTC)
-        resolution = admit_resolution(
-            self.codec.decode(Resolution, record.value), self.policy, wall
+        decoded = self.codec.decode(Resolution, record.value)
+        self.authentication.check_steward(
+            record.value or b"", record.headers, decoded.decided_by, wall
         )
+        resolution = admit_resolution(decoded, self.policy, wall)
         resolution = canonical(resolution, alias_of)
         key = state_key(resolution.subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):

@@ -43,3 +43,14 @@ def test_short_tokens_and_unreadable_files_are_configuration_errors(tmp_path: Pa
         StewardTokens(["secret"])
     with pytest.raises(ClaimstreamError, match="cannot read steward tokens"):
         StewardTokens.from_settings(Settings(steward_tokens_file=tmp_path / "missing"))
+
+
+def test_a_token_is_bound_to_its_steward() -> None:
+    tokens = StewardTokens([f"Ann Steward:{ANN}", BOB])
+    assert tokens.steward(f"Bearer {ANN}") == "Ann Steward"
+    bare = tokens.steward(f"Bearer {BOB}")
+    assert isinstance(bare, str)
+    assert bare.startswith("steward-")
+    assert BOB not in bare
+    assert tokens.steward(f"Bearer Ann Steward:{ANN}") is Refusal.BAD_TOKEN
+    assert tokens.steward(None) is Refusal.MISSING_TOKEN

@@ -30,13 +30,13 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
 from streams.client import ClaimPublisher
-from streams.core.keystate import state_key
+from streams.core.keystate import split_key, state_key
 from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from tests.stream.conftest import write_policy
-from tests.stream.support import REPO, Deployment, WorkerProcess
+from tests.stream.support import REPO, Deployment, WorkerProcess, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +168,7 @@ def cluster(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
         **{PAYMENT: {"freshness": "10m"}, ADDRESS: {"on_conflict": "block"}},
     )
     deployment = Deployment(bootstrap=kafka.bootstrap, workdir=workdir, policy=policy)
-    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=TOKEN)
+    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=f"Ann Steward:{TOKEN}")
     reader = deployment.worker(1)
     try:
         writer.start()
@@ -417,7 +417,6 @@ def test_a_steward_resolves_the_demos_conflict_from_the_browser(
     form = page.locator("#resolve")
     expect(form).to_be_visible(timeout=WAIT_MS)
     form.get_by_label("paid", exact=True).check()
-    page.locator("#author").fill("Ann Steward")
     page.locator("#note").fill("the ledger is authoritative; the export lagged")
     page.locator("#resolve-submit").click()
     expect(page.locator("#outcome")).to_contain_text("resolved", timeout=WAIT_MS)
@@ -477,7 +476,6 @@ def test_a_newcomer_resolves_a_demo_conflict_in_claimstream_dev(page: Page, tmp_
         form = page.locator("#resolve")
         expect(form).to_be_visible(timeout=WAIT_MS)
         form.locator("input[name=choice]").first.check()
-        page.locator("#author").fill("New Steward")
         page.locator("#resolve-submit").click()
         expect(page.locator("#outcome")).to_contain_text("reason manual", timeout=WAIT_MS)
         expect(page.locator("#outcome")).to_contain_text("resolved")
@@ -489,3 +487,115 @@ def test_a_newcomer_resolves_a_demo_conflict_in_claimstream_dev(page: Page, tmp_
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def spread_owners(cluster: Cluster) -> dict[str, bool]:
+    """The spread payment conflicts' keys, each with whether the writer owns it."""
+    owners = {}
+    for subject in one_subject_per_partition("invoice:90", cluster.deployment.partitions, PAYMENT):
+        key = state_key(subject, PAYMENT)
+        shown = cluster.writer.get("/api/decisions/" + urllib.parse.quote(key, safe=""))
+        owners[key] = shown["worker"].endswith(f":{cluster.writer.web_port}")
+    return owners
+
+
+def test_a_resolution_of_a_decision_no_longer_current_is_refused_where_the_steward_sees_it(
+    cluster: Cluster,
+) -> None:
+    """On the worker owning the key the console refuses at once (409, the reason in the answer);
+    on another it publishes, and the owner refuses it when it applies it (a dead letter). Either
+    way the key's decision stands, and the steward's name comes from the token, not the body."""
+    owners: dict[bool, str] = {}
+    for key, here in spread_owners(cluster).items():
+        owners.setdefault(here, key)
+    assert set(owners) == {True, False}
+    stale = "dec_000000000000000000000000"
+    for here, key in owners.items():
+        body = {"key": key, "value": "paid", "decided_by": "mallory"}
+        status, answer = cluster.post(
+            cluster.writer, {**body, "resolves_decision_id": stale}, TOKEN
+        )
+        if here:
+            assert status == 409, answer
+            assert answer["refused"] == "stale_decision"
+            assert stale in answer["error"]
+        else:
+            assert status == 202, answer
+            assert answer["resolution"]["decided_by"] == "Ann Steward"
+    found: list[Any] = []
+
+    async def dead_letters() -> None:
+        topic = cluster.deployment.topics.dead_letters
+        found.extend(await read_topic(cluster.deployment.bootstrap, topic, idle_s=2))
+
+    failures: list[BaseException] = []
+    deadline = time.monotonic() + 60
+    reasons: list[str] = []
+    while "stale_decision" not in reasons and time.monotonic() < deadline:
+        found.clear()
+        reading = threading.Thread(target=lambda: _run(dead_letters(), failures))
+        reading.start()
+        reading.join(90)
+        assert not failures, failures
+        reasons = [dict(m.headers)["claimstream.error.reason"].decode() for m in found]
+    assert "stale_decision" in reasons
+    assert set(owners.values()) <= open_keys(cluster.reader)
+
+
+def test_a_steward_whose_view_went_stale_sees_the_resolution_refused_in_the_browser(
+    cluster: Cluster, browser: BrowserContext
+) -> None:
+    """The page keeps the conflict it loaded (its live feed held silent, as when it drops),
+    new evidence settles the key meanwhile: publishing the old view is refused, and said so."""
+    key = [k for k, here in spread_owners(cluster).items() if here][-1]
+    subject = split_key(key)[0]
+    page = browser.new_page()
+    script_errors: list[str] = []  # the 409 itself is logged by Chromium: only scripts count
+    page.on("pageerror", lambda error: script_errors.append(str(error)))
+    page.route(
+        "**/api/live*",
+        lambda route: route.fulfill(
+            status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 600000\n\n"
+        ),
+    )
+    try:
+        page.goto(cluster.url(cluster.writer, "/ui/"))
+        page.locator("#token").fill(TOKEN)
+        page.locator("#token-use").click()
+        page.goto(key_page(cluster, cluster.writer, key))
+        form = page.locator("#resolve")
+        expect(form).to_be_visible(timeout=WAIT_MS)
+        path = "/api/decisions/" + urllib.parse.quote(key, safe="")
+        viewed = cluster.writer.get(path)["decision"]["decision_id"]
+        later = datetime.now(UTC).isoformat()
+        cluster.publish(
+            [
+                {
+                    "claim_id": f"{subject}-c",
+                    "subject": subject,
+                    "field": PAYMENT,
+                    "status": "present",
+                    "value": "paid",
+                    "source": "billing-export",
+                    "observed_at": later,
+                },
+            ]
+        )
+        deadline = time.monotonic() + 60
+        while cluster.writer.get(path)["decision"]["decision_id"] == viewed:
+            assert time.monotonic() < deadline, "the new evidence did not change the decision"
+            time.sleep(0.5)
+        form.get_by_label("overdue", exact=True).check()
+        page.locator("#resolve-submit").click()
+        status = page.locator("#resolve-status")
+        expect(status).to_contain_text("Refused", timeout=WAIT_MS)
+        expect(status).to_contain_text(viewed)
+        expect(status).to_contain_text("look again")
+        shoot(page, "stale-view-refused")
+        answer = cluster.writer.get(path)
+        assert (answer["decision"]["outcome"], answer["decision"]["value"]) == ("resolved", "paid")
+        history = cluster.writer.get(path + "/history")
+        assert history["resolutions"] == []
+        assert script_errors == []
+    finally:
+        page.close()

@@ -272,13 +272,12 @@ function resolveForm(key, current) {
   const choices = [...options.entries()].map(([id, value], i) => el("label", {},
     el("input", { type: "radio", name: "choice", value: id, checked: i === 0 }), " ", showValue(value, current.unit)));
   choices.push(el("label", {}, el("input", { type: "radio", name: "choice", value: "not_found", checked: !options.size }), " not_found (it does not exist)"));
-  const author = el("input", { type: "text", id: "author", placeholder: "your name", required: true });
   const note = el("textarea", { id: "note", placeholder: "why (kept in the published record)" });
   const status = el("p", { class: "status muted", id: "resolve-status" });
   const form = el("form", { class: "resolve card", id: "resolve" },
     el("h2", {}, "Resolve"),
     el("fieldset", {}, el("legend", { class: "muted" }, "The value that holds"), choices),
-    el("label", {}, "Decided by", author),
+    el("p", { class: "muted" }, "Published as the steward your token is bound to."),
     el("label", {}, "Note", note),
     state.token ? el("button", { type: "submit", id: "resolve-submit" }, "Publish resolution")
       : el("p", { class: "muted" }, "Enter a steward token (top right) to resolve."),
@@ -286,7 +285,7 @@ function resolveForm(key, current) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const picked = form.querySelector("input[name=choice]:checked").value;
-    const body = { key, decided_by: author.value, note: note.value, resolves_decision_id: current.decision_id };
+    const body = { key, note: note.value, resolves_decision_id: current.decision_id };
     if (picked === "not_found") body.status = "not_found";
     else { body.status = "present"; body.value = options.get(picked); }
     status.textContent = "Publishing…";
@@ -296,7 +295,7 @@ function resolveForm(key, current) {
       body: JSON.stringify(body),
     });
     status.textContent = ok
-      ? `Published ${answer.resolution.resolution_id}; waiting for the decision…`
+      ? `Published ${answer.resolution.resolution_id} as ${answer.resolution.decided_by}; waiting for the decision…`
       : `Refused: ${answer.error}`;
     if (ok && state.view) state.view.awaitChange(current.decision_id);
   });
