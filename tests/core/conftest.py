@@ -36,6 +36,27 @@ def claim(n: int | str, **overrides: Any) -> Claim:
     return Claim.model_validate(data)
 
 
+def claim_with_every_field(n: int | str) -> Claim:
+    """A claim on a number field that sets every optional part of the envelope."""
+    return claim(
+        n,
+        field="api.latency",
+        value=1,
+        unit="s",
+        replica="eu-1",
+        source_class="observation",
+        valid_from=NOW - timedelta(hours=1),
+        valid_to=NOW + timedelta(hours=1),
+        epoch=3,
+        lineage="ledger",
+        scope="checkout",
+        confidence=0.5,
+        trace_id="t-1",
+        producer="probe",
+        attributes={"region": "eu"},
+    )
+
+
 def decide(
     policy: Policy,
     *claims: Claim,

@@ -25,7 +25,7 @@ from streams.core.keystate import (
 )
 from streams.core.policy import Policy, load_policy
 from streams.devkit.synthetic import generate_claims
-from tests.core.conftest import NOW, REPO, claim
+from tests.core.conftest import NOW, REPO, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 GOLDEN = Path(__file__).parent / "golden" / "journal.json"
@@ -79,23 +79,7 @@ def journals() -> dict[str, bytes]:
             states[key] = resolved.state
     rules = POLICY.rules_for("api.latency")
     assert rules is not None
-    full = claim(
-        "full",
-        field="api.latency",
-        value=1,
-        unit="s",
-        replica="eu-1",
-        source_class="observation",
-        valid_from=NOW - timedelta(hours=1),
-        valid_to=NOW + timedelta(hours=1),
-        epoch=3,
-        lineage="ledger",
-        scope="checkout",
-        confidence=0.5,
-        trace_id="t-1",
-        producer="probe",
-        attributes={"region": "eu"},
-    )
+    full = claim_with_every_field("full")
     state = add_claim(None, admit(full, POLICY, NOW), rules, POLICY.version, NOW).state
     states[state_key(full.subject, full.field)] = state
     return {key: encode_state(state) for key, state in sorted(states.items())}

@@ -26,7 +26,7 @@ from streams.core.keystate import (
     state_key,
 )
 from streams.core.policy import Policy, load_policy, parse_policy
-from tests.core.conftest import NOW, REPO, claim
+from tests.core.conftest import NOW, REPO, claim, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 RULES = POLICY.rules_for("order.payment_status")
@@ -281,23 +281,7 @@ def _second_encoding(state: KeyState) -> bytes:
 def test_a_claim_with_every_field_set_round_trips_through_the_state_encoding() -> None:
     rules = POLICY.rules_for("api.latency")
     assert rules is not None
-    full = claim(
-        1,
-        field="api.latency",
-        value=1,
-        unit="s",
-        replica="eu-1",
-        source_class="observation",
-        valid_from=NOW - timedelta(hours=1),
-        valid_to=NOW + timedelta(hours=1),
-        epoch=3,
-        lineage="ledger",
-        scope="checkout",
-        confidence=0.5,
-        trace_id="t-1",
-        producer="probe",
-        attributes={"region": "eu"},
-    )
+    full = claim_with_every_field(1)
     admitted = admit(full, POLICY, NOW)
     assert admitted.value != full.value  # the normalized value is stored beside the claim's own
     absent = admit(claim(2, field="api.latency", status="not_found", value=None), POLICY, NOW)
