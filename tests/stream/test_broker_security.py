@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
 from streams.devkit.brokers import KafkaBroker
+from streams.devkit.brokers.probe import acl_visible
 
 pytestmark = pytest.mark.integration
 
@@ -153,6 +154,22 @@ def test_allow_validates_its_arguments(secure_kafka: KafkaBroker) -> None:
         secure_kafka.allow("alice", "Write", "no spaces allowed")
     with pytest.raises(ValueError, match="no SCRAM user 'eve'"):
         secure_kafka.client_security("eve")
+
+
+def test_allow_grants_many_operations_on_consumer_groups(secure_kafka: KafkaBroker) -> None:
+    with pytest.raises(ValueError, match="group"):
+        secure_kafka.allow("alice", "Read", groups=["no spaces allowed"])
+    with pytest.raises(ValueError, match="needs an operation"):
+        secure_kafka.allow("alice", [], TOPIC)
+    secure_kafka.allow("alice", ["Read", "Describe"], groups=["alice-readers"])
+    admin = (secure_kafka.admin_user, secure_kafka.client_security()["sasl_plain_password"])
+    for operation in ("read", "describe"):
+        assert acl_visible(
+            secure_kafka.port, admin, "User:alice", operation, ("group", "alice-readers")
+        )
+    assert not acl_visible(
+        secure_kafka.port, admin, "User:alice", "read", ("topic", "alice-readers")
+    )
 
 
 def test_passwords_stay_out_of_logs_and_world_readable_files(secure_kafka: KafkaBroker) -> None:

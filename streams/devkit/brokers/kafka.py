@@ -15,10 +15,11 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 
-from streams.devkit.brokers.probe import SCRAM_MECHANISM, metadata_ready, topic_acl_visible
+from streams.devkit.brokers.probe import SCRAM_MECHANISM, acl_visible, metadata_ready
 from streams.devkit.brokers.process import BrokerProcess, free_port, write_private
 
 # scripts/kafka-assemble.sh and deploy/kafka/pom.xml, shipped with the dev kit.
@@ -109,7 +110,7 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 _SAFE_CREDENTIAL = re.compile(r"^[A-Za-z0-9._~-]+$")
 _TOPIC_NAME = re.compile(r"^(?:[A-Za-z0-9._-]{1,249}|\*)$")
 
-# Topic operations, keyed by lower-case name without separators, in AclCommand's spelling (the
+# Operations, keyed by lower-case name without separators, in AclCommand's spelling (the
 # probe's `ACL_OPERATION_CODES` has their wire codes).
 ACL_OPERATIONS = {
     "read": "Read",
@@ -215,12 +216,21 @@ class KafkaBroker(BrokerProcess):
             "sasl_plain_password": password,
         }
 
-    def allow(self, principal: str, operation: str, topic: str) -> None:
-        """Add an ALLOW ACL for `principal` (``alice`` or ``User:alice``) on a literal topic name
-        (``*`` for every topic) and return once the broker enforces it.
+    def allow(
+        self,
+        principal: str,
+        operation: str | Sequence[str],
+        topic: str | Sequence[str] = (),
+        *,
+        groups: Sequence[str] = (),
+    ) -> None:
+        """Add ALLOW ACLs for `principal` (``alice`` or ``User:alice``): every `operation` on
+        every literal topic name (``*`` for every topic) and consumer group in `groups`; return
+        once the broker enforces them all.
 
         aiokafka's admin client has no ACL calls (0.14), so Kafka's own AclCommand runs from the
-        assembled jars as the admin super user; a JVM start costs about a second.
+        assembled jars as the admin super user; a JVM start costs about a second, hence one call
+        for many operations and resources.
         """
         if not self.acls:
             raise RuntimeError("allow() needs a broker started with acls=True")
@@ -229,14 +239,37 @@ class KafkaBroker(BrokerProcess):
         name = principal.removeprefix("User:")
         if not _SAFE_CREDENTIAL.match(name):
             raise ValueError(f"principal {principal!r}: expected User:<name> or <name>")
-        op_key = operation.replace("_", "").replace("-", "").lower()
-        if op_key not in ACL_OPERATIONS:
-            raise ValueError(
-                f"operation {operation!r}: expected one of {sorted(ACL_OPERATIONS.values())}"
-            )
-        if not _TOPIC_NAME.match(topic):
-            raise ValueError(f"topic {topic!r} is not a valid Kafka topic name")
+        operations = [operation] if isinstance(operation, str) else list(operation)
+        op_keys = [op.replace("_", "").replace("-", "").lower() for op in operations]
+        for op, op_key in zip(operations, op_keys, strict=True):
+            if op_key not in ACL_OPERATIONS:
+                raise ValueError(
+                    f"operation {op!r}: expected one of {sorted(ACL_OPERATIONS.values())}"
+                )
+        topics = [topic] if isinstance(topic, str) else list(topic)
+        for resource_name in [*topics, *groups]:
+            if not _TOPIC_NAME.match(resource_name):
+                raise ValueError(f"topic or group {resource_name!r} is not a valid Kafka name")
+        resources = [("topic", t) for t in topics] + [("group", g) for g in groups]
+        if not resources or not op_keys:
+            raise ValueError("allow() needs an operation and a topic or group")
         principal = f"User:{name}"
+        self._acl_command(
+            "--add",
+            *("--allow-principal", principal),
+            *(arg for op_key in op_keys for arg in ("--operation", ACL_OPERATIONS[op_key])),
+            *(arg for kind, resource_name in resources for arg in (f"--{kind}", resource_name)),
+        )
+        deadline = time.monotonic() + ACL_TIMEOUT_S
+        creds = self._admin_credentials()
+        for op_key in op_keys:
+            for resource in resources:
+                while not acl_visible(self.port, creds, principal, op_key, resource):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"ACL {principal} {op_key} {resource} not visible")
+                    time.sleep(0.05)
+
+    def _acl_command(self, *args: str) -> None:
         client_config = self.data_dir / "admin-client.properties"
         tool = [
             *self._java(
@@ -245,26 +278,19 @@ class KafkaBroker(BrokerProcess):
             ),
             "kafka.admin.AclCommand",
             *("--bootstrap-server", self.bootstrap, "--command-config", str(client_config)),
-            *("--add", "--allow-principal", principal),
-            *("--operation", ACL_OPERATIONS[op_key], "--topic", topic),
+            *args,
         ]
         admin_log = self.data_dir / "admin.log"
         with admin_log.open("ab") as log:
-            log.write(f"\n=== AclCommand {' '.join(tool[-7:])} ===\n".encode())
+            log.write(f"\n=== AclCommand {' '.join(args)} ===\n".encode())
             log.flush()
             res = subprocess.run(
                 tool, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120
             )
         if res.returncode != 0:
             tail = admin_log.read_text(errors="replace").splitlines()[-20:]
-            msg = f"AclCommand failed (exit {res.returncode}) adding {operation} on {topic}"
+            msg = f"AclCommand failed (exit {res.returncode}): {' '.join(args)}"
             raise RuntimeError(msg + "\n" + "\n".join(tail))
-        deadline = time.monotonic() + ACL_TIMEOUT_S
-        creds = self._admin_credentials()
-        while not topic_acl_visible(self.port, creds, principal, op_key, topic):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ACL {principal} {operation} {topic} not visible after add")
-            time.sleep(0.05)
 
     def _ready(self) -> bool:
         sasl = self._admin_credentials() if self.secured else None

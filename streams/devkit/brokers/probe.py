@@ -1,7 +1,7 @@
 """The raw-socket readiness probe: whether a broker serves, spoken in Kafka's wire protocol.
 
 `metadata_ready` sends a Metadata v4 request (first logging in with SCRAM-SHA-256 on a secured
-listener); `topic_acl_visible` asks DescribeAcls whether an ACL already holds. Written by hand
+listener); `acl_visible` asks DescribeAcls whether an ACL already holds. Written by hand
 so the probe needs no Kafka client library and runs inside or outside an event loop. Used by
 the broker processes (`process`, `kafka`) while they start and grant ACLs.
 """
@@ -31,7 +31,8 @@ ACL_OPERATION_CODES = {
     "describeconfigs": 10,
     "alterconfigs": 11,
 }
-_ACL_RESOURCE_TOPIC = 2
+# ResourceType wire codes of the resources `kafka.KafkaBroker.allow` grants on.
+ACL_RESOURCE_CODES = {"topic": 2, "group": 3}
 _ACL_PATTERN_LITERAL = 3
 _ACL_PERMISSION_ALLOW = 3
 
@@ -165,18 +166,23 @@ def _scram_login(sock: socket.socket, user: str, password: str) -> None:
         raise _ProbeError("SCRAM server signature does not match")
 
 
-def topic_acl_visible(
-    port: int, sasl: tuple[str, str], principal: str, operation: str, topic: str
+def acl_visible(
+    port: int,
+    sasl: tuple[str, str],
+    principal: str,
+    operation: str,
+    resource: tuple[str, str],
 ) -> bool:
     """Whether the broker's authorizer already holds an ALLOW ACL (DescribeAcls v1).
 
     CreateAcls returns once the controller committed the ACL; the broker applies it when it
     replays the metadata log a moment later. Asking the broker closes that gap for callers that
-    produce right after `allow()`.
+    produce right after `allow()`. `resource`: (type, literal name), e.g. ("group", "app").
     """
+    kind, name = resource
     body = (
-        struct.pack(">b", _ACL_RESOURCE_TOPIC)
-        + _kafka_string(topic)
+        struct.pack(">b", ACL_RESOURCE_CODES[kind])
+        + _kafka_string(name)
         + struct.pack(">b", _ACL_PATTERN_LITERAL)
         + _kafka_string(principal)
         + _kafka_string("*")
