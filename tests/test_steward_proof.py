@@ -4,11 +4,13 @@ accepted only when signed by a key the policy's `stewards` section binds to the 
 
 from __future__ import annotations
 
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from streams.commands import _steward_signer
 from streams.core.authenticity import sign
 from streams.core.contracts import Resolution
 from streams.core.errors import ClaimstreamError, ContractError
@@ -118,13 +120,13 @@ def test_an_alias_record_needs_its_stewards_signature_over_alias_and_subject(
 
 
 def test_claimstream_resolve_signs_as_its_steward(
-    processor: Processor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from argparse import Namespace
-
-    from streams.commands import _steward_signer
-
-    policy = tmp_path / "stewarded.yaml"  # written by the processor fixture
+    # The CLI signs at the wall clock's instant, so the worker judges it by the wall clock too
+    # (the fixed NOW is the suite's start, which a long run leaves beyond max_age behind).
+    stewarded = stewarded_policy(tmp_path)
+    processor = Processor(Settings(), stewarded, CODEC, Metrics(stewarded), env={"ANN_KEY": SECRET})
+    policy = tmp_path / "stewarded.yaml"
     monkeypatch.setenv("ANN_KEY", SECRET)
     args = Namespace(policy=policy, key_id="ann-1", key_env=None, by="ann")
     signer = _steward_signer(args, Settings())
