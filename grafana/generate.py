@@ -681,6 +681,32 @@ def overview() -> dict[str, Any]:
     )
     g.add(
         panel(
+            "timeseries",
+            "Event-loop stalls",
+            "Per worker: how late its event loop ran a due timer (p99 over the interval, and the "
+            "longest over the last 10 to 20 s) and the share of time garbage collection held it. "
+            "A high decision-latency p99 with these high is the loop held, not the broker.",
+            [
+                target(
+                    "histogram_quantile(0.99, sum by (instance, le) "
+                    "(rate(claimstream_loop_lag_seconds_bucket[$__rate_interval])))",
+                    "loop lag p99 {{instance}}",
+                ),
+                target("claimstream_loop_lag_max_seconds", "longest lag {{instance}}"),
+                target(
+                    "sum by (instance) "
+                    "(rate(claimstream_gc_pause_seconds_total[$__rate_interval]))",
+                    "gc pauses (s/s) {{instance}}",
+                ),
+            ],
+            unit="s",
+            minimum=0,
+        ),
+        w=12,
+        h=8,
+    )
+    g.add(
+        panel(
             "bargauge",
             "Policy versions",
             "Workers per policy version (more than one for 15 minutes: "

@@ -37,6 +37,7 @@ from streams.pipeline.records import Incoming
 from streams.registry import WireCodec, registry_for
 from streams.retention import topic_configs
 from streams.settings import Settings
+from streams.stalls import LoopLagProbe, StallCollector
 
 OUTCOME_WINDOW = timedelta(minutes=1)
 
@@ -216,11 +217,14 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
 
     lag_probe = LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned)
     report_health(metrics, pulse, arbiter.ownership.open_tasks)
+    loop_lag = LoopLagProbe(metrics.registry, loop=app.loop)
+    metrics.registry.register(StallCollector(arbiter.tasks.cache))
 
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
         await app.add_runtime_dependency(lag_probe)
+        await app.add_runtime_dependency(loop_lag)
 
     register_views(app, pulse, arbiter.ownership, policy, outcome_counts)
     console = register_console(app, arbiter.ownership, alias_of, policy, settings, metrics)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
-import gc
 import json
 import logging
 import signal
@@ -33,32 +32,9 @@ from streams.pipeline.authentication import principal_topics
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.registry import WireCodec, registry_for
 from streams.settings import Settings, warn_unknown_variables
+from streams.stalls import tune_collector
 
 log = logging.getLogger(__name__)
-
-
-def freeze_survivors(phase: str, info: dict[str, int]) -> None:
-    """After a full collection, move what survived out of the collector's reach.
-
-    A worker's key state is hundreds of thousands of long-lived objects; every full collection
-    walked all of them (262 ms for 5k keys), and those pauses were the decision latency's p99.
-    Frozen objects are still freed by reference counting; only reference cycles among them
-    would be kept, and state records have none."""
-    if phase == "stop" and info.get("generation") == 2:
-        gc.freeze()
-
-
-# Young objects are collected after 20,000 allocations instead of 700: a claim allocates a few
-# hundred short-lived objects, and each young collection also walks whatever the batch still
-# holds. Measured in-process on the bench mix (40k claims): 211 -> 182-190 µs CPU a claim.
-COLLECTOR_THRESHOLDS = (20_000, 50, 20)
-
-
-def tune_collector() -> None:
-    """Fewer collections of young objects, and state that survived a full one frozen."""
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
-    if freeze_survivors not in gc.callbacks:
-        gc.callbacks.append(freeze_survivors)
 
 
 _FRAME = ("cr_frame", "gi_frame", "ag_frame")  # a coroutine's, a generator's, an async one's

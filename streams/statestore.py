@@ -22,6 +22,7 @@ class StateCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._states: OrderedDict[bytes, KeyState] = OrderedDict()
+        self.misses = 0  # states decoded from their encoded form: claimstream_state_cache_misses
 
     def get(self, key: bytes) -> KeyState | None:
         state = self._states.get(key)
@@ -58,6 +59,7 @@ class TaskStore:
             if data is None:
                 return None
             state = decode_state(data)
+            self.cache.misses += 1
             self.cache.put(key, state)
         return state
 

@@ -28,7 +28,7 @@ from tests.ops.promql import (
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "grafana" / "generate.py"
 DATASOURCES = REPO / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
-METRICS = REPO / "streams" / "metrics.py"
+METRICS = (REPO / "streams" / "metrics.py", REPO / "streams" / "stalls.py")
 RULES = REPO / "deploy" / "prometheus" / "rules" / "claimstream.rules.yml"
 OVERVIEW = DASHBOARDS / "claimstream-overview.json"
 FIELD = DASHBOARDS / "claimstream-field.json"
@@ -50,13 +50,15 @@ def provisioned_uids() -> set[str]:
 
 
 def exposed_metrics() -> set[str]:
-    """Series names streams/metrics.py exposes (histograms as _bucket, _sum, _count)."""
-    text = METRICS.read_text(encoding="utf-8")
+    """Series names streams/metrics.py and streams/stalls.py expose (histograms as _bucket,
+    _sum, _count; a scrape-time counter family as _total)."""
+    text = "\n".join(path.read_text(encoding="utf-8") for path in METRICS)
     names = set(re.findall(r'"(claimstream_\w+)"', text))
     histograms = set(re.findall(r'Histogram\(\s*"(claimstream_\w+)"', text))
     for name in histograms:
         names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
-    return names - histograms
+    families = set(re.findall(r'CounterMetricFamily[,(]\s*"(claimstream_\w+)"', text))
+    return (names - histograms - families) | {f"{name}_total" for name in families}
 
 
 def test_both_dashboards_are_committed() -> None:

@@ -23,7 +23,12 @@ from streams.core.policy import Policy, load_policy
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import latency, soak
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
-from streams.devkit.bench.worker import BenchWorker, claimstream_rate, env_settings
+from streams.devkit.bench.worker import (
+    BenchWorker,
+    claimstream_rate,
+    env_settings,
+    stalls_between,
+)
 from streams.devkit.bench.workload import Throughput, Workload, create_topics, fill, workload
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
@@ -40,6 +45,7 @@ class WorkerFigures:
     latencies: list[float]
     peak_rss: int
     soak_samples: list[tuple[float, int, int]]
+    stalls: dict[str, float]  # what stalled the worker during the latency phase
 
 
 def run(
@@ -121,16 +127,19 @@ def _worker_phases(
         # the saturating rate for the latency phase is measured on new keys first.
         _, saturated = asyncio.run(latency(bootstrap, topics, 1e9, 4000))
         print(f"bench: new-key decisions saturate at {saturated:,.0f}/s")
+        before = worker.stall_counts()
         lat, _ = asyncio.run(
             latency(bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
         )
+        stalls = stalls_between(before, worker.stall_counts())
+        print(f"bench: stalls during the latency phase {stalls}")
         rss = worker.peak_rss()
         samples = []
         if soak_s > 0:
             samples = asyncio.run(soak(bootstrap, topics, worker, saturated / 4, soak_s, keys=5000))
     finally:
         worker.stop()
-    return WorkerFigures(ours, stage_us, saturated, lat, rss, samples)
+    return WorkerFigures(ours, stage_us, saturated, lat, rss, samples, stalls)
 
 
 def _figures(
@@ -156,11 +165,13 @@ def _figures(
         "cpu_ratio": round(raw.cpu_us / ours.cpu_us, 3),
         "stage_us": measured.stage_us,
         "ratio": round(ours.per_s / raw.per_s, 3),
+        "lean_ratio": round(ours.per_s / lean.per_s, 3),
         "new_key_saturation_per_s": round(saturated),
         "latency_offered_per_s": round(saturated / 2),
         "latency_samples": len(lat),
         "p50_ms": round(quantiles[49] * 1000, 1),
         "p99_ms": round(quantiles[98] * 1000, 1),
+        **measured.stalls,
         "peak_rss_bytes": measured.peak_rss,
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
         "engine_decisions_per_s": round(engine),

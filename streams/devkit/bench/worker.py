@@ -1,19 +1,22 @@
 """The worker under test: a real `claimstream worker` process fed by the bench, read through
-its /metrics and /proc (claims processed, CPU, memory, stage times, state keys).
+its /metrics and /proc (claims processed, CPU, memory, stage times, state keys, stall signals).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from streams.devkit.bench.workload import Throughput
 from streams.metrics import STAGES
 from streams.settings import Settings
+from streams.stalls import LOOP_LAG_BUCKETS
 
 
 def _metric(text: str, name: str) -> float:
@@ -22,6 +25,43 @@ def _metric(text: str, name: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefixes)
     )
+
+
+def _buckets(text: str, histogram: str) -> dict[float, float]:
+    """A histogram's cumulative counts by bucket upper bound (`+Inf` included)."""
+    prefix = f'{histogram}_bucket{{le="'
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            bound, count = line.removeprefix(prefix).split('"}', 1)
+            counts[float(bound)] = float(count)
+    return counts
+
+
+@dataclass(frozen=True)
+class StallCounts:
+    """The worker's stall signals at one scrape: what `stalls_between` two of them compares."""
+
+    loop_lags: dict[float, float]  # bucket upper bound -> lags at most that long (cumulative)
+    loop_lag_max_s: float  # the longest over the last 10 to 20 s
+    gc_pause_s: float
+    state_cache_misses: float
+
+
+def stalls_between(before: StallCounts, after: StallCounts) -> dict[str, float]:
+    """What stalled the worker between two scrapes: the longest loop lag (the upper bound of
+    its histogram bucket; past the last bucket, at least the worker's recent longest), the
+    collector's pauses, the keys decoded from their encoded state."""
+    lags = {le: after.loop_lags[le] - before.loop_lags.get(le, 0.0) for le in after.loop_lags}
+    every = lags.get(math.inf, 0.0)
+    longest = min(le for le, count in lags.items() if count >= every) if every else 0.0
+    if longest == math.inf:
+        longest = max(LOOP_LAG_BUCKETS[-1], after.loop_lag_max_s)
+    return {
+        "longest_loop_lag_ms": round(longest * 1000, 1),
+        "gc_pause_ms_total": round((after.gc_pause_s - before.gc_pause_s) * 1000, 1),
+        "state_cache_misses": round(after.state_cache_misses - before.state_cache_misses),
+    }
 
 
 class BenchWorker:
@@ -69,6 +109,15 @@ class BenchWorker:
 
     def state_keys(self) -> int:
         return int(_metric(self.metrics(), "claimstream_state_keys"))
+
+    def stall_counts(self) -> StallCounts:
+        text = self.metrics()
+        return StallCounts(
+            _buckets(text, "claimstream_loop_lag_seconds"),
+            _metric(text, "claimstream_loop_lag_max_seconds"),
+            _metric(text, "claimstream_gc_pause_seconds_total"),
+            _metric(text, "claimstream_state_cache_misses_total"),
+        )
 
     def _status_bytes(self, field: str) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
