@@ -143,7 +143,7 @@ class KafkaBroker(BrokerProcess):
     ``log.dirs`` is ``data_dir/kraft`` rather than ``data_dir`` itself, so the config and log
     files written next to it never sit inside Kafka's storage directory.
 
-    Security (issue 6, "Kafka principals"): with ``scram_users`` and/or ``acls=True`` the client
+    Security: with ``scram_users`` and/or ``acls=True`` the client
     listener is SASL_PLAINTEXT with SCRAM-SHA-256, so a producer's principal (``User:<name>``) is
     proven by a password rather than claimed. An ``admin`` user with a random password is always
     added (``admin_password``); the readiness probe and ``allow()`` log in as it. With ``acls=True``
