@@ -37,12 +37,13 @@ async def test_a_loop_blocked_for_300_ms_shows_a_lag_over_200_ms() -> None:
         await asyncio.sleep(0.1)
     finally:
         await probe.stop()
-    assert sample(registry, "claimstream_loop_lag_seconds_count") >= 5
+    # A busy machine can only add lag, never remove the block's: bound the figures from below.
+    assert sample(registry, "claimstream_loop_lag_seconds_count") >= 2
     blocked = sample(registry, "claimstream_loop_lag_seconds_count") - sample(
         registry, "claimstream_loop_lag_seconds_bucket", le="0.2"
     )
-    assert blocked == 1
-    assert 0.25 <= sample(registry, "claimstream_loop_lag_max_seconds") < 0.5
+    assert blocked >= 1
+    assert sample(registry, "claimstream_loop_lag_max_seconds") >= 0.25
 
 
 def test_the_max_gauge_forgets_a_lag_two_windows_later() -> None:
