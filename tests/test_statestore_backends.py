@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from streams.core.journal import encode_state
 from streams.state.cache import StateCache
 from streams.state.keystore import micros
-from streams.state.rocks import RocksKeyStore, shared_cache
+from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore
 from tests.test_statestore import NOW, state_of
 
@@ -76,7 +76,7 @@ def test_the_rocksdb_store_answers_as_the_memory_store_does(
     steps: list[tuple[object, ...]],
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        disk = RocksKeyStore(Path(directory) / "rocksdb", shared_cache(1 << 20))
+        disk = RocksKeyStore(Path(directory) / "rocksdb", Budget(1 << 20))
         memory, rocks = TaskStore(StateCache(2)), TaskStore(StateCache(2), disk)
         try:
             for step in steps:
