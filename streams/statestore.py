@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from streams.core.journal import decode_state, encode_state
 from streams.core.keystate import KeyState
 
+TASK_RECORD_PREFIX = b"\x00"
+"""Keys of task-level records (not a key's state): never a state key, as state keys are text."""
+
 
 class StateCache:
     """Decoded states of recently used keys, least recently used evicted first."""
@@ -50,6 +53,8 @@ class TaskStore:
         self.cache = cache
         self._encoded: dict[bytes, bytes] = {}
         self._unjournaled: dict[bytes, KeyState] = {}
+        self._unjournaled_records: dict[bytes, bytes] = {}
+        self._record_keys: set[bytes] = set()  # the task-level records among `_encoded`
         self.encoded_bytes = 0
 
     def get(self, key: bytes) -> KeyState | None:
@@ -69,10 +74,21 @@ class TaskStore:
         self._unjournaled[key] = state
         self.cache.put(key, state)
 
+    def get_encoded(self, key: bytes) -> bytes | None:
+        """A task-level record (its key starts with `TASK_RECORD_PREFIX`), as last put."""
+        pending = self._unjournaled_records.get(key)
+        return pending if pending is not None else self._encoded.get(key)
+
+    def put_encoded(self, key: bytes, value: bytes) -> None:
+        """Keep a task-level record, journaled with the next `journal`."""
+        self._unjournaled_records[key] = value
+
     def journal(self) -> dict[bytes, bytes]:
         """Encode the keys changed since the last call: key -> the changelog record's value."""
         changed = {key: encode_state(state) for key, state in self._unjournaled.items()}
+        changed.update(self._unjournaled_records)
         self._unjournaled.clear()
+        self._unjournaled_records.clear()
         for key, data in changed.items():
             self._keep(key, data)
         return changed
@@ -81,7 +97,9 @@ class TaskStore:
         """Take a key's state as the changelog has it (None: the key was deleted)."""
         self.cache.discard(key)
         self._unjournaled.pop(key, None)
+        self._unjournaled_records.pop(key, None)
         if data is None:
+            self._record_keys.discard(key)
             self.encoded_bytes -= len(self._encoded.pop(key, b""))
         else:
             self._keep(key, data)
@@ -89,6 +107,8 @@ class TaskStore:
     def _keep(self, key: bytes, data: bytes) -> None:
         self.encoded_bytes += len(data) - len(self._encoded.get(key, b""))
         self._encoded[key] = data
+        if key.startswith(TASK_RECORD_PREFIX):
+            self._record_keys.add(key)
 
     def evict(self) -> None:
         """Drop this task's keys from the shared cache (the task is moving elsewhere)."""
@@ -96,8 +116,11 @@ class TaskStore:
             self.cache.discard(key)
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._encoded
+        """The state keys (task-level records left out)."""
+        records = self._record_keys
+        yield from (key for key in self._encoded if key not in records)
         yield from (key for key in self._unjournaled if key not in self._encoded)
 
     def __len__(self) -> int:
-        return len(self._encoded) + sum(1 for key in self._unjournaled if key not in self._encoded)
+        unjournaled = sum(1 for key in self._unjournaled if key not in self._encoded)
+        return len(self._encoded) - len(self._record_keys) + unjournaled
