@@ -12,6 +12,7 @@ arbitration.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import date
 from typing import Any
@@ -19,10 +20,18 @@ from typing import Any
 from streams.core.contracts import Authority
 from streams.core.dependence import report
 from streams.core.policy import CATCH_ALL, Policy
-from streams.core.settlement import Ledger, decode_ledger, encode_ledger, judge
+from streams.core.settlement import (
+    Ledger,
+    UnknownLedgerFormat,
+    decode_ledger,
+    encode_ledger,
+    judge,
+)
 from streams.metrics import Metrics
 from streams.pipeline.records import Handled
 from streams.statestore import TASK_RECORD_PREFIX, TaskStore
+
+log = logging.getLogger(__name__)
 
 LEDGER_KEY = TASK_RECORD_PREFIX + b"sources"
 AGREED, DISAGREED = "agreed", "disagreed"
@@ -46,6 +55,8 @@ class SourceLedgers:
             if settlement is None or not settlement.judgements:
                 continue
             ledger = ledger_of(store)
+            if ledger is None:
+                continue  # written by a newer release: kept as it is, never overwritten
             ledger.add(settlement)
             store.put_encoded(LEDGER_KEY, encode_ledger(ledger))
             metrics = self.metrics
@@ -57,15 +68,27 @@ class SourceLedgers:
                 ).inc()
 
 
-def ledger_of(store: TaskStore) -> Ledger:
+def ledger_of(store: TaskStore) -> Ledger | None:
+    """The task's ledger (empty if it has none yet); None, logged, when a newer release wrote
+    it: the judging stops for that task, deciding never does."""
     data = store.get_encoded(LEDGER_KEY)
-    return decode_ledger(data) if data is not None else Ledger()
+    return readable(data) if data is not None else Ledger()
 
 
-def merged(ledgers: Iterable[Ledger]) -> Ledger:
+def readable(data: bytes) -> Ledger | None:
+    try:
+        return decode_ledger(data)
+    except UnknownLedgerFormat as exc:
+        log.warning("sources: a task's ledger is not read by this release (%s)", exc)
+        return None
+
+
+def merged(ledgers: Iterable[Ledger | None]) -> Ledger:
+    """The ledgers summed (an unreadable one, None, left out)."""
     total = Ledger()
     for ledger in ledgers:
-        total.merge(ledger)
+        if ledger is not None:
+            total.merge(ledger)
     return total
 
 

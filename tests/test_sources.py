@@ -67,5 +67,15 @@ def test_a_settlement_is_counted_kept_with_the_task_and_restored() -> None:
     assert rows["billing-export"]["disagreed"] == 1
     assert rows["billing-export"]["latest_disagreements"][0]["key"] == KEY.decode()
     assert rows["billing-export"]["share"] == 0.0
-    later = sources_report(ledger_of(restored), POLICY, (NOW + timedelta(days=1)).date())
+    later = sources_report(merged([ledger_of(restored)]), POLICY, (NOW + timedelta(days=1)).date())
     assert later["rows"] == []
+
+
+def test_a_ledger_a_newer_release_wrote_is_kept_and_deciding_goes_on() -> None:
+    store = TaskStore(StateCache(8))
+    newer = b'{"format": 99}'
+    store.put_encoded(LEDGER_KEY, newer)
+    assert ledger_of(store) is None
+    settled_once(store, SourceLedgers(POLICY, Metrics(POLICY, CollectorRegistry())))
+    assert store.get_encoded(LEDGER_KEY) == newer
+    assert store.get(KEY) is not None

@@ -33,11 +33,11 @@ from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.keystate import KeyState, current_decision, split_key, stale_view, state_key
 from streams.core.policy import FieldRules, Policy
-from streams.core.settlement import decode_ledger, ledger_document
+from streams.core.settlement import ledger_document
 from streams.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
 from streams.settings import Settings
-from streams.sources import LEDGER_KEY, merged, sources_report
+from streams.sources import LEDGER_KEY, merged, readable, sources_report
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ async def sources(console: Console, web: View, request: Request) -> Response:
     except ValueError as exc:
         return web.json({"error": f"since: {exc}"}, status=400)
     url = console.ownership.url
-    mine = merged(decode_ledger(r) for r in console.ownership.task_records(LEDGER_KEY))
+    mine = merged(readable(r) for r in console.ownership.task_records(LEDGER_KEY))
     if request.headers.get(ROUTED_HEADER):
         return web.json({"worker": url, "ledger": ledger_document(mine)})
     peers = console.ownership.peers()
