@@ -53,8 +53,8 @@ class TaskStore:
         self.cache = cache
         self._encoded: dict[bytes, bytes] = {}
         self._unjournaled: dict[bytes, KeyState] = {}
+        self._records: dict[bytes, bytes] = {}  # task-level records, apart from the keys
         self._unjournaled_records: dict[bytes, bytes] = {}
-        self._record_keys: set[bytes] = set()  # the task-level records among `_encoded`
         self.encoded_bytes = 0
 
     def get(self, key: bytes) -> KeyState | None:
@@ -77,7 +77,7 @@ class TaskStore:
     def get_encoded(self, key: bytes) -> bytes | None:
         """A task-level record (its key starts with `TASK_RECORD_PREFIX`), as last put."""
         pending = self._unjournaled_records.get(key)
-        return pending if pending is not None else self._encoded.get(key)
+        return pending if pending is not None else self._records.get(key)
 
     def put_encoded(self, key: bytes, value: bytes) -> None:
         """Keep a task-level record, journaled with the next `journal`."""
@@ -99,16 +99,17 @@ class TaskStore:
         self._unjournaled.pop(key, None)
         self._unjournaled_records.pop(key, None)
         if data is None:
-            self._record_keys.discard(key)
-            self.encoded_bytes -= len(self._encoded.pop(key, b""))
+            self.encoded_bytes -= len(self._table(key).pop(key, b""))
         else:
             self._keep(key, data)
 
     def _keep(self, key: bytes, data: bytes) -> None:
-        self.encoded_bytes += len(data) - len(self._encoded.get(key, b""))
-        self._encoded[key] = data
-        if key.startswith(TASK_RECORD_PREFIX):
-            self._record_keys.add(key)
+        table = self._table(key)
+        self.encoded_bytes += len(data) - len(table.get(key, b""))
+        table[key] = data
+
+    def _table(self, key: bytes) -> dict[bytes, bytes]:
+        return self._records if key.startswith(TASK_RECORD_PREFIX) else self._encoded
 
     def evict(self) -> None:
         """Drop this task's keys from the shared cache (the task is moving elsewhere)."""
@@ -116,11 +117,9 @@ class TaskStore:
             self.cache.discard(key)
 
     def __iter__(self) -> Iterator[bytes]:
-        """The state keys (task-level records left out)."""
-        records = self._record_keys
-        yield from (key for key in self._encoded if key not in records)
+        """The state keys (task-level records are kept apart)."""
+        yield from self._encoded
         yield from (key for key in self._unjournaled if key not in self._encoded)
 
     def __len__(self) -> int:
-        unjournaled = sum(1 for key in self._unjournaled if key not in self._encoded)
-        return len(self._encoded) - len(self._record_keys) + unjournaled
+        return len(self._encoded) + sum(1 for key in self._unjournaled if key not in self._encoded)

@@ -124,6 +124,30 @@ def test_the_judgement_does_not_depend_on_the_order_claims_arrived_in() -> None:
     assert len(seen) == 1
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    said=st.lists(st.sampled_from(VALUES), min_size=2, max_size=5),
+    settled_on=st.sampled_from(VALUES),
+    data=st.data(),
+)
+def test_judging_is_the_same_for_any_arrival_order(
+    said: list[str], settled_on: str, data: st.DataObject
+) -> None:
+    sources = ["billing-api", "crm", "billing-export", "order-form", "ledger-service"]
+    claims = [claim(n, source=sources[n], value=value) for n, value in enumerate(said)]
+    arrival = data.draw(st.permutations(claims))
+    first, second = opened(claims), opened(list(arrival))
+    assert first.current is not None
+    if first.current.outcome != "conflict":
+        return
+    judged = resolved(first, settled_on)
+    assert judged == resolved(second, settled_on)
+    assert judged is not None
+    assert {j.source: j.agreed for j in judged.judgements} == {
+        c.source: c.value == settled_on for c in claims
+    }
+
+
 def synthetic(seed: int, subjects: int) -> list[Settlement]:
     """Two sources (order-form, billing-export) copy one upstream that is right half the time;
     crm and billing-api observe on their own, right 70% of the time. A steward settles every
