@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable
 from datetime import date
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from streams.core.contracts import Authority
 from streams.core.dependence import report
@@ -43,6 +44,9 @@ class SourceLedgers:
     def __init__(self, policy: Policy, metrics: Metrics) -> None:
         self.policy = policy
         self.metrics = metrics
+        # Each task's ledger as last written here, with the bytes written: while the store still
+        # holds those very bytes, the ledger is not decoded again (a reload brings other bytes).
+        self._written: WeakKeyDictionary[TaskStore, tuple[bytes, Ledger]] = WeakKeyDictionary()
 
     def settle(self, store: TaskStore, handled: Handled) -> None:
         """Before `handled.state` is put: the store still has the key's previous state."""
@@ -54,11 +58,13 @@ class SourceLedgers:
             settlement = judge(before, decision, rules.tolerance if rules else 0.0)
             if settlement is None or not settlement.judgements:
                 continue
-            ledger = ledger_of(store)
+            ledger = self._ledger(store)
             if ledger is None:
                 continue  # written by a newer release: kept as it is, never overwritten
             ledger.add(settlement)
-            store.put_encoded(LEDGER_KEY, encode_ledger(ledger))
+            data = encode_ledger(ledger)
+            store.put_encoded(LEDGER_KEY, data)
+            self._written[store] = (data, ledger)
             metrics = self.metrics
             field = metrics.field_label(settlement.field)
             for judgement in settlement.judgements:
@@ -66,6 +72,12 @@ class SourceLedgers:
                 metrics.source_settled.labels(
                     metrics.source_label(judgement.source), field, verdict
                 ).inc()
+
+    def _ledger(self, store: TaskStore) -> Ledger | None:
+        written = self._written.get(store)
+        if written is not None and store.get_encoded(LEDGER_KEY) is written[0]:
+            return written[1]
+        return ledger_of(store)
 
 
 def ledger_of(store: TaskStore) -> Ledger | None:

@@ -79,3 +79,25 @@ def test_a_ledger_a_newer_release_wrote_is_kept_and_deciding_goes_on() -> None:
     settled_once(store, SourceLedgers(POLICY, Metrics(POLICY, CollectorRegistry())))
     assert store.get_encoded(LEDGER_KEY) == newer
     assert store.get(KEY) is not None
+
+
+def test_a_ledger_reloaded_from_the_changelog_is_read_again_not_taken_from_memory() -> None:
+    """A rewind reloads the task's records: what was judged since the commit is forgotten."""
+    store = TaskStore(StateCache(8))
+    ledgers = SourceLedgers(POLICY, Metrics(POLICY, CollectorRegistry()))
+    settled_once(store, ledgers)
+    committed = store.journal()[LEDGER_KEY]
+    store.load(LEDGER_KEY, b'{"format": 1, "days": {}, "last_settled": [], "disagreements": []}')
+    settled_once(store, ledgers)
+    rows = sources_report(merged([ledger_of(store)]), POLICY, None)["rows"]
+    assert {row["source"]: row["settled"] for row in rows} == {
+        "billing-api": 1,
+        "billing-export": 1,
+    }
+    store.load(LEDGER_KEY, committed)
+    settled_once(store, ledgers)
+    rows = sources_report(merged([ledger_of(store)]), POLICY, None)["rows"]
+    assert {row["source"]: row["settled"] for row in rows} == {
+        "billing-api": 2,
+        "billing-export": 2,
+    }
