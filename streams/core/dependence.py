@@ -24,7 +24,14 @@ from math import comb
 from typing import Any
 
 from streams.core.contracts import Authority
-from streams.core.settlement import Counts, Ledger, PairCounts, PairKey, RowKey
+from streams.core.settlement import (
+    KEPT_DISAGREEMENTS,
+    Counts,
+    Ledger,
+    PairCounts,
+    PairKey,
+    RowKey,
+)
 
 ALPHA = 0.001
 """The largest chance that independence (or equal accuracy) explains a finding."""
@@ -112,9 +119,8 @@ def _rows(
     for (source, field), keys in grouped.items():
         settled = sum(found.rows[k].settled for k in keys)
         agreed = sum(found.rows[k].agreed for k in keys)
-        latest = sorted({d for k in keys for d in ledger.disagreements.get(k, ())}, reverse=True)[
-            :5
-        ]
+        disagreements = {d for k in keys for d in ledger.disagreements.get(k, ())}
+        latest = sorted(disagreements, reverse=True)[:KEPT_DISAGREEMENTS]
         authority = authorities.get((field, source))
         rows.append(
             {
