@@ -214,11 +214,11 @@ def test_a_steward_resolves_the_demo_conflict_and_the_sources_are_judged(
     shoot(page, "sources")
     row.locator("td.latest a").first.click()
     expect(page.locator("h1")).to_have_text("invoice:42 · order.payment_status", timeout=WAIT_MS)
-    records = page.locator("#evidence td.record")
+    records = page.locator("#evidence .record")
     expect(records.first).to_be_visible(timeout=WAIT_MS)
     texts = [records.nth(i).inner_text() for i in range(records.count())]
-    assert "1/1 agreed (100.0 %)" in texts
-    assert "0/1 agreed (0.0 %)" in texts
+    assert "1/1 agreed" in texts
+    assert "0/1 agreed" in texts
     shoot(page, "sources-key-record")
 
 

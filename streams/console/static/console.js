@@ -182,22 +182,23 @@ function queueView(params) {
 // ---- a key ---------------------------------------------------------------------------------
 
 function evidenceTable(evidence, id, records) {
-  // `records` (source -> its row of /api/sources for the key's field): each source's record.
-  const headings = ["Role", "Said", "Authority", "Source", "Replica", "Lineage", "Epoch", "Observed", "Valid from", "Valid to"];
+  // `records` (source -> its row of /api/sources for the key's field): under each source, its
+  // record on the field.
+  const sourceCell = (item) => el("td", {}, item.source, records ? el("div", { class: "record" },
+    el("a", { href: "#/sources", title: recordTitle(records.get(item.source)) }, record(records.get(item.source)))) : null);
   return el("table", { id },
-    el("thead", {}, el("tr", {}, [...headings, records ? "Record on field" : null].map((h) => h && el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ["Role", "Said", "Authority", "Source", "Replica", "Lineage", "Epoch", "Observed", "Valid from", "Valid to"].map((h) => el("th", {}, h)))),
     el("tbody", {}, evidence.map((item) => el("tr", { class: `role-${item.role}` },
       el("td", {}, item.role),
       el("td", { class: "value" }, said(item)),
       el("td", {}, item.authority),
-      el("td", {}, item.source),
+      sourceCell(item),
       el("td", {}, item.replica || "—"),
       el("td", {}, item.lineage || "—"),
       el("td", {}, item.epoch ?? "—"),
       el("td", {}, instant(item.observed_at)),
       el("td", {}, instant(item.valid_from)),
-      el("td", {}, instant(item.valid_to)),
-      records ? el("td", { class: "record" }, el("a", { href: "#/sources" }, record(records.get(item.source)))) : null))));
+      el("td", {}, instant(item.valid_to))))));
 }
 
 function timeline(history, roles, cursor, pick) {
@@ -419,8 +420,12 @@ function share(value) {
 
 function record(row) {
   // One source's record on one field, in words: what the key page shows per evidence row.
-  if (!row) return "not yet settled";
-  return `${row.agreed}/${row.settled} agreed (${share(row.share)})`;
+  if (!row) return "none settled";
+  return `${row.agreed}/${row.settled} agreed`;
+}
+
+function recordTitle(row) {
+  return row ? `${share(row.share)} of ${row.settled} settled claims agreed; last settled ${row.last_settled}` : "no conflict with this source's claims on this field was settled yet";
 }
 
 // Rows by "source|field", for the key page's evidence table; fetched once per key page.
