@@ -49,6 +49,13 @@ def conflict_ratio(selector: str = "", window: str = RATE, offset: str = "") -> 
     return f"({conflicts} or on (field) 0 * {decisions}) / on (field) ({decisions} > 0)"
 
 
+def disagreement_share() -> str:
+    """Per source, disagreed over settled judgements; 0 for a source that never disagreed."""
+    settled = "sum by (source) (claimstream_source_settled_total)"
+    disagreed = 'sum by (source) (claimstream_source_settled_total{verdict="disagreed"})'
+    return f"({disagreed} or on (source) 0 * {settled}) / on (source) {settled}"
+
+
 def scoped(expr: str) -> str:
     """`expr` with the environment's matchers added to every raw metric selector."""
 
@@ -542,6 +549,22 @@ def overview() -> dict[str, Any]:
                 )
             ],
             unit="reqps",
+        ),
+        w=8,
+        h=8,
+    )
+    g.add(
+        panel(
+            "bargauge",
+            "Disagreement share by source",
+            "Of each source's claims that a closed conflict judged (a steward's resolution, or a "
+            "later deciding observation), the share that did not say the settled value: who was "
+            "wrong, where losses say who lost. Counted since each worker started; GET "
+            "/api/sources has the whole kept history, per field, with the keys.",
+            [target(disagreement_share(), "{{source}}", instant=True)],
+            unit="percentunit",
+            decimals=1,
+            minimum=0,
         ),
         w=8,
         h=8,

@@ -270,6 +270,9 @@ ENDPOINTS = {
     "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]": "open conflicts and "
     "quarantines across the cluster, oldest first, with counts per field and the workers that "
     "did not answer",
+    "GET /api/sources[?since=RFC3339]": "how often each source's claims matched what closed "
+    "conflicts settled on, per source and field, with candidate shared lineages and authorities "
+    "to review (across the cluster)",
     "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
     "(Authorization: Bearer <steward token>)",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from streams import __version__
@@ -18,6 +18,7 @@ from streams.commands import (
     cmd_init,
     cmd_policy_check,
     cmd_policy_diff,
+    cmd_policy_suggest,
     cmd_publish,
     cmd_replay,
     cmd_replay_dead_letters,
@@ -28,8 +29,19 @@ from streams.commands import (
 )
 from streams.core.contracts import ClaimStatus, parse_instant
 from streams.core.errors import ClaimstreamError
+from streams.core.policy import parse_duration
 from streams.packaged import EXAMPLES_NOW
 from streams.settings import Guarantee
+
+
+def _duration_argument(raw: str) -> timedelta:
+    try:
+        span = parse_duration(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a duration (7d, 24h): {exc}") from exc
+    if span is None:
+        raise argparse.ArgumentTypeError("give a duration, e.g. 7d")
+    return span
 
 
 def _instant_argument(raw: str) -> datetime:
@@ -134,6 +146,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--exit-code", action="store_true", help="exit 1 when a decision flips"
     )
     diff_parser.set_defaults(handler=cmd_policy_diff)
+    suggest_parser = policy_commands.add_parser(
+        "suggest", help="candidate policy edits from settled conflicts (never applied)"
+    )
+    suggest_parser.add_argument(
+        "--since",
+        type=_duration_argument,
+        required=True,
+        metavar="DURATION",
+        help="settlements of the last DURATION (7d, 24h; counted by whole UTC days)",
+    )
+    suggest_parser.add_argument(
+        "--url", help="any worker's web URL: it asks its peers (default: the settings' web port)"
+    )
+    suggest_parser.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
+    suggest_parser.add_argument(
+        "--now",
+        type=_instant_argument,
+        default=datetime.now(UTC),
+        help="RFC 3339 instant the duration counts back from (default: now)",
+    )
+    suggest_parser.set_defaults(handler=cmd_policy_suggest)
 
     explain_parser = commands.add_parser("explain", help="render decisions (JSON lines) for people")
     explain_parser.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")

@@ -1,6 +1,7 @@
 """What each `claimstream` subcommand does: one `cmd_*` handler per subcommand, in the order a
 newcomer meets them. Offline: `init` (example files), `replay` (arbitrate recorded claims),
-`policy check|diff`, `explain` (decisions for people). Against a broker: `worker`, `dev` (bundled
+`policy check|diff`, `explain` (decisions for people). Against a worker's web API: `policy
+suggest` (candidate edits from settled conflicts). Against a broker: `worker`, `dev` (bundled
 broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in),
 `replay-dead-letters` (refused records back in), `tail` (streams out). Broker-side work is
 imported lazily from streams.runtime, streams.client and streams.dead_letters, so the offline
@@ -23,6 +24,8 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlencode
+from urllib.request import urlopen
 
 from pydantic import ValidationError
 
@@ -31,11 +34,14 @@ from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.replay import ReplayResult, replay
+from streams.core.suggestions import render, suggest
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from streams.client import Signer
+
+SUGGEST_TIMEOUT_S = 15.0
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -145,6 +151,36 @@ def _one_line(decision: Decision | None) -> str:
     value = "" if decision.value is None else f" {decision.value!r}"
     kind = f"/{decision.conflict_kind.value}" if decision.conflict_kind else ""
     return f"{decision.outcome.value}{kind}{value} ({decision.action.value})"
+
+
+def cmd_policy_suggest(args: argparse.Namespace) -> int:
+    """Read the cluster's settled outcomes from a worker and print the candidate edits."""
+    if args.url:
+        url = args.url.rstrip("/")
+    else:
+        settings = load_settings(args.settings)
+        url = f"http://{settings.web_host}:{settings.web_port}"
+    query = urlencode({"since": (args.now - args.since).isoformat()})
+    try:
+        with urlopen(f"{url}/api/sources?{query}", timeout=SUGGEST_TIMEOUT_S) as reply:
+            report = json.load(reply)
+    except (OSError, ValueError) as exc:
+        raise ClaimstreamError(f"could not read {url}/api/sources: {exc}") from exc
+    found = suggest(report)
+    unanswered = report.get("unanswered") or []
+    print(
+        f"policy suggest: {len(found)} candidate edits from the settlements since "
+        f"{report.get('since')}, as {len(report.get('workers') or [])} workers hold them"
+        + (f" ({len(unanswered)} did not answer: {', '.join(unanswered)})" if unanswered else "")
+    )
+    for line in render(found):
+        print(line)
+    if found:
+        print(
+            "none is applied: edit the policy file, then `claimstream policy diff OLD NEW "
+            "CLAIMS` shows the decisions the edit would flip"
+        )
+    return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

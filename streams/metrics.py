@@ -86,6 +86,14 @@ class Metrics:
             ["field", "source"],
             registry=r,
         )
+        self.source_settled = Counter(
+            "claimstream_source_settled_total",
+            "Claims judged against the value a closed conflict or quarantine settled on (a "
+            "person's resolution, or a later observation that decided it), by source, field and "
+            "verdict (agreed or disagreed): who was wrong, where the losses say who lost.",
+            ["source", "field", "verdict"],
+            registry=r,
+        )
         self.escalations = Counter(
             "claimstream_escalations_total",
             "Conflicts escalated because they stayed open past the field's threshold.",

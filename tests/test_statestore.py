@@ -125,3 +125,27 @@ def test_a_moving_task_leaves_the_shared_cache() -> None:
     assert cache.get(b"a") is None
     assert cache.get(b"b") is not None
     assert moving.get(b"a") is not None  # still there, decoded again on demand
+
+
+def test_task_records_are_journaled_restored_and_kept_out_of_the_keys() -> None:
+    """A task-level record (reserved key) travels with the changelog like a key's state, and is
+    never taken for a key: not iterated, not counted, not decoded as a state."""
+    store = TaskStore(StateCache(4))
+    store.put(b"o-1|order.payment_status", state_of("o-1", ["paid"]))
+    store.put_encoded(b"\x00ledger", b"v1")
+    assert store.get_encoded(b"\x00ledger") == b"v1"
+    journaled = store.journal()
+    assert journaled[b"\x00ledger"] == b"v1"
+    assert list(store) == [b"o-1|order.payment_status"]
+    assert len(store) == 1
+    assert store.journal() == {}  # journaled once, until put again
+
+    restored = TaskStore(StateCache(4))
+    for key, data in journaled.items():
+        restored.load(key, data)
+    assert restored.get_encoded(b"\x00ledger") == b"v1"
+    assert list(restored) == [b"o-1|order.payment_status"]
+    assert len(restored) == 1
+    restored.load(b"\x00ledger", None)
+    assert restored.get_encoded(b"\x00ledger") is None
+    assert len(restored) == 1

@@ -33,6 +33,7 @@ from streams.health import Pulse
 from streams.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Outgoing, Processor
 from streams.settings import Settings
+from streams.sources import SourceLedgers
 from streams.state.cache import StateCache
 from streams.state.local import Checkpoints
 
@@ -61,6 +62,7 @@ class Arbiter(Service):
         self.pulse = pulse
         self.group = f"{settings.app_id}-arbiter"
         self.schedule = Schedule()
+        self.sources = SourceLedgers(processor.policy, metrics)
         self.positions = InputPositions()
         cache = StateCache(settings.state_cache_keys)
         self.tasks = Tasks(
@@ -210,6 +212,7 @@ class Arbiter(Service):
         tallies: Counter[bytes],
     ) -> None:
         if handled.key is not None and handled.state is not None:
+            self.sources.settle(task.states, handled)  # judged against the state it replaces
             task.states.put(handled.key, handled.state)
             self.schedule.note(task.partition, handled.key, handled.state)
         for record in handled.outputs:

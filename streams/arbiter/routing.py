@@ -125,6 +125,11 @@ class Ownership:
             if state is not None:
                 yield state, since
 
+    def task_records(self, key: bytes) -> list[bytes]:
+        """The task-level record `key` of each open task that has one."""
+        records = (task.states.get_encoded(key) for task in self._tasks.open.values())
+        return [record for record in records if record is not None]
+
     def open_tasks(self) -> frozenset[int]:
         """The partitions whose task is open (restored) on this worker."""
         return frozenset(self._tasks.open)

@@ -33,9 +33,11 @@ from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.keystate import KeyState, current_decision, split_key, stale_view, state_key
 from streams.core.policy import FieldRules, Policy
+from streams.core.settlement import ledger_document
 from streams.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
 from streams.settings import Settings
+from streams.sources import LEDGER_KEY, merged, readable, sources_report
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,31 @@ async def conflicts(console: Console, web: View, request: Request) -> Response:
     peers = console.ownership.peers()
     answers = await asyncio.gather(*(console.peers.rows(peer, wanted) for peer in peers))
     return web.json(merge([(url, rows), *zip(peers, answers, strict=True)], wanted, now))
+
+
+async def sources(console: Console, web: View, request: Request) -> Response:
+    """How often each source's claims matched what settled conflicts settled on, across the
+    cluster, since `since` (an RFC 3339 instant, counted by whole UTC days); routed: this
+    worker's ledger, for the worker that asked to merge."""
+    raw_since = request.query.get("since")
+    try:
+        since = parse_instant(raw_since).date() if raw_since else None
+    except ValueError as exc:
+        return web.json({"error": f"since: {exc}"}, status=400)
+    url = console.ownership.url
+    mine = merged(readable(r) for r in console.ownership.task_records(LEDGER_KEY))
+    if request.headers.get(ROUTED_HEADER):
+        return web.json({"worker": url, "ledger": ledger_document(mine)})
+    peers = console.ownership.peers()
+    answers = await asyncio.gather(*(console.peers.ledger(peer) for peer in peers))
+    found = [ledger for ledger in answers if ledger is not None]
+    return web.json(
+        {
+            **sources_report(merged([mine, *found]), console.policy, since),
+            "workers": [url, *(p for p, a in zip(peers, answers, strict=True) if a is not None)],
+            "unanswered": [p for p, a in zip(peers, answers, strict=True) if a is None],
+        }
+    )
 
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
@@ -345,6 +372,7 @@ async def live(console: Console, web: View, request: Request) -> aioweb.StreamRe
 ROUTES = (
     Route("get", "/api/console", "console_settings", console_settings),
     Route("get", "/api/conflicts", "conflicts", conflicts),
+    Route("get", "/api/sources", "sources", sources),
     Route("get", "/api/decisions/{key}", "decision", decision),
     Route("get", "/api/decisions/{key}/history", "decision_history", decision_history),
     Route("post", "/api/resolutions", "resolutions", resolve),

@@ -20,6 +20,7 @@ from faust.web import Request, Response, View
 from streams.arbiter.routing import Owner
 from streams.console.live import Subscription
 from streams.console.queue import QueueFilter
+from streams.core.settlement import Ledger, ledger_from_document
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,21 @@ class Peers:
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
             log.info(
                 "console: worker %s did not answer for the queue (%s)", peer, type(exc).__name__
+            )
+            return None
+
+    async def ledger(self, peer: str) -> Ledger | None:
+        """A peer's own source ledger; None when it does not answer in time."""
+        try:
+            async with self.session.get(
+                f"{peer}/api/sources", headers={ROUTED_HEADER: "1"}, timeout=ANSWER_TIMEOUT
+            ) as reply:
+                if reply.status != 200:
+                    return None
+                return ledger_from_document((await reply.json())["ledger"])
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+            log.info(
+                "console: worker %s did not answer for the sources (%s)", peer, type(exc).__name__
             )
             return None
 

@@ -5,6 +5,9 @@
   worker named in the arbiter's assignment and says which did not answer.
 - `/api/decisions/{key}` (optionally `?as_of=RFC3339`) and `/api/decisions/{key}/history`:
   answered by the key's owner; any worker forwards there.
+- `/api/sources` (optionally `?since=RFC3339`): how often each source's claims matched what
+  settled conflicts settled on, over the cluster (the worker asked merges its peers' ledgers),
+  with candidate shared lineages and authorities to review.
 - `POST /api/resolutions`: a steward's resolution, published to the resolutions topic; only with
   a configured steward token in the Authorization header.
 - `/api/live`: server-sent events of the decisions workers emit (this worker's, and its peers'

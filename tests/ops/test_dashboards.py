@@ -197,6 +197,7 @@ def test_overview_has_the_required_panels() -> None:
         "Dead letters by source and reason",
         "Memory and key state",
         "Rebalances and commit failures",
+        "Disagreement share by source",
     } <= titles
     exprs = " ".join(expr for _, expr in dashboard_queries(OVERVIEW))
     assert "topk(" in exprs

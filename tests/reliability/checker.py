@@ -36,6 +36,7 @@ from streams.core.policy import Policy, load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.devkit.brokers import KafkaCluster
 from streams.settings import Settings
+from streams.state.keystore import RESERVED
 from tests.stream.conftest import write_policy
 from tests.stream.support import CODEC, Deployment, read_topic
 
@@ -181,10 +182,12 @@ def generations(group: str, broker_logs: Iterable[Path]) -> int:
 
 
 def latest_states(records: Iterable[Any]) -> list[KeyState]:
-    """Each key's last state on the changelog (a record without a value deletes the key)."""
+    """Each key's last state on the changelog (a record without a value deletes the key); a
+    task-level record (the source ledger) is not a key's state."""
     latest: dict[bytes, bytes | None] = {}
     for record in records:
-        latest[record.key] = record.value
+        if not record.key.startswith(RESERVED):
+            latest[record.key] = record.value
     return [decode_state(data) for data in latest.values() if data is not None]
 
 

@@ -25,6 +25,7 @@ from streams.core.contracts import Decision
 from streams.devkit.brokers import free_port
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Topics
+from streams.state.keystore import RESERVED
 
 REPO = Path(__file__).resolve().parents[2]
 CODEC = WireCodec(FolderRegistry())
@@ -262,11 +263,13 @@ async def read_topic(
 
 
 def changelog_partitions(bootstrap: str, deployment: Deployment) -> dict[bytes, set[int]]:
-    """Every changelog partition each key's state was journaled to."""
+    """Every changelog partition each key's state was journaled to (a task-level record, such
+    as the source ledger every task keeps, is not a key's state)."""
     journal = asyncio.run(read_topic(bootstrap, f"{deployment.name}-key-state-changelog", idle_s=2))
     where: dict[bytes, set[int]] = {}
     for record in journal:
-        where.setdefault(record.key, set()).add(record.partition)
+        if not record.key.startswith(RESERVED):
+            where.setdefault(record.key, set()).add(record.partition)
     return where
 
 

@@ -181,14 +181,18 @@ function queueView(params) {
 
 // ---- a key ---------------------------------------------------------------------------------
 
-function evidenceTable(evidence, id) {
+function evidenceTable(evidence, id, records) {
+  // `records` (source -> its row of /api/sources for the key's field): under each source, its
+  // record on the field.
+  const sourceCell = (item) => el("td", {}, item.source, records ? el("div", { class: "record" },
+    el("a", { href: "#/sources", title: recordTitle(records.get(item.source)) }, record(records.get(item.source)))) : null);
   return el("table", { id },
     el("thead", {}, el("tr", {}, ["Role", "Said", "Authority", "Source", "Replica", "Lineage", "Epoch", "Observed", "Valid from", "Valid to"].map((h) => el("th", {}, h)))),
     el("tbody", {}, evidence.map((item) => el("tr", { class: `role-${item.role}` },
       el("td", {}, item.role),
       el("td", { class: "value" }, said(item)),
       el("td", {}, item.authority),
-      el("td", {}, item.source),
+      sourceCell(item),
       el("td", {}, item.replica || "—"),
       el("td", {}, item.lineage || "—"),
       el("td", {}, item.epoch ?? "—"),
@@ -304,6 +308,9 @@ function resolveForm(key, current) {
 
 function keyView(key, asOf) {
   const container = el("div", {});
+  const field = key.slice(key.lastIndexOf("|") + 1);
+  const records = sourceRecords().then((all) => new Map(
+    [...all.values()].filter((row) => row.field === field).map((row) => [row.source, row])));
   let cursor = asOf; // an RFC 3339 instant, kept as given (decisions carry microseconds)
   let shownId = null;
   let waiting = null;
@@ -322,9 +329,10 @@ function keyView(key, asOf) {
   }
 
   async function refresh(live) {
-    const [now, history] = await Promise.all([
+    const [now, history, known] = await Promise.all([
       api(`/api/decisions/${encodeURIComponent(key)}`),
       api(`/api/decisions/${encodeURIComponent(key)}/history`),
+      records,
     ]);
     if (!now.ok || !history.ok) { render(el("h1", {}, key), el("p", { class: "warn" }, (now.ok ? history : now).body.error)); return; }
     const current = now.body.decision;
@@ -344,7 +352,7 @@ function keyView(key, asOf) {
       el("div", { class: "grid2" },
         el("div", {},
           el("pre", { class: "explain", id: "explain" }, now.body.explain),
-          el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence"),
+          el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence", known),
           el("h2", {}, "Timeline"),
           el("p", { class: "muted" }, "Bars: validity periods (open-ended ones run to the end); dots: when observed; grey: stale, superseded or excluded. Click to see the belief at that instant."),
           timeline(history.body, roles, cursor ? Date.parse(cursor) : null, pick),
@@ -389,12 +397,135 @@ function keyView(key, asOf) {
   };
 }
 
+// ---- the sources ---------------------------------------------------------------------------
+// How often each source matched what settled conflicts settled on (GET /api/sources), and each
+// source's record for the key page's evidence.
+
+const SOURCE_COLUMNS = [
+  ["source", "Source"], ["field", "Field"], ["authority", "Authority"], ["settled", "Settled"],
+  ["agreed", "Agreed"], ["disagreed", "Disagreed"], ["share", "Agreed share"],
+  ["last_settled", "Last settled"], [null, "Latest disagreements"],
+];
+const SINCE = [["", "all kept days"], ["1", "today"], ["7", "7 days"], ["30", "30 days"]];
+
+function sinceQuery(days) {
+  if (!days) return "";
+  const start = new Date(Date.now() - (Number(days) - 1) * 86400000);
+  return `?since=${encodeURIComponent(start.toISOString().slice(0, 10) + "T00:00:00Z")}`;
+}
+
+function share(value) {
+  return value === null || value === undefined ? "—" : `${(value * 100).toFixed(1)} %`;
+}
+
+function record(row) {
+  // One source's record on one field, in words: what the key page shows per evidence row.
+  if (!row) return "none settled";
+  return `${row.agreed}/${row.settled} agreed`;
+}
+
+function recordTitle(row) {
+  return row ? `${share(row.share)} of ${row.settled} settled claims agreed; last settled ${row.last_settled}` : "no conflict with this source's claims on this field was settled yet";
+}
+
+// Rows by "source|field", for the key page's evidence table; fetched once per key page.
+async function sourceRecords() {
+  const { ok, body } = await api("/api/sources");
+  const records = new Map();
+  if (ok) for (const row of body.rows) records.set(`${row.source}|${row.field}`, row);
+  return records;
+}
+
+function sourcesView(params) {
+  const query = new URLSearchParams(params);
+  let sortKey = query.get("sort") || "disagreed";
+  let descending = query.get("order") !== "asc";
+  const days = query.get("days") || "";
+  const table = el("tbody");
+  const head = el("tr");
+  const workers = el("p", { class: "muted", id: "source-workers" });
+  const findings = el("div", { id: "source-findings" });
+  let rows = [];
+  const sinceSelect = el("select", { name: "days" }, SINCE.map(([v, label]) => el("option", { value: v }, label)));
+  sinceSelect.value = days;
+  sinceSelect.addEventListener("change", () => { location.hash = `#/sources?days=${sinceSelect.value}`; });
+
+  function draw() {
+    head.replaceChildren(...SOURCE_COLUMNS.map(([key, label]) => el("th", {},
+      key ? el("a", { href: "#", "data-sort": key, onclick: (event) => {
+        event.preventDefault();
+        descending = sortKey === key ? !descending : true;
+        sortKey = key;
+        draw();
+      } }, label + (key === sortKey ? (descending ? " ▾" : " ▴") : "")) : label)));
+    const sorted = [...rows].sort((a, b) => {
+      const x = a[sortKey] ?? "", y = b[sortKey] ?? "";
+      const order = x < y ? -1 : x > y ? 1 : `${a.source}|${a.field}` < `${b.source}|${b.field}` ? -1 : 1;
+      return descending ? -order : order;
+    });
+    table.replaceChildren(...sorted.map((row) => el("tr", { "data-source": row.source, "data-field": row.field },
+      el("td", {}, row.source),
+      el("td", {}, row.field),
+      el("td", {}, row.authority || "—"),
+      el("td", { class: "settled" }, row.settled),
+      el("td", { class: "agreed" }, row.agreed),
+      el("td", { class: "disagreed" }, row.disagreed),
+      el("td", {}, share(row.share)),
+      el("td", {}, instant(row.last_settled)),
+      el("td", { class: "latest" }, row.latest_disagreements.map((d) =>
+        el("div", {}, el("a", { href: keyHref(d.key), title: d.decision_id }, d.key)))))));
+    if (!rows.length) table.replaceChildren(el("tr", {}, el("td", { colspan: SOURCE_COLUMNS.length, class: "muted" }, "No settled conflicts yet.")));
+  }
+
+  function finding(title, evidence, keys) {
+    return el("li", {}, title, el("div", { class: "muted" }, evidence),
+      keys.length ? el("div", {}, keys.map((key) => [el("a", { href: keyHref(key) }, key), " "])) : null);
+  }
+
+  async function refresh() {
+    const { ok, body } = await api(`/api/sources${sinceQuery(days)}`);
+    if (!ok) { workers.replaceChildren(el("span", { class: "warn" }, body.error)); return; }
+    workers.replaceChildren(`${body.workers.length} workers answered`,
+      body.unanswered.length ? el("span", { class: "warn" }, ` · did not answer: ${body.unanswered.join(", ")}`) : "");
+    rows = body.rows;
+    draw();
+    findings.replaceChildren(
+      el("h2", {}, "Candidate shared lineages"),
+      body.lineages.length ? el("ul", { id: "lineages" }, body.lineages.map((f) => finding(
+        `${f.first} and ${f.second} on ${f.field}`,
+        `the same statement ${f.same} of ${f.together} times (independent: at most ${f.expected_same}); both wrong the same way ${f.same_wrong} times; p=${f.p_value}`,
+        f.example_keys))) : el("p", { class: "muted" }, "None."),
+      el("h2", {}, "Authorities to review"),
+      body.authority_reviews.length ? el("ul", { id: "reviews" }, body.authority_reviews.map((f) => finding(
+        `${f.weaker} (${f.weaker_authority}) over ${f.stronger} (${f.stronger_authority}) on ${f.field}`,
+        `where they differed: ${f.weaker} right ${f.weaker_only_agreed} times, ${f.stronger} ${f.stronger_only_agreed}; p=${f.p_value}`,
+        f.example_keys))) : el("p", { class: "muted" }, "None."),
+      el("p", { class: "muted" }, "Suggestions only: nothing here changes a decision. `claimstream policy suggest` prints them as policy edits."));
+  }
+
+  return {
+    key: null,
+    refresh,
+    onDecision() {},
+    nodes: [
+      el("h1", {}, "Sources: who settled conflicts proved right"),
+      el("p", { class: "muted" }, "Each claim of a conflict or quarantine that a steward's resolution, or a later deciding observation, closed: did it say the settled value?"),
+      el("div", { class: "filters" }, el("label", {}, "Settled in", sinceSelect)),
+      workers,
+      el("table", { id: "sources" }, el("thead", {}, head), table),
+      findings,
+    ],
+  };
+}
+
 // ---- routing and the steward token ---------------------------------------------------------
 
 function route() {
   const hash = location.hash || "#/";
   let view;
-  if (hash.startsWith("#/key/")) {
+  if (hash.startsWith("#/sources")) {
+    view = sourcesView(hash.includes("?") ? hash.slice(hash.indexOf("?") + 1) : "");
+  } else if (hash.startsWith("#/key/")) {
     const [rawKey, rawAt] = hash.slice("#/key/".length).split("@");
     view = keyView(decodeURIComponent(rawKey), rawAt ? decodeURIComponent(rawAt) : null);
   } else {
