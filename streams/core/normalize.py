@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from streams.core.contracts import Money, RejectReason, Value
+from streams.core.contracts import Money, RejectReason, Value, constructed
 from streams.core.errors import ContractError
 from streams.core.memo import by_identity
 from streams.core.policy import FieldRules, FieldType, StringCase
@@ -148,7 +148,10 @@ def _money(raw: Value, unit: str | None, rules: FieldRules) -> Value:
             f"{rules.currency}; currencies are never converted",
         )
     _check_int64(raw.amount_minor, rules)
-    return Money(amount_minor=raw.amount_minor, currency=currency)
+    if currency == raw.currency:
+        return raw
+    # Both fields are already of their validated types: no second validation per claim.
+    return constructed(Money, {"amount_minor": raw.amount_minor, "currency": currency})
 
 
 def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
@@ -230,12 +233,14 @@ def _enum_of(rules: FieldRules) -> _NormalizeWith:
     spellings: dict[str, str] = {}
     for value in allowed:
         spellings.setdefault(normalize_string(value, rules.case), value)
+    # Most claims spell a value as the policy does: found without normalizing it first.
+    as_spelled = {value: spellings[normalize_string(value, rules.case)] for value in allowed}
 
     def enum(raw: Value, unit: str | None, rules: FieldRules) -> Value:
         if not isinstance(raw, str):
             raise _type_error(rules, raw, "one of " + ", ".join(allowed))
         _unitless(rules, unit)
-        found = spellings.get(normalize_string(raw, rules.case))
+        found = as_spelled.get(raw) or spellings.get(normalize_string(raw, rules.case))
         if found is None:
             raise ContractError(
                 RejectReason.INVALID_VALUE,
