@@ -233,8 +233,10 @@ def _lean(
     """The LeanClaim of fields whose instants are aware UTC datetimes, or None where another
     field is not of the type Avro gives it."""
     if data.keys() == _CLAIM_FIELDS and _avro_typed(data):
-        status = _symbol(_STATUSES, data["status"])
-        source_class = _symbol(_SOURCE_CLASSES, data["source_class"])
+        status, source_class = data["status"], data["source_class"]
+        # Looked up only as strings: a dict lookup of an unhashable value raises.
+        status = _STATUSES.get(status) if type(status) is str else None
+        source_class = _SOURCE_CLASSES.get(source_class) if type(source_class) is str else None
         value = _lean_value(data["value"])
         if status is not None and source_class is not None and value is not _REFUSED:
             data["status"], data["source_class"], data["value"] = status, source_class, value
@@ -268,11 +270,6 @@ def _avro_typed(d: dict[str, Any]) -> bool:
 
 
 _REFUSED = object()
-E = TypeVar("E")
-
-
-def _symbol(members: dict[str, E], symbol: Any) -> E | None:
-    return members.get(symbol) if type(symbol) is str else None
 
 
 def _lean_value(value: Any) -> Any:

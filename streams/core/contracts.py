@@ -83,8 +83,9 @@ def micros(moment: datetime) -> int:
 
 def instant(us: int) -> datetime:
     """Integer microseconds since the epoch as an aware UTC datetime, as fastavro reads
-    timestamp-micros (OverflowError beyond datetime's years 1-9999)."""
-    return EPOCH + timedelta(microseconds=us)
+    timestamp-micros (OverflowError beyond datetime's years 1-9999). Positional: a keyword costs
+    timedelta half again as much."""
+    return EPOCH + timedelta(0, 0, us)
 
 
 def micros_from_seconds(seconds: float) -> int:
