@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
-from operator import attrgetter
 from typing import Any
 
 from pydantic import BaseModel
@@ -64,8 +63,8 @@ class UnknownStateFormat(ClaimstreamError):
 
 class _StoredForm:
     """How one record model is stored: the short name of each field, which are times, and the
-    values left out (None, a default, the key's fields). Read through one `attrgetter` (the hot
-    path's claims are slotted), as `model_dump` costs more than the rest of journaling a key."""
+    values left out (None, a default, the key's fields). Read as attributes (the hot path's
+    claims are slotted), as `model_dump` costs more than the rest of journaling a key."""
 
     def __init__(
         self,
@@ -86,15 +85,15 @@ class _StoredForm:
             and (default := info.get_default(call_default_factory=True)) is not None
         } | (usual or {})
         self.plan = tuple(
-            (short, defaults.get(name), _micros if name in times else _json_value)
+            (name, short, defaults.get(name), _micros if name in times else _json_value)
             for name, short in short_names.items()
         )
-        """Per field: its stored name, the value left out besides None, its conversion."""
-        self.read = attrgetter(*short_names)
+        """Per field: its name, stored name, the value left out besides None, its conversion."""
 
     def dump(self, record: object) -> dict[str, Any]:
         stored: dict[str, Any] = {}
-        for (short, usual, convert), value in zip(self.plan, self.read(record), strict=True):
+        for name, short, usual, convert in self.plan:
+            value = getattr(record, name)
             if value is None or (usual is not None and value == usual):
                 continue
             stored[short] = convert(value)
