@@ -2,10 +2,10 @@
 
 In file order: the schemas, expanded and parsed (`expanded_schema`, `parsed_schema`); a record
 to Avro (`to_avro`, `encode`, via the compiled writers of streams.avro_writer); Avro back to a
-record (`decode_dict`, `decode`); and the decoded claim's fast path to a `Claim`
-(`claim_from_avro`), which falls back to the contract's validation. The wire framing around
-these bodies is streams.registry's. fastavro's errors are translated into CodecError here, so
-the rest of the code sees one error tree.
+record (`decode_dict`, `decode`); and the claim's fast path, Avro to a `LeanClaim` without
+pydantic (`decode_claim`, `claim_from_avro`), which falls back to the contract's validation.
+The wire framing around these bodies is streams.registry's. fastavro's errors are translated
+into CodecError here, so the rest of the code sees one error tree.
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ from pydantic import BaseModel, ValidationError
 
 from streams.avro_writer import compile_writer
 from streams.core.contracts import (
-    Claim,
+    CLAIM_FIELDS,
     ClaimStatus,
+    LeanClaim,
     Money,
     RejectReason,
     SourceClass,
     constructed,
+    instant,
+    micros,
 )
 from streams.core.errors import CodecError
 from streams.core.intake import parse_claim
@@ -126,17 +129,23 @@ def decode_dict(name: str, body: bytes, writer_schema: Any | None = None) -> dic
     """Decode an Avro body written with `writer_schema` (default: the current one) into a dict
     shaped by the current schema (schema resolution applies defaults for added fields)."""
     reader = parsed_schema(name)
+    return _read(name, body, writer_schema or reader, reader if writer_schema else None)
+
+
+def _read(name: str, body: bytes, writer: Any, reader: Any | None) -> dict[str, Any]:
     try:
-        data = fastavro.schemaless_reader(
-            io.BytesIO(body), writer_schema or reader, reader if writer_schema else None
-        )
+        data = fastavro.schemaless_reader(io.BytesIO(body), writer, reader)
     except Exception as exc:  # fastavro raises anything from EOFError to UnicodeDecodeError
-        raise CodecError(
-            RejectReason.MALFORMED, f"{name} body is not valid Avro: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise _not_avro(name, exc) from exc
     if not isinstance(data, dict):
         raise CodecError(RejectReason.MALFORMED, f"{name} body did not decode to a record")
     return data
+
+
+def _not_avro(name: str, exc: Exception) -> CodecError:
+    return CodecError(
+        RejectReason.MALFORMED, f"{name} body is not valid Avro: {type(exc).__name__}: {exc}"
+    )
 
 
 def decode(model: type[M], body: bytes, writer_schema: Any | None = None) -> M:
@@ -147,42 +156,99 @@ def decode(model: type[M], body: bytes, writer_schema: Any | None = None) -> M:
         raise CodecError(RejectReason.MALFORMED, f"{model.__name__}: {exc}") from exc
 
 
-# -- claims without pydantic validation ---------------------------------------------------------
+# -- claims without pydantic ------------------------------------------------------------------
 # A claim is decoded on every record; pydantic's validation of the Avro dict costs about as much
 # as the Avro read itself. Avro already typed every field, so the hot path checks the types
-# fastavro produces and builds the model from them; anything else takes the validating path,
+# fastavro produces and builds a LeanClaim from them; anything else takes the validating path,
 # which raises exactly as `decode` does (tests/test_codec_lean.py holds the two paths equal).
+# Written with the current schema, a claim is read with its timestamps as the longs they are
+# on the wire: fastavro's logical-type conversion costs more than building the datetimes here,
+# and the microseconds are what admission compares.
 
 
 _STATUSES = {status.value: status for status in ClaimStatus}
 _SOURCE_CLASSES = {kind.value: kind for kind in SourceClass}
 _PLAIN_VALUES = frozenset({type(None), bool, int, float, str})
 _MONEY_FIELDS = frozenset(Money.model_fields)
-_CLAIM_FIELDS = frozenset(Claim.model_fields)
+_CLAIM_FIELDS = frozenset(CLAIM_FIELDS)
 
 
-def claim_from_avro(data: dict[str, Any]) -> Claim:
-    """The Claim of a decoded Avro record: built from the checked fields when they have the types
-    Avro gives them, else validated by the contract's own `parse_claim` (which raises for it)."""
+@cache
+def _raw_claim_schema() -> Any:
+    """The current Claim schema with its timestamps read as plain longs (timestamp-micros)."""
+
+    def raw(schema: Any) -> Any:
+        if isinstance(schema, list):
+            return [raw(branch) for branch in schema]
+        if isinstance(schema, dict):
+            return {k: raw(v) for k, v in schema.items() if k != "logicalType"}
+        return schema
+
+    return fastavro.parse_schema(raw(expanded_schema("Claim")))
+
+
+def decode_claim(body: bytes, writer_schema: Any | None = None) -> LeanClaim:
+    """`decode(Claim, body, writer_schema)` without pydantic (the same claim, or the same
+    error): `writer_schema` None or the current parsed schema reads the instants as longs."""
+    if writer_schema is not None and writer_schema is not parsed_schema("Claim"):
+        return claim_from_avro(decode_dict("Claim", body, writer_schema))
+    data = _read("Claim", body, _raw_claim_schema(), None)
+    observed, start, end = data["observed_at"], data["valid_from"], data["valid_to"]
+    try:  # fastavro's own conversion, raising where it would
+        data["observed_at"] = instant(observed)
+        if start is not None:
+            data["valid_from"] = instant(start)
+        if end is not None:
+            data["valid_to"] = instant(end)
+    except OverflowError as exc:
+        raise _not_avro("Claim", exc) from exc
+    return _lean(data, observed, start, end) or LeanClaim.of(parse_claim(data))
+
+
+def claim_from_avro(data: dict[str, Any]) -> LeanClaim:
+    """The claim of a decoded Avro record (timestamps as datetimes; `data` is consumed): built
+    from the checked fields when they have the types Avro gives them, else validated by the
+    contract's own `parse_claim` (which raises for it)."""
+    observed, start, end = data.get("observed_at"), data.get("valid_from"), data.get("valid_to")
+    if (
+        type(observed) is datetime
+        and observed.tzinfo is UTC
+        and (start is None or (type(start) is datetime and start.tzinfo is UTC))
+        and (end is None or (type(end) is datetime and end.tzinfo is UTC))
+    ):
+        lean = _lean(
+            data,
+            micros(observed),
+            None if start is None else micros(start),
+            None if end is None else micros(end),
+        )
+        if lean is not None:
+            return lean
+    return LeanClaim.of(parse_claim(data))
+
+
+def _lean(
+    data: dict[str, Any], observed_us: int, from_us: int | None, to_us: int | None
+) -> LeanClaim | None:
+    """The LeanClaim of fields whose instants are aware UTC datetimes, or None where another
+    field is not of the type Avro gives it."""
     if data.keys() == _CLAIM_FIELDS and _avro_typed(data):
-        status = _symbol(_STATUSES, data["status"])
-        source_class = _symbol(_SOURCE_CLASSES, data["source_class"])
+        status, source_class = data["status"], data["source_class"]
+        # Looked up only as strings: a dict lookup of an unhashable value raises.
+        status = _STATUSES.get(status) if type(status) is str else None
+        source_class = _SOURCE_CLASSES.get(source_class) if type(source_class) is str else None
         value = _lean_value(data["value"])
         if status is not None and source_class is not None and value is not _REFUSED:
-            fields = {**data, "status": status, "source_class": source_class, "value": value}
-            return constructed(Claim, fields)
-    return parse_claim(data)
+            data["status"], data["source_class"], data["value"] = status, source_class, value
+            return LeanClaim(data, observed_us, from_us, to_us)
+    return None
 
 
 def _avro_typed(d: dict[str, Any]) -> bool:
-    """Whether every field but status, source_class and value has the type the model holds.
-    One expression: a check per field as a function call cost more than pydantic's validation."""
-    observed, start, end, attributes = (
-        d["observed_at"],
-        d["valid_from"],
-        d["valid_to"],
-        d["attributes"],
-    )
+    """Whether every field but the instants, status, source_class and value has the type the
+    model holds. One expression: a check per field as a function call cost more than pydantic's
+    validation."""
+    attributes = d["attributes"]
     return (
         type(d["claim_id"]) is str
         and type(d["subject"]) is str
@@ -196,10 +262,6 @@ def _avro_typed(d: dict[str, Any]) -> bool:
         and (d["producer"] is None or type(d["producer"]) is str)
         and (d["epoch"] is None or type(d["epoch"]) is int)
         and (d["confidence"] is None or type(d["confidence"]) is float)
-        and type(observed) is datetime
-        and observed.tzinfo is UTC
-        and (start is None or (type(start) is datetime and start.tzinfo is UTC))
-        and (end is None or (type(end) is datetime and end.tzinfo is UTC))
         and type(attributes) is dict
         and (
             not attributes or all(type(k) is str and type(v) is str for k, v in attributes.items())
@@ -208,11 +270,6 @@ def _avro_typed(d: dict[str, Any]) -> bool:
 
 
 _REFUSED = object()
-E = TypeVar("E")
-
-
-def _symbol(members: dict[str, E], symbol: Any) -> E | None:
-    return members.get(symbol) if type(symbol) is str else None
 
 
 def _lean_value(value: Any) -> Any:

@@ -12,9 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.codec import claim_from_avro, parsed_schema
-from streams.core.contracts import Claim
+from streams.core.contracts import (
+    Claim,
+    LeanClaim,
+    RejectReason,
+    SourceClass,
+    instant,
+    micros,
+    micros_from_seconds,
+)
 from streams.core.errors import RejectedInput
-from streams.core.intake import AdmittedClaim, admit, parse_claim
+from streams.core.intake import AdmittedClaim, admit, admit_micros, parse_claim
 from streams.core.journal import encode_state
 from streams.core.keystate import KeyState
 from streams.core.policy import load_policy
@@ -44,29 +52,28 @@ values = st.one_of(
         {"amount_minor": int64, "currency": st.sampled_from(["USD", "usd", "EUR", ""])}
     ),
 )
-avro_claims = st.fixed_dictionaries(
-    {
-        "claim_id": texts,
-        "subject": texts,
-        "field": st.sampled_from(sorted(POLICY.fields)) | texts,
-        "status": st.sampled_from(["present", "not_found", "forbidden", "unavailable", "error"]),
-        "value": values,
-        "unit": st.none() | st.sampled_from(["ms", "s", "kg", "USD", ""]),
-        "source": st.sampled_from(["billing-api", "crm", "chat", "nobody", "", " "]),
-        "replica": st.none() | texts,
-        "source_class": st.sampled_from(["observation", "user", "inference"]),
-        "observed_at": moments | st.just(NOW + timedelta(hours=1)),
-        "valid_from": st.none() | moments,
-        "valid_to": st.none() | moments,
-        "epoch": st.none() | int64,
-        "lineage": st.none() | texts,
-        "scope": st.none() | texts,
-        "confidence": st.none() | doubles,
-        "trace_id": st.none() | texts,
-        "producer": st.none() | texts,
-        "attributes": st.dictionaries(texts, texts, max_size=2),
-    }
-)
+avro_fields = {
+    "claim_id": texts,
+    "subject": texts,
+    "field": st.sampled_from(sorted(POLICY.fields)) | texts,
+    "status": st.sampled_from(["present", "not_found", "forbidden", "unavailable", "error"]),
+    "value": values,
+    "unit": st.none() | st.sampled_from(["ms", "s", "kg", "USD", ""]),
+    "source": st.sampled_from(["billing-api", "crm", "chat", "nobody", "", " "]),
+    "replica": st.none() | texts,
+    "source_class": st.sampled_from(["observation", "user", "inference"]),
+    "observed_at": moments | st.just(NOW + timedelta(hours=1)),
+    "valid_from": st.none() | moments,
+    "valid_to": st.none() | moments,
+    "epoch": st.none() | int64,
+    "lineage": st.none() | texts,
+    "scope": st.none() | texts,
+    "confidence": st.none() | doubles,
+    "trace_id": st.none() | texts,
+    "producer": st.none() | texts,
+    "attributes": st.dictionaries(texts, texts, max_size=2),
+}
+avro_claims = st.fixed_dictionaries(avro_fields)
 
 
 def avro_body(data: dict[str, Any]) -> bytes:
@@ -150,3 +157,169 @@ def test_any_dict_is_built_or_refused_as_parse_claim_does(
     except RejectedInput as exc:
         lean = exc.reason
     assert lean == expected
+
+
+# -- the hot path's admission: lean claims and integer time against the contract's ------------
+
+SKEW = POLICY.defaults.max_clock_skew
+around_skew = st.integers(-3, 3).map(lambda d: NOW + SKEW + timedelta(microseconds=d))
+recent = st.datetimes(
+    min_value=datetime(2026, 11, 29),
+    max_value=datetime(2026, 11, 30, 12, 1),
+    timezones=st.just(UTC),
+)
+# Values each field accepts (and a few it refuses), with the unit they come in.
+fitting: dict[str, st.SearchStrategy[tuple[Any, str | None]]] = {
+    "account.balance": st.tuples(
+        st.fixed_dictionaries(
+            {"amount_minor": int64, "currency": st.sampled_from(["USD", " usd", "EUR"])}
+        ),
+        st.sampled_from([None, "USD", "EUR"]),
+    ),
+    "api.latency": st.tuples(st.floats() | int64, st.sampled_from(["ms", "s", "us", None, "kg"])),
+    "contract.seats": st.tuples(int64 | st.floats(-1e3, 1e3), st.sampled_from([None, None, "s"])),
+    "customer.email_verified": st.tuples(st.booleans() | int64, st.none()),
+    "customer.shipping_address": st.tuples(texts, st.none()),
+    "order.payment_status": st.tuples(
+        st.sampled_from(["paid", " PAID ", "Overdue", "refunded", "maybe", ""]), st.none()
+    ),
+    "service.retry_timeout": st.tuples(st.floats(0, 1e6), st.sampled_from(["s", "ms", "min"])),
+    "subscription.renews_at": st.tuples(
+        st.sampled_from(["2026-12-01T00:00:00Z", "2026-12-01T01:00:00+01:00", "2026-12-01", "x"]),
+        st.none(),
+    ),
+}
+
+
+def mostly(usual: list[str], otherwise: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """One of `usual`, or now and then (one draw in len(usual) + 1) one of `otherwise`."""
+    return st.sampled_from([*usual, None]).flatmap(
+        lambda picked: otherwise if picked is None else st.just(picked)
+    )
+
+
+@st.composite
+def admissible(draw: st.DrawFn) -> dict[str, Any]:
+    """Avro claims most of which the policy admits: known fields with fitting values, recent
+    times; and around them what it refuses (blank provenance, unknown sources, the future, bad
+    types, NaN confidence)."""
+    data = draw(avro_claims)
+    field = draw(mostly(sorted(fitting), texts))
+    value, unit = draw(fitting.get(field, st.tuples(values, st.none())))
+    names = mostly(["c1", "gen-7-0", "subj-1"], texts)
+    data |= {
+        "claim_id": draw(names),
+        "subject": draw(names),
+        "field": field,
+        "status": draw(st.sampled_from(["present"] * 4 + ["not_found", "error"])),
+        "value": value,
+        "unit": unit,
+        "source": draw(st.sampled_from(["billing-api", "crm", "reporting-replica", "chat", "x"])),
+        "observed_at": draw(recent | around_skew | st.just(datetime(1970, 1, 1, tzinfo=UTC))),
+        "valid_from": draw(st.none() | st.none() | recent),
+        "valid_to": draw(st.none() | st.none() | recent),
+        "epoch": draw(st.none() | st.none() | int64),
+        "scope": draw(st.none() | st.none() | texts),
+        "confidence": draw(st.none() | st.floats()),  # NaN and the infinities included
+    }
+    return data
+
+
+def orderings(admitted: AdmittedClaim) -> tuple[object, ...]:
+    """Everything admission works out, the engine's orderings with it."""
+    return (
+        admitted.authority,
+        admitted.value,
+        admitted.lineage,
+        admitted.rank,
+        admitted.recency,
+        admitted.statement,
+        admitted.observes,
+        admitted.scope_key,
+        admitted.plain,
+        admitted.observed_us,
+        admitted.valid_from_us,
+        admitted.valid_to_us,
+    )
+
+
+def admission(decode: Any, admit_with: Any, body: bytes) -> tuple[str, object]:
+    try:
+        claim = decode(body)
+        admitted = admit_with(claim)
+    except RejectedInput as exc:
+        return "refused", exc.reason
+    return "admitted", (claim.as_claim(), orderings(admitted), journaled(admitted))
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=admissible(), source_class=st.none() | st.sampled_from(SourceClass))
+def test_the_hot_path_admits_as_the_contract_path_with_datetimes(
+    data: dict[str, Any], source_class: SourceClass | None
+) -> None:
+    body = FRAME + avro_body(data)
+    hot = admission(
+        CODEC.decode_claim, lambda c: admit_micros(c, POLICY, micros(NOW), source_class), body
+    )
+    contract = admission(
+        lambda d: CODEC.decode(Claim, d), lambda c: admit(c, POLICY, NOW, source_class), body
+    )
+    assert hot == contract
+    # Integer time decides as the datetimes would.
+    observed = data["observed_at"]
+    if hot == ("refused", RejectReason.FUTURE_OBSERVATION):
+        assert observed > NOW + SKEW
+    if hot[0] == "admitted":
+        assert datetime(1970, 1, 1, tzinfo=UTC) <= observed <= NOW + SKEW
+        start, end = data["valid_from"], data["valid_to"]
+        assert start is None or end is None or end > start
+
+
+@settings(max_examples=300, deadline=None)
+@given(seconds=st.floats(min_value=0, max_value=2**34, allow_nan=False))
+def test_posix_seconds_become_the_microseconds_fromtimestamp_rounds_to(seconds: float) -> None:
+    assert instant(micros_from_seconds(seconds)) == datetime.fromtimestamp(seconds, UTC)
+
+
+EDGES = (micros(datetime(1, 1, 1, tzinfo=UTC)), micros(datetime.max.replace(tzinfo=UTC)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=avro_claims,
+    observed=st.sampled_from([EDGES[0] - 1, EDGES[0], EDGES[1], EDGES[1] + 1, -(2**63)])
+    | st.integers(-(2**63), 2**63 - 1),
+    valid_to=st.none() | st.sampled_from([EDGES[1], EDGES[1] + 1, 2**63 - 1]),
+)
+def test_instants_read_as_longs_overflow_where_fastavro_does(
+    data: dict[str, Any], observed: int, valid_to: int | None
+) -> None:
+    same_on(FRAME + avro_body({**data, "observed_at": observed, "valid_to": valid_to}))
+
+
+def test_a_lean_claim_is_its_contract_claim() -> None:
+    claim = Claim(
+        claim_id="c",
+        subject="s",
+        field="order.payment_status",
+        status="present",
+        value="paid",
+        source="crm",
+        observed_at=NOW,
+        valid_from=NOW - timedelta(days=1),
+        attributes={"k": "v"},
+    )
+    lean = LeanClaim.of(claim)
+    assert lean == claim
+    assert claim == lean
+    assert lean.as_claim() == claim
+    assert (lean.observed_us, lean.valid_from_us, lean.valid_to_us) == (
+        claim.observed_us,
+        claim.valid_from_us,
+        None,
+    )
+    renamed = lean.with_subject("t")
+    assert renamed.subject == "t"
+    assert lean.subject == "s"
+    assert renamed == claim.model_copy(update={"subject": "t"})
+    assert lean != LeanClaim.of(claim.model_copy(update={"value": "unpaid"}))

@@ -222,7 +222,7 @@ async def decision_history(console: Console, web: View, request: Request, key: s
                 "decisions": [s.model_dump(mode="json") for s in state.history],
                 "claims": [
                     {
-                        **s.claim.model_dump(mode="json"),
+                        **s.claim.as_claim().model_dump(mode="json"),
                         "authority": s.authority.value,
                         "lineage": s.lineage,
                     }

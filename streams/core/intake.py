@@ -5,78 +5,126 @@ rejected with a reason. Authority comes from the policy and the arrival channel,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
 from streams.core.contracts import (
+    AUTHORITY_RANKS,
+    CLAIM_FIELDS,
     Authority,
     Claim,
+    ClaimFields,
     ClaimStatus,
     RejectReason,
     Resolution,
     SourceClass,
     Value,
+    instant,
+    micros,
 )
 from streams.core.errors import ContractError
+from streams.core.memo import by_identity
 from streams.core.normalize import (
     canonical_value,
     normalize_scope,
-    normalize_value,
+    normalizer_for,
     statement_order,
 )
-from streams.core.policy import FieldRules, Policy, SourcePolicy
+from streams.core.policy import Defaults, FieldRules, Policy, SourcePolicy
 
-_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE: Authority.INFERRED}
 _ASSERTED_RANK = Authority.ASSERTED.rank
+_STATUS_TEXT = {status: status.value for status in ClaimStatus}  # `.value` is a Python property
 # What a claim says beyond its value: compared as received (value and unit are compared
 # normalized, scope as normalized).
-_CONTENT_EXCLUDES = frozenset({"value", "unit", "scope"})
+_CONTENT_FIELDS = tuple(name for name in CLAIM_FIELDS if name not in {"value", "unit", "scope"})
 
 
-@dataclass(frozen=True, slots=True)
 class AdmittedClaim:
     """A claim the policy accepted: its authority, normalized value and independence key.
 
     A key's claims are arbitrated again on every new claim, so the orderings the engine sorts by
-    are computed once here rather than on every arbitration."""
+    are computed once here rather than on every arbitration. A plain slotted class whose
+    `__init__` computes them: a frozen dataclass sets each through `object.__setattr__`. Not to be
+    changed once built (only `journaled` is filled in later); equal by the four given fields."""
 
-    claim: Claim
+    __slots__ = (
+        "authority",
+        "claim",
+        "journaled",
+        "lineage",
+        "observed_us",
+        "observes",
+        "plain",
+        "rank",
+        "recency",
+        "scope_key",
+        "statement",
+        "valid_from_us",
+        "valid_to_us",
+        "value",
+    )
+
+    claim: ClaimFields
     authority: Authority
     value: Value
     lineage: str
-    rank: int = field(init=False, compare=False, repr=False)
+    rank: int
     """`authority.rank`: lower is stronger."""
-    recency: tuple[datetime, str] = field(init=False, compare=False, repr=False)
-    """(observed_at, claim_id): later sorts last, ties broken by id."""
-    statement: tuple[tuple[str, str, float, str], str] = field(
-        init=False, compare=False, repr=False
-    )
+    recency: tuple[int, str]
+    """(observed_us, claim_id): later sorts last, ties broken by id."""
+    statement: tuple[tuple[str, str, float, str], str]
     """Status and value in `statement_order`, then claim_id: how the engine clusters claims."""
-    observes: bool = field(init=False, compare=False, repr=False)
+    observes: bool
     """An observation of the world (authority above `asserted`): only these prove state."""
-    scope_key: str | None = field(init=False, compare=False, repr=False)
+    scope_key: str | None
     """The declared scope as compared: case folded, spacing collapsed."""
-    plain: bool = field(init=False, compare=False, repr=False)
+    plain: bool
     """No epoch, validity period or scope: the rules about those have nothing to look at."""
-    journaled: str | None = field(default=None, init=False, compare=False, repr=False)
+    observed_us: int
+    valid_from_us: int | None
+    valid_to_us: int | None
+    """The claim's instants as integer microseconds since the epoch."""
+    journaled: str | None
     """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
 
-    def __post_init__(self) -> None:
-        claim = self.claim
-        # A frozen dataclass sets its own fields the same way.
-        object.__setattr__(self, "rank", self.authority.rank)
-        object.__setattr__(self, "recency", (claim.observed_at, claim.claim_id))
-        statement = (statement_order(claim.status.value, self.value), claim.claim_id)
-        object.__setattr__(self, "statement", statement)
-        object.__setattr__(self, "observes", self.rank < _ASSERTED_RANK)
+    def __init__(self, claim: ClaimFields, authority: Authority, value: Value, lineage: str):
+        self.claim = claim
+        self.authority = authority
+        self.value = value
+        self.lineage = lineage
+        self.rank = rank = AUTHORITY_RANKS[authority]
+        claim_id = claim.claim_id
+        self.observed_us = observed = claim.observed_us
+        self.valid_from_us = start = claim.valid_from_us
+        self.valid_to_us = end = claim.valid_to_us
+        self.recency = (observed, claim_id)
+        self.statement = (statement_order(_STATUS_TEXT[claim.status], value), claim_id)
+        self.observes = rank < _ASSERTED_RANK
         scope = claim.scope
-        object.__setattr__(self, "scope_key", None if scope is None else normalize_scope(scope))
-        plain = claim.epoch is None and claim.valid_from is None and claim.valid_to is None
-        object.__setattr__(self, "plain", plain and scope is None)
+        self.scope_key = None if scope is None else normalize_scope(scope)
+        self.plain = claim.epoch is None and start is None and end is None and scope is None
+        self.journaled = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not AdmittedClaim:
+            return NotImplemented
+        return (self.claim, self.authority, self.value, self.lineage) == (
+            other.claim,
+            other.authority,
+            other.value,
+            other.lineage,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # its claim holds a dict
+
+    def __repr__(self) -> str:
+        return (
+            f"AdmittedClaim(claim={self.claim!r}, authority={self.authority!r}, "
+            f"value={self.value!r}, lineage={self.lineage!r})"
+        )
 
     def same_content(self, other: AdmittedClaim) -> bool:
         """Whether two claims with one claim_id say the same thing: equal once normalized (an
@@ -87,21 +135,33 @@ class AdmittedClaim:
             other.scope_key,
         ) or canonical_value(self.value) != canonical_value(other.value):
             return False
-        mine, theirs = vars(self.claim), vars(other.claim)
-        return all(mine[name] == theirs[name] for name in mine if name not in _CONTENT_EXCLUDES)
+        mine, theirs = self.claim, other.claim
+        return all(getattr(mine, name) == getattr(theirs, name) for name in _CONTENT_FIELDS)
 
 
 def admit(
-    claim: Claim,
+    claim: ClaimFields,
     policy: Policy,
     now: datetime,
     source_class: SourceClass | None = None,
 ) -> AdmittedClaim:
-    """Admit `claim` or raise ContractError.
+    """Admit `claim` as of `now` or raise ContractError (`admit_micros`, for callers that hold
+    an aware datetime: replay, tools, tests).
 
     `source_class` is the class implied by the topic the claim arrived on; it overrides the
     payload so that a user assertion cannot pose as an observation.
     """
+    return admit_micros(claim, policy, micros(now), source_class)
+
+
+def admit_micros(
+    claim: ClaimFields,
+    policy: Policy,
+    now_us: int,
+    source_class: SourceClass | None = None,
+) -> AdmittedClaim:
+    """`admit` as of `now_us`, microseconds since the epoch: the hot path's form, which compares
+    instants as integers and builds no datetime unless it refuses the claim."""
     rules = policy.rules_for(claim.field)
     if rules is None:
         raise ContractError(
@@ -117,22 +177,19 @@ def admit(
             RejectReason.UNKNOWN_SOURCE,
             f"source {claim.source!r} is not in the policy and the policy has no '*' entry",
         )
-    _check_times(claim, policy, now)
-    if claim.confidence is not None and not (
-        math.isfinite(claim.confidence) and 0.0 <= claim.confidence <= 1.0
-    ):
+    _check_times(claim, policy.defaults, now_us)
+    confidence = claim.confidence
+    if confidence is not None and not (math.isfinite(confidence) and 0.0 <= confidence <= 1.0):
         raise ContractError(RejectReason.INVALID_VALUE, "confidence must be within [0, 1]")
     value = _normalized(claim.status, claim.value, claim.unit, rules)
     effective_class = source_class or claim.source_class
     authority = _CLASS_AUTHORITY.get(effective_class) or rules.authorities.get(
         claim.source, source_policy.authority
     )
-    return AdmittedClaim(
-        claim=claim, authority=authority, value=value, lineage=lineage_of(claim, source_policy)
-    )
+    return AdmittedClaim(claim, authority, value, lineage_of(claim, source_policy))
 
 
-def lineage_of(claim: Claim, source_policy: SourcePolicy | None) -> str:
+def lineage_of(claim: ClaimFields, source_policy: SourcePolicy | None) -> str:
     """Lineage belongs to the operator, like authority: the policy's lineage for the source wins;
     a claim's own lineage only applies where the policy names none (and, as independence is
     also counted per source, can only join sources, never split one)."""
@@ -165,7 +222,7 @@ def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> R
 
 def _normalized(status: ClaimStatus, value: Value, unit: str | None, rules: FieldRules) -> Value:
     if status is ClaimStatus.PRESENT:
-        return normalize_value(value, unit, rules)
+        return normalizer_for(rules)(value, unit)
     if value is not None:
         raise ContractError(
             RejectReason.INVALID_VALUE,
@@ -174,16 +231,27 @@ def _normalized(status: ClaimStatus, value: Value, unit: str | None, rules: Fiel
     return None
 
 
-def _check_times(claim: Claim, policy: Policy, now: datetime) -> None:
-    if claim.observed_at < _EARLIEST:
+def _skew(defaults: Defaults) -> int:
+    return defaults.max_clock_skew // _MICROSECOND
+
+
+_MICROSECOND = timedelta(microseconds=1)
+skew_us = by_identity(_skew)
+"""The policy's allowed clock skew in microseconds, worked out once per policy."""
+
+
+def _check_times(claim: ClaimFields, defaults: Defaults, now_us: int) -> None:
+    observed = claim.observed_us
+    if observed < 0:
         raise ContractError(RejectReason.INVALID_VALUE, "observed_at is before 1970")
-    if claim.observed_at > now + policy.defaults.max_clock_skew:
+    if observed > now_us + skew_us(defaults):
         raise ContractError(
             RejectReason.FUTURE_OBSERVATION,
             f"observed_at {claim.observed_at.isoformat()} is beyond the allowed clock skew of "
-            f"{policy.defaults.max_clock_skew} past {now.isoformat()}",
+            f"{defaults.max_clock_skew} past {instant(now_us).isoformat()}",
         )
-    if claim.valid_from and claim.valid_to and claim.valid_to <= claim.valid_from:
+    start, end = claim.valid_from_us, claim.valid_to_us
+    if start is not None and end is not None and end <= start:
         raise ContractError(RejectReason.INVALID_VALUE, "valid_to must be after valid_from")
 
 

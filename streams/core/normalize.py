@@ -24,8 +24,9 @@ import math
 import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii
 
-from streams.core.contracts import Money, RejectReason, Value
+from streams.core.contracts import Money, RejectReason, Value, constructed
 from streams.core.errors import ContractError
 from streams.core.memo import by_identity
 from streams.core.policy import FieldRules, FieldType, StringCase
@@ -148,7 +149,10 @@ def _money(raw: Value, unit: str | None, rules: FieldRules) -> Value:
             f"{rules.currency}; currencies are never converted",
         )
     _check_int64(raw.amount_minor, rules)
-    return Money(amount_minor=raw.amount_minor, currency=currency)
+    if currency == raw.currency:
+        return raw
+    # Both fields are already of their validated types: no second validation per claim.
+    return constructed(Money, {"amount_minor": raw.amount_minor, "currency": currency})
 
 
 def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
@@ -230,12 +234,14 @@ def _enum_of(rules: FieldRules) -> _NormalizeWith:
     spellings: dict[str, str] = {}
     for value in allowed:
         spellings.setdefault(normalize_string(value, rules.case), value)
+    # Most claims spell a value as the policy does: found without normalizing it first.
+    as_spelled = {value: spellings[normalize_string(value, rules.case)] for value in allowed}
 
     def enum(raw: Value, unit: str | None, rules: FieldRules) -> Value:
         if not isinstance(raw, str):
             raise _type_error(rules, raw, "one of " + ", ".join(allowed))
         _unitless(rules, unit)
-        found = spellings.get(normalize_string(raw, rules.case))
+        found = as_spelled.get(raw) or spellings.get(normalize_string(raw, rules.case))
         if found is None:
             raise ContractError(
                 RejectReason.INVALID_VALUE,
@@ -303,6 +309,8 @@ _CONSTANT_TEXT: dict[object, str] = {None: "null", True: "true", False: "false"}
 def statement_order(status: str, value: Value) -> tuple[str, str, float, str]:
     """A total order on (status, value) statements that puts numbers in numeric order, so that
     values within a tolerance of each other sort next to each other."""
+    if type(value) is str:  # what `_SORTED_JSON.encode` does for a str, without its dispatch
+        return (status, "str", 0.0, encode_basestring_ascii(value))
     if isinstance(value, int | float) and not isinstance(value, bool):
         return (status, "number", float(value), "")
     if value is None or isinstance(value, bool):

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from streams.core.authenticity import SourceKey, keyring, verify
-from streams.core.contracts import RejectReason
+from streams.core.contracts import RejectReason, instant
 from streams.core.errors import ClaimstreamError, ContractError
 from streams.core.policy import Policy, Signing
 from streams.pipeline.records import Incoming
@@ -33,9 +33,10 @@ class Authentication:
         self.keys = signing_keys(policy.signing, env)
         self.steward_keys = signing_keys(policy.stewards, env)
 
-    def check(self, record: Incoming, source: str, now: datetime) -> None:
+    def check(self, record: Incoming, source: str, now_us: int) -> None:
         """Raise `ContractError(UNAUTHENTICATED)` unless `record` may carry a claim of `source`:
-        by the principal-only topic it arrived on and/or by its signature."""
+        by the principal-only topic it arrived on and/or by its signature (checked as of `now_us`,
+        microseconds since the epoch)."""
         prefix = self.prefix
         if prefix and record.topic != self.rekeyed:
             source_policy = self.policy.source_policy(source)
@@ -62,7 +63,7 @@ class Authentication:
                 record.headers,
                 source,
                 self.keys,
-                now,
+                instant(now_us),
                 signing.max_age,
                 signing.required,
             )

@@ -10,12 +10,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from time import perf_counter
 
-from streams.core.contracts import EvidenceRole, Outcome, Resolution
+from streams.core.contracts import (
+    EvidenceRole,
+    Outcome,
+    Resolution,
+    instant,
+    micros_from_seconds,
+)
 from streams.core.errors import RejectedInput
-from streams.core.intake import admit, admit_resolution
+from streams.core.intake import admit_micros, admit_resolution, skew_us
 from streams.core.keystate import (
     KeyState,
     Limits,
@@ -122,11 +128,12 @@ class Processor:
         started = perf_counter()
         claim = self.codec.decode_claim(record.value)
         decoded = perf_counter()
-        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
-        self.authentication.check(record, claim.source, wall)
+        wall_s = self.wall_clock()
+        wall_us = micros_from_seconds(wall_s)
+        self.authentication.check(record, claim.source, wall_us)
         claim = canonical(claim, alias_of)
         rekeying = self.rekeying
-        admitted = admit(claim, self.policy, wall, rekeying.source_class(record))
+        admitted = admit_micros(claim, self.policy, wall_us, rekeying.source_class(record))
         key = state_key(claim.subject, claim.field).encode()
         if rekeying.misrouted(record, key):
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
@@ -140,7 +147,7 @@ class Processor:
             admitted,
             rules,
             self.policy.version,
-            self._now(record, wall),
+            instant(self._now_us(record, wall_us)),
             self.limits,
         )
         arbitrated = perf_counter()
@@ -151,7 +158,7 @@ class Processor:
         stages.charge(ARBITRATE, admitted_at, arbitrated)
         if step.refused is not None:
             return handled
-        self.metrics.accepted(claim.field, claim.source, wall.timestamp())
+        self.metrics.accepted(claim.field, claim.source, wall_s)
         decided = step.arbitration
         if (
             step.emitted is None
@@ -164,7 +171,8 @@ class Processor:
         return handled
 
     def _on_resolution(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
-        wall = datetime.fromtimestamp(self.wall_clock(), UTC)
+        wall_us = micros_from_seconds(self.wall_clock())
+        wall = instant(wall_us)
         decoded = self.codec.decode(Resolution, record.value)
         self.authentication.check_steward(
             record.value or b"", record.headers, decoded.decided_by, wall
@@ -181,7 +189,7 @@ class Processor:
             resolution,
             rules,
             self.policy.version,
-            self._now(record, wall),
+            instant(self._now_us(record, wall_us)),
             self.limits,
         )
         return self.outputs.emit(key, step, record)
@@ -200,9 +208,9 @@ class Processor:
         step = advance(state, rules, self.policy.version, due, self.limits)
         return self.outputs.emit(record.key, step, record)
 
-    def _now(self, record: Incoming, wall: datetime) -> datetime:
+    def _now_us(self, record: Incoming, wall_us: int) -> int:
         """Decide as of the record's own timestamp, so a redelivered record decides the same."""
         if record.timestamp is None or record.timestamp <= 0:
-            return wall
-        stamped = datetime.fromtimestamp(record.timestamp, UTC)
-        return min(stamped, wall + self.policy.defaults.max_clock_skew)
+            return wall_us
+        stamped = micros_from_seconds(record.timestamp)
+        return min(stamped, wall_us + skew_us(self.policy.defaults))

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from aiokafka.partitioner import murmur2
 
-from streams.core.contracts import Claim, Resolution, SourceClass
+from streams.core.contracts import LeanClaim, Resolution, SourceClass
 from streams.core.keystate import split_key, state_key
 from streams.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
@@ -26,7 +26,7 @@ HEADER_SOURCE_CLASS = "claimstream.source_class"
 HEADER_DUE = "claimstream.due"
 KIND_CLAIM, KIND_RESOLUTION, KIND_TICK = b"claim", b"resolution", b"tick"
 
-Subjected = TypeVar("Subjected", Claim, Resolution)
+Subjected = TypeVar("Subjected", LeanClaim, Resolution)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -42,7 +42,7 @@ def canonical(item: Subjected, alias_of: Callable[[str], str | None]) -> Subject
     """`item` about its subject's canonical name, when the subject is a known alias."""
     named = alias_of(item.subject)
     if named and named != item.subject:
-        return item.model_copy(update={"subject": named})
+        return item.with_subject(named)
     return item
 
 
