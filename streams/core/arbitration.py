@@ -60,6 +60,18 @@ class Verdict(NamedTuple):
     by_precedence: bool = False
 
 
+def resolved_by(winner: AdmittedClaim, tiebreak: str | None) -> Verdict:
+    """The winner's value believed: by its authority's precedence, or by a tiebreak."""
+    return Verdict(
+        Outcome.RESOLVED,
+        "most_recent" if tiebreak else f"{winner.authority.value}_precedence",
+        status=winner.claim.status,
+        value=winner.value,
+        tiebreak=tiebreak,
+        by_precedence=tiebreak is None,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class EpochShift:
     """A value that changed across an epoch boundary (set aside by the newest_epoch rule)."""
@@ -88,6 +100,8 @@ class Arbitration:
     Building a Decision with its evidence costs more than deciding; a stream emits only when the
     belief changes, so the records are built only when someone reads them."""
 
+    decision_id: str
+
     def __init__(
         self,
         *,
@@ -103,7 +117,10 @@ class Arbitration:
         shift: EpochShift | None = None,
         belief: Belief | None = None,
         known_id: str | None = None,
+        previous: Arbitration | None = None,
     ) -> None:
+        """`previous`: the key's last arbitration, whose id is taken (not hashed again) where
+        this one decided the same (`_decides`)."""
         self.subject, self.field = subject, field
         self.belief = belief
         """Set when a new claim may be added without arbitrating again (see `extend`)."""
@@ -115,6 +132,12 @@ class Arbitration:
         self.action = _action(verdict, rules)
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
+        if (
+            known_id is None
+            and previous is not None
+            and previous._decides(subject, field, verdict, rules, policy_version)
+        ):
+            known_id = previous.decision_id
         self.decision_id = known_id or decision_id(
             subject=subject,
             field=field,
@@ -180,6 +203,23 @@ class Arbitration:
             shift=self._shift,
             belief=self.belief,
             known_id=self.decision_id,
+        )
+
+    def _decides(
+        self, subject: str, field: str, verdict: Verdict, rules: FieldRules, policy_version: str
+    ) -> bool:
+        """Whether `verdict` has this decision's id: every part `decision_id` hashes is equal
+        (unit and action follow from the verdict and the rules; the value as hashed)."""
+        mine = self._verdict
+        return (
+            rules is self._rules
+            and policy_version == self._policy_version
+            and subject == self.subject
+            and field == self.field
+            and (mine.outcome, mine.kind, mine.status, mine.reason, mine.tiebreak)
+            == (verdict.outcome, verdict.kind, verdict.status, verdict.reason, verdict.tiebreak)
+            and mine.resolution_id == verdict.resolution_id
+            and (mine.value is verdict.value or _hashable(mine.value) == _hashable(verdict.value))
         )
 
     @cached_property

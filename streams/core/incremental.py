@@ -46,19 +46,35 @@ class Decided(Protocol):
 
 
 def extensible_belief(context: Decided, verdict: Verdict, policy_version: str) -> Belief | None:
-    """What `extend` may build on: a resolved precedence decision, or a value or
-    existence conflict, over plain claims with no resolution in play and no independence to
-    count (one more claim can join two sources into one lineage)."""
-    rules = context.rules
-    if not context.plain or context.resolutions or rules.min_independent_sources > 1:
+    """What `extend` may build on, after the rules ran: see `plain_belief`."""
+    if not context.plain or context.resolutions:
         return None
-    winner = context.winner
-    if verdict.by_precedence and winner is not None:
-        return Belief(winner.rank, winner, rules, policy_version)
+    conflict_rank = None
     if verdict.outcome is Outcome.CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
         roles = context.roles
-        top = min(a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED)
-        return Belief(top, None, rules, policy_version)
+        conflict_rank = min(
+            a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED
+        )
+    return plain_belief(verdict, context.winner, conflict_rank, context.rules, policy_version)
+
+
+def plain_belief(
+    verdict: Verdict,
+    winner: AdmittedClaim | None,
+    conflict_rank: int | None,
+    rules: FieldRules,
+    policy_version: str,
+) -> Belief | None:
+    """What `extend` may build on, for plain claims with no resolution in play: a resolved
+    precedence decision (`winner`), or a value or existence conflict at authority
+    `conflict_rank`, where no independence is counted (one more claim can join two sources into
+    one lineage)."""
+    if rules.min_independent_sources > 1:
+        return None
+    if verdict.by_precedence and winner is not None:
+        return Belief(winner.rank, winner, rules, policy_version)
+    if conflict_rank is not None and verdict.outcome is Outcome.CONFLICT:
+        return Belief(conflict_rank, None, rules, policy_version)
     return None
 
 

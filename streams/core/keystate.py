@@ -86,7 +86,8 @@ class KeyState:
     every id, so it decides such a key apart from the stream)."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
-    the belief be placed without running the rules again."""
+    the belief be placed without running the rules again, and a verdict that did not change
+    keep its id without hashing it again."""
 
     @property
     def current(self) -> DecisionSummary | None:
@@ -257,6 +258,7 @@ def _arbitrate(
         now,
         state.resolutions,
         supersedes=last.decision_id if last else None,
+        previous=state.arbitration,
     )
 
 
@@ -290,9 +292,9 @@ def _decide(
         conflict_since=emission.conflict_since,
         escalated=escalated,
         next_check_at=_next_check(claims, emission.conflict_since, escalated, rules, now),
-        # Kept only where `extend` can use it, and as a copy without the records built for
-        # sending: what deciding needs stays in memory, the evidence records do not.
-        arbitration=arbitration.restated(now, None) if arbitration.belief is not None else None,
+        # Kept (for `extend`, and to lend its id to the next verdict that does not change) as a
+        # copy without the records built for sending: the evidence records do not stay.
+        arbitration=arbitration.restated(now, None),
     )
     return Transition(
         state=state, arbitration=arbitration, emitted=emission.emitted, escalation=escalation
