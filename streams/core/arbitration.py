@@ -11,11 +11,13 @@ restated as first emitted) computes the id here, from the verdict.
 from __future__ import annotations
 
 import hashlib
+from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import NamedTuple
 
+from streams.core.agreement import RECENCY
 from streams.core.contracts import (
     Action,
     ClaimStatus,
@@ -160,6 +162,10 @@ class Arbitration:
     def supersedes(self) -> str | None:
         return self._supersedes
 
+    @property
+    def decided_at(self) -> datetime:
+        return self._decided_at
+
     @cached_property
     def decision(self) -> Decision:
         """Built without re-validation (`constructed`): every part comes from validated claims
@@ -205,6 +211,32 @@ class Arbitration:
             known_id=self.decision_id,
         )
 
+    def owned(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
+        """`restated`, with a claims list and roles of its own: what a key's state keeps, and
+        `place` changes in place without touching the arbitration it was copied from (one
+        already emitted, say)."""
+        copy = self.restated(decided_at, supersedes)
+        copy._claims, copy.roles = list(self._claims), dict(self.roles)
+        return copy
+
+    def place(
+        self,
+        added: AdmittedClaim,
+        roles: Roles,
+        belief: Belief,
+        decided_at: datetime,
+        supersedes: str | None,
+    ) -> None:
+        """One more claim placed in this decision, in place (its verdict and id stand, see
+        `incremental.placement`): only for an arbitration a key's state owns (`owned`). The
+        records built from it before are dropped: they describe the decision before `added`."""
+        self.roles.update(roles)
+        insort(self._claims, added, key=RECENCY)
+        self.belief = belief
+        self._decided_at, self._supersedes = decided_at, supersedes
+        for built in _BUILT:
+            self.__dict__.pop(built, None)
+
     def _decides(
         self, subject: str, field: str, verdict: Verdict, rules: FieldRules, policy_version: str
     ) -> bool:
@@ -229,6 +261,9 @@ class Arbitration:
     @cached_property
     def reobserve(self) -> ReobserveRequest | None:
         return _reobserve_request(self.decision, self._claims, self.roles)
+
+
+_BUILT = ("decision", "epoch_change", "reobserve")  # the records built on demand (cached)
 
 
 def decision_id(
