@@ -108,7 +108,7 @@ class Limits:
     applies, so a late-arriving older resolution never pushes out the one deciding the key."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per claim, and a frozen init sets each field by hand
 class Transition:
     """The new state and what to send: a decision (with its events) and/or an escalation.
     `arbitration` is what the key decided this time, emitted or not (the belief may not change)."""
