@@ -54,6 +54,41 @@ def clusters(claims: Sequence[AdmittedClaim], tolerance: float) -> list[list[Adm
     return groups
 
 
+def newest_in_lineages(
+    claims: Sequence[AdmittedClaim], tolerance: float
+) -> tuple[list[AdmittedClaim], list[AdmittedClaim]] | None:
+    """Within one lineage a newer observation replaces an older one that says otherwise: the
+    claims kept and the ones superseded, or None where each claim is a lineage of its own."""
+    lineages: dict[str, list[AdmittedClaim]] = {}
+    for admitted in claims:
+        lineages.setdefault(admitted.lineage, []).append(admitted)
+    if len(lineages) == len(claims):
+        return None
+    kept, superseded = [], []
+    for members in lineages.values():
+        if len(members) == 1:
+            kept.append(members[0])
+            continue
+        latest = max(a.claim.observed_at for a in members)
+        newest = [a for a in members if a.claim.observed_at == latest]
+        for admitted in members:
+            if admitted.claim.observed_at == latest or any(
+                agrees(admitted, n, tolerance) for n in newest
+            ):
+                kept.append(admitted)
+            else:
+                superseded.append(admitted)
+    return kept, superseded
+
+
+def newest_group(groups: Sequence[list[AdmittedClaim]]) -> list[AdmittedClaim] | None:
+    """The one group of `clusters` holding the newest observations, None where several do:
+    how a field that breaks ties by recency settles a conflict."""
+    latest = max(a.claim.observed_at for group in groups for a in group)
+    holding = [g for g in groups if any(a.claim.observed_at == latest for a in g)]
+    return holding[0] if len(holding) == 1 else None
+
+
 def confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
     """A change is confirmed when the new epoch's observations all agree and were made twice: at
     two instants, or by two independent observers. Assertions never confirm."""

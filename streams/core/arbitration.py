@@ -11,11 +11,13 @@ restated as first emitted) computes the id here, from the verdict.
 from __future__ import annotations
 
 import hashlib
+from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import NamedTuple
 
+from streams.core.agreement import RECENCY
 from streams.core.contracts import (
     Action,
     ClaimStatus,
@@ -60,6 +62,18 @@ class Verdict(NamedTuple):
     by_precedence: bool = False
 
 
+def resolved_by(winner: AdmittedClaim, tiebreak: str | None) -> Verdict:
+    """The winner's value believed: by its authority's precedence, or by a tiebreak."""
+    return Verdict(
+        Outcome.RESOLVED,
+        "most_recent" if tiebreak else f"{winner.authority.value}_precedence",
+        status=winner.claim.status,
+        value=winner.value,
+        tiebreak=tiebreak,
+        by_precedence=tiebreak is None,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class EpochShift:
     """A value that changed across an epoch boundary (set aside by the newest_epoch rule)."""
@@ -88,6 +102,8 @@ class Arbitration:
     Building a Decision with its evidence costs more than deciding; a stream emits only when the
     belief changes, so the records are built only when someone reads them."""
 
+    decision_id: str
+
     def __init__(
         self,
         *,
@@ -103,7 +119,10 @@ class Arbitration:
         shift: EpochShift | None = None,
         belief: Belief | None = None,
         known_id: str | None = None,
+        previous: Arbitration | None = None,
     ) -> None:
+        """`previous`: the key's last arbitration, whose id is taken (not hashed again) where
+        this one decided the same (`_decides`)."""
         self.subject, self.field = subject, field
         self.belief = belief
         """Set when a new claim may be added without arbitrating again (see `extend`)."""
@@ -115,6 +134,12 @@ class Arbitration:
         self.action = _action(verdict, rules)
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
+        if (
+            known_id is None
+            and previous is not None
+            and previous._decides(subject, field, verdict, rules, policy_version)
+        ):
+            known_id = previous.decision_id
         self.decision_id = known_id or decision_id(
             subject=subject,
             field=field,
@@ -136,6 +161,10 @@ class Arbitration:
     @property
     def supersedes(self) -> str | None:
         return self._supersedes
+
+    @property
+    def decided_at(self) -> datetime:
+        return self._decided_at
 
     @cached_property
     def decision(self) -> Decision:
@@ -182,6 +211,49 @@ class Arbitration:
             known_id=self.decision_id,
         )
 
+    def owned(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
+        """`restated`, with a claims list and roles of its own: what a key's state keeps, and
+        `place` changes in place without touching the arbitration it was copied from (one
+        already emitted, say)."""
+        copy = self.restated(decided_at, supersedes)
+        copy._claims, copy.roles = list(self._claims), dict(self.roles)
+        return copy
+
+    def place(
+        self,
+        added: AdmittedClaim,
+        roles: Roles,
+        belief: Belief,
+        decided_at: datetime,
+        supersedes: str | None,
+    ) -> None:
+        """One more claim placed in this decision, in place (its verdict and id stand, see
+        `incremental.placement`): only for an arbitration a key's state owns (`owned`). The
+        records built from it before are dropped: they describe the decision before `added`."""
+        self.roles.update(roles)
+        insort(self._claims, added, key=RECENCY)
+        self.belief = belief
+        self._decided_at, self._supersedes = decided_at, supersedes
+        for built in _BUILT:
+            self.__dict__.pop(built, None)
+
+    def _decides(
+        self, subject: str, field: str, verdict: Verdict, rules: FieldRules, policy_version: str
+    ) -> bool:
+        """Whether `verdict` has this decision's id: every part `decision_id` hashes is equal
+        (unit and action follow from the verdict and the rules; the value as hashed)."""
+        mine = self._verdict
+        return (
+            rules is self._rules
+            and policy_version == self._policy_version
+            and subject == self.subject
+            and field == self.field
+            and (mine.outcome, mine.kind, mine.status, mine.reason, mine.tiebreak)
+            == (verdict.outcome, verdict.kind, verdict.status, verdict.reason, verdict.tiebreak)
+            and mine.resolution_id == verdict.resolution_id
+            and (mine.value is verdict.value or _hashable(mine.value) == _hashable(verdict.value))
+        )
+
     @cached_property
     def epoch_change(self) -> EpochChange | None:
         return _epoch_event(self.decision, self._shift)
@@ -189,6 +261,9 @@ class Arbitration:
     @cached_property
     def reobserve(self) -> ReobserveRequest | None:
         return _reobserve_request(self.decision, self._claims, self.roles)
+
+
+_BUILT = ("decision", "epoch_change", "reobserve")  # the records built on demand (cached)
 
 
 def decision_id(

@@ -3,10 +3,11 @@
 Where it sits: keystate hands it a key's admitted claims (after trying the shortcut in
 `incremental.py`); the verdict and roles found here become an `Arbitration` (`arbitration.py`).
 Read top-down: `Context` (what the steps share), `Rule`, the table (`_rules`: the README's "How a
-decision is made", same names and order, held by a test), `arbitrate`, then the steps in table
-order. A step takes the claims still in play and returns the roles it gave and, once the belief
-is known, the verdict; what else it leaves for later steps it writes to the `Context` fields its
-rule names in `sets`. The last two steps revise a verdict. The result depends only on the set of
+decision is made", same names and order, held by a test), `arbitrate` (which hands plain keys to
+the table's single pass, `fused.py`), `run_rules`, then the steps in table order. A step takes
+the claims still in play and returns the roles it gave and, once the belief is known, the
+verdict; what else it leaves for later steps it writes to the `Context` fields its rule names
+in `sets`. The last two steps revise a verdict. The result depends only on the set of
 claims. How claims agree and count as independent is in `agreement.py`.
 """
 
@@ -25,9 +26,11 @@ from streams.core.agreement import (
     confirmed,
     distinct,
     independent,
+    newest_group,
+    newest_in_lineages,
     same_statements,
 )
-from streams.core.arbitration import Arbitration, EpochShift, Roles, Verdict
+from streams.core.arbitration import Arbitration, EpochShift, Roles, Verdict, resolved_by
 from streams.core.contracts import (
     NO_EVIDENCE_STATUSES,
     Authority,
@@ -36,6 +39,7 @@ from streams.core.contracts import (
     Outcome,
     Resolution,
 )
+from streams.core.fused import applies, arbitrate_plain
 from streams.core.incremental import extensible_belief
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import values_agree
@@ -138,11 +142,33 @@ def arbitrate(
     now: datetime,
     resolutions: Iterable[Resolution] = (),
     supersedes: str | None = None,
+    previous: Arbitration | None = None,
 ) -> Arbitration:
-    """Decide what is believed about `field` of `subject` at `now`: run `RULES` in order."""
-    context = Context(
-        rules, now, resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
-    )
+    """Decide what is believed about `field` of `subject` at `now`: by the rules' single pass
+    (`fused.py`) where every claim is plain and no resolution is in play, else by running
+    `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its id
+    to a verdict that did not change."""
+    claims = claims if isinstance(claims, list | tuple) else list(claims)
+    resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
+    args = (subject, field, claims, rules, policy_version, now)
+    if applies(claims, resolutions):
+        return arbitrate_plain(*args, supersedes, previous)
+    return run_rules(*args, resolutions, supersedes, previous)
+
+
+def run_rules(
+    subject: str,
+    field: str,
+    claims: Iterable[AdmittedClaim],
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    resolutions: Sequence[Resolution] = (),
+    supersedes: str | None = None,
+    previous: Arbitration | None = None,
+) -> Arbitration:
+    """`RULES` in order, step by step: the specification every faster path is held equal to."""
+    context = Context(rules, now, resolutions)
     remaining = list(claims)
     for step in _DECIDING:
         result = step(remaining, context)
@@ -173,6 +199,7 @@ def arbitrate(
         supersedes=supersedes,
         shift=context.shift,
         belief=extensible_belief(context, verdict, policy_version),
+        previous=previous,
     )
 
 
@@ -332,27 +359,11 @@ def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | No
 
 def _lineage(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """Within one lineage a newer observation replaces an older one that says otherwise."""
-    lineages: dict[str, list[AdmittedClaim]] = {}
-    for admitted in claims:
-        lineages.setdefault(admitted.lineage, []).append(admitted)
-    if len(lineages) == len(claims):
+    split = newest_in_lineages(claims, context.rules.tolerance)
+    if split is None:
         return None  # one claim per lineage: nothing to supersede
-    tolerance = context.rules.tolerance
-    kept, roles = [], {}
-    for members in lineages.values():
-        if len(members) == 1:
-            kept.append(members[0])
-            continue
-        latest = max(a.claim.observed_at for a in members)
-        newest = [a for a in members if a.claim.observed_at == latest]
-        for admitted in members:
-            if admitted.claim.observed_at == latest or any(
-                agrees(admitted, n, tolerance) for n in newest
-            ):
-                kept.append(admitted)
-            else:
-                roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
-    return StepResult(kept, roles)
+    kept, superseded = split
+    return StepResult(kept, {a.claim.claim_id: EvidenceRole.SUPERSEDED for a in superseded})
 
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -380,11 +391,9 @@ def _value(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     groups = clusters(claims, context.rules.tolerance)
     if len(groups) == 1:
         return None
-    latest = max(a.claim.observed_at for a in claims)
-    latest_groups = [g for g in groups if any(a.claim.observed_at == latest for a in g)]
-    if context.rules.on_conflict is not OnConflict.MOST_RECENT or len(latest_groups) > 1:
+    kept = newest_group(groups) if context.rules.on_conflict is OnConflict.MOST_RECENT else None
+    if kept is None:
         return _conflict(claims, context, ConflictKind.VALUE, "authority_conflict")
-    kept = latest_groups[0]
     kept_ids = {a.claim.claim_id for a in kept}
     roles = {
         a.claim.claim_id: EvidenceRole.CONTESTED for a in claims if a.claim.claim_id not in kept_ids
@@ -415,16 +424,7 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> StepResult 
         return StepResult(
             claims, roles, Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources")
         )
-    tiebreak = context.tiebreak
-    verdict = Verdict(
-        Outcome.RESOLVED,
-        "most_recent" if tiebreak else f"{winner.authority.value}_precedence",
-        status=winner.claim.status,
-        value=winner.value,
-        tiebreak=tiebreak,
-        by_precedence=tiebreak is None,
-    )
-    return StepResult(claims, roles, verdict)
+    return StepResult(claims, roles, resolved_by(winner, context.tiebreak))
 
 
 def _unanchored(claims: list[AdmittedClaim], context: Context) -> StepResult | None:

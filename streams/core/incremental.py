@@ -1,8 +1,9 @@
 """The rules' shortcut: one more claim placed into the last arbitration without running them.
 
-Where it sits: keystate tries `extend` first for a new claim (when no timer of the key has come
-due), and runs the rules (`engine.arbitrate`) only when it returns None. It is a second encoding
-of a part of `engine.RULES`, for the common case of a plain claim that cannot change the belief;
+Where it sits: keystate tries `placement` first for a new claim (when no timer of the key has
+come due), and runs the rules (`engine.arbitrate`) only when it returns None. It is a second
+encoding of a part of `engine.RULES`, for the common case of a plain claim that cannot change the
+belief;
 `tests/core/test_properties.py::test_incremental_arbitration_equals_the_full_engine_at_every_step`
 holds it equal to the full engine, claim by claim, so a change to the rules that this shortcut
 does not follow fails there.
@@ -10,12 +11,11 @@ does not follow fails there.
 
 from __future__ import annotations
 
-from bisect import insort
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from streams.core.agreement import RECENCY, agrees
+from streams.core.agreement import agrees
 from streams.core.arbitration import Arbitration, Belief, Roles, Verdict
 from streams.core.contracts import (
     NO_EVIDENCE_STATUSES,
@@ -46,27 +46,49 @@ class Decided(Protocol):
 
 
 def extensible_belief(context: Decided, verdict: Verdict, policy_version: str) -> Belief | None:
-    """What `extend` may build on: a resolved precedence decision, or a value or
-    existence conflict, over plain claims with no resolution in play and no independence to
-    count (one more claim can join two sources into one lineage)."""
-    rules = context.rules
-    if not context.plain or context.resolutions or rules.min_independent_sources > 1:
+    """What `extend` may build on, after the rules ran: see `plain_belief`."""
+    if not context.plain or context.resolutions:
         return None
-    winner = context.winner
-    if verdict.by_precedence and winner is not None:
-        return Belief(winner.rank, winner, rules, policy_version)
+    conflict_rank = None
     if verdict.outcome is Outcome.CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
         roles = context.roles
-        top = min(a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED)
-        return Belief(top, None, rules, policy_version)
+        conflict_rank = min(
+            a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED
+        )
+    return plain_belief(verdict, context.winner, conflict_rank, context.rules, policy_version)
+
+
+def plain_belief(
+    verdict: Verdict,
+    winner: AdmittedClaim | None,
+    conflict_rank: int | None,
+    rules: FieldRules,
+    policy_version: str,
+) -> Belief | None:
+    """What `extend` may build on, for plain claims with no resolution in play: a resolved
+    precedence decision (`winner`), or a value or existence conflict at authority
+    `conflict_rank`, where no independence is counted (one more claim can join two sources into
+    one lineage)."""
+    if rules.min_independent_sources > 1:
+        return None
+    if verdict.by_precedence and winner is not None:
+        return Belief(winner.rank, winner, rules, policy_version)
+    if conflict_rank is not None and verdict.outcome is Outcome.CONFLICT:
+        return Belief(conflict_rank, None, rules, policy_version)
     return None
 
 
-def extend(
-    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
-) -> Arbitration | None:
-    """`arbitrate` over the previous claims plus `added`, in O(claims) copying and no rule run,
-    where `added` provably cannot change the belief; None where the rules must run again.
+class Placement(NamedTuple):
+    """Where one more claim goes in a decision it cannot change: the roles to set (its own, and a
+    winner's it takes over from) and the belief after it."""
+
+    roles: Roles
+    belief: Belief
+
+
+def placement(previous: Arbitration, added: AdmittedClaim, now: datetime) -> Placement | None:
+    """How `arbitrate` over the previous claims plus `added` assigns roles, without running the
+    rules, where `added` provably cannot change the belief; None where the rules must run again.
 
     The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
     freshness or period boundary) and that `added` is a new claim_id. Then a plain claim that
@@ -80,46 +102,42 @@ def extend(
         return None
     rules, winner = belief.rules, belief.winner
     claim = added.claim
-    roles = dict(previous.roles)
     claim_id = claim.claim_id
     if claim.status in NO_EVIDENCE_STATUSES:
-        roles[claim_id] = EvidenceRole.EXCLUDED
-    elif rules.freshness is not None and claim.observed_at < now - rules.freshness:
-        roles[claim_id] = EvidenceRole.STALE
-    elif added.rank > belief.rank:
+        return Placement({claim_id: EvidenceRole.EXCLUDED}, belief)
+    if rules.freshness is not None and claim.observed_at < now - rules.freshness:
+        return Placement({claim_id: EvidenceRole.STALE}, belief)
+    if added.rank > belief.rank:
         agreeing = winner is not None and agrees(added, winner, rules.tolerance)
-        roles[claim_id] = EvidenceRole.CORROBORATING if agreeing else _CONTESTED
-    elif added.rank < belief.rank:
+        return Placement({claim_id: EvidenceRole.CORROBORATING if agreeing else _CONTESTED}, belief)
+    if added.rank < belief.rank:
         return None
-    elif winner is None:
+    if winner is None:
         if not _joins_conflict(added, previous, rules):
             return None
-        roles[claim_id] = _CONTESTED
-    elif claim.status is not winner.claim.status or not _same_statement(
+        return Placement({claim_id: _CONTESTED}, belief)
+    if claim.status is not winner.claim.status or not _same_statement(
         added, winner, previous.claims
     ):
         return None
-    elif added.recency > winner.recency:
-        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
-        roles[claim_id] = EvidenceRole.WINNER
-        belief = Belief(belief.rank, added, rules, belief.policy_version)
-    else:
-        roles[claim_id] = EvidenceRole.CORROBORATING
-    claims = list(previous.claims)
-    insort(claims, added, key=RECENCY)
-    return Arbitration(
-        subject=previous.subject,
-        field=previous.field,
-        claims=claims,
-        roles=roles,
-        verdict=previous.verdict,
-        rules=rules,
-        policy_version=belief.policy_version,
-        decided_at=now,
-        supersedes=supersedes,
-        belief=belief,
-        known_id=previous.decision_id,
-    )
+    if added.recency > winner.recency:
+        roles = {winner.claim.claim_id: EvidenceRole.CORROBORATING, claim_id: EvidenceRole.WINNER}
+        return Placement(roles, Belief(belief.rank, added, rules, belief.policy_version))
+    return Placement({claim_id: EvidenceRole.CORROBORATING}, belief)
+
+
+def extend(
+    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
+) -> Arbitration | None:
+    """A new arbitration: `previous` with `added` placed (`placement`), `previous` unchanged;
+    None where the rules must run again. (A key's state places claims in its own arbitration
+    in place, `Arbitration.place`.)"""
+    placed = placement(previous, added, now)
+    if placed is None:
+        return None
+    extended = previous.owned(now, supersedes)
+    extended.place(added, placed.roles, placed.belief, now, supersedes)
+    return extended
 
 
 def _same_statement(

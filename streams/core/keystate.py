@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,7 +32,7 @@ from streams.core.contracts import (
 )
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
-from streams.core.incremental import extend
+from streams.core.incremental import Placement, placement
 from streams.core.intake import AdmittedClaim
 from streams.core.policy import FieldRules
 
@@ -66,10 +66,11 @@ class DecisionSummary(BaseModel):
     supersedes: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KeyState:
     """One key's claims (as admitted, so re-deciding re-uses their precomputed orderings), the
-    resolutions for it and the decisions emitted so far."""
+    resolutions for it and the decisions emitted so far. The task that owns the key changes it
+    in place (`apply_claim`), the pure transitions a copy; only `arbitration` is mutable."""
 
     subject: str
     field: str
@@ -86,7 +87,8 @@ class KeyState:
     every id, so it decides such a key apart from the stream)."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
-    the belief be placed without running the rules again."""
+    the belief be placed without running the rules again, and a verdict that did not change
+    keep its id without hashing it again."""
 
     @property
     def current(self) -> DecisionSummary | None:
@@ -106,13 +108,15 @@ class Limits:
     applies, so a late-arriving older resolution never pushes out the one deciding the key."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per claim, and a frozen init sets each field by hand
 class Transition:
     """The new state and what to send: a decision (with its events) and/or an escalation.
     `arbitration` is what the key decided this time, emitted or not (the belief may not change)."""
 
     state: KeyState
     arbitration: Arbitration
+    """After `apply_claim`, possibly the state's own (`KeyState.arbitration`), which its next
+    transition changes: read it (and build what is sent from `emitted`) before that."""
     emitted: Arbitration | None = None
     escalation: Decision | None = None
     refused: ContractError | None = None
@@ -130,7 +134,22 @@ def add_claim(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Transition:
-    """Add one admitted claim and re-decide.
+    """`apply_claim` on a copy of `state`, which stays as it was: the pure transition replay
+    and the property tests fold."""
+    copy = _copied(state) if state is not None else None
+    return apply_claim(copy, admitted, rules, policy_version, now, limits)
+
+
+def apply_claim(
+    state: KeyState | None,
+    admitted: AdmittedClaim,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """Add one admitted claim and re-decide, changing `state` in place. All that can fail runs
+    before `state` changes: an attempt that raises leaves it as it was, for its retry.
 
     A claim_id identifies one claim within its key (subject and field). Seen again with the same
     normalized content it is a redelivery. Seen with different content, neither version counts:
@@ -145,17 +164,25 @@ def add_claim(
         return replace(transition, refused=_conflicting_duplicate(claim_id))
     seen = next((s for s in state.claims if s.claim.claim_id == claim_id), None)
     if seen is None:
-        grown = _rebuilt(state, claims=(*state.claims, admitted))
-        return _decide(grown, rules, policy_version, now, "claim", limits, added=admitted)
+        grown = (*state.claims, admitted)
+        return _decide(state, rules, policy_version, now, "claim", limits, admitted, claims=grown)
     if seen.same_content(admitted):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    withdrawn = _rebuilt(
-        state,
-        claims=tuple(s for s in state.claims if s is not seen),
-        disputed=(*state.disputed, claim_id)[-limits.max_disputed :],
+    withdrawn = tuple(s for s in state.claims if s is not seen)
+    disputed = (*state.disputed, claim_id)[-limits.max_disputed :]
+    transition = _decide(
+        state, rules, policy_version, now, "claim", limits, claims=withdrawn, disputed=disputed
     )
-    transition = _decide(withdrawn, rules, policy_version, now, "claim", limits)
     return replace(transition, refused=_conflicting_duplicate(claim_id))
+
+
+def _copied(state: KeyState) -> KeyState:
+    """A state to change in place with `state` left as it was: the fields are immutable values,
+    so only the arbitration is copied."""
+    arbitration = state.arbitration
+    if arbitration is not None:
+        arbitration = arbitration.owned(arbitration.decided_at, arbitration.supersedes)
+    return replace(state, arbitration=arbitration)
 
 
 def _conflicting_duplicate(claim_id: str) -> ContractError:
@@ -177,7 +204,9 @@ def add_resolution(
     """Add a person's resolution and re-decide. One made against a decision that is no longer
     the key's (`resolves_decision_id`: new evidence arrived while the steward looked) is refused,
     not applied: the steward decided on evidence that has since changed."""
-    state = state or KeyState(subject=resolution.subject, field=resolution.field)
+    state = (
+        _copied(state) if state else KeyState(subject=resolution.subject, field=resolution.field)
+    )
     if any(r.resolution_id == resolution.resolution_id for r in state.resolutions):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
     stale = stale_view(state, resolution, rules, policy_version, now)
@@ -185,9 +214,7 @@ def add_resolution(
         transition = _decide(state, rules, policy_version, now, "resolution", limits)
         return replace(transition, refused=stale)
     kept = _latest_resolutions((*state.resolutions, resolution), limits.max_resolutions)
-    return _decide(
-        _rebuilt(state, resolutions=kept), rules, policy_version, now, "resolution", limits
-    )
+    return _decide(state, rules, policy_version, now, "resolution", limits, resolutions=kept)
 
 
 def stale_view(
@@ -228,8 +255,9 @@ def advance(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Transition:
-    """Time alone moved: claims may have gone stale, a conflict may need escalating."""
-    return _decide(state, rules, policy_version, now, "time", limits)
+    """Time alone moved: claims may have gone stale, a conflict may need escalating. (On a copy:
+    `state` stays as it was.)"""
+    return _decide(_copied(state), rules, policy_version, now, "time", limits)
 
 
 def current_decision(
@@ -257,6 +285,7 @@ def _arbitrate(
         now,
         state.resolutions,
         supersedes=last.decision_id if last else None,
+        previous=state.arbitration,
     )
 
 
@@ -268,32 +297,43 @@ def _decide(
     trigger: Trigger,
     limits: Limits,
     added: AdmittedClaim | None = None,
+    *,
+    claims: tuple[AdmittedClaim, ...] | None = None,
+    resolutions: tuple[Resolution, ...] | None = None,
+    disputed: tuple[str, ...] | None = None,
 ) -> Transition:
-    """Re-decide the key: by the shortcut where it applies, else by the rules; then what to emit,
-    whether to escalate, and when time alone could next change the decision."""
+    """Re-decide the key over `claims` and `resolutions` (where given, else the state's own): by
+    the shortcut where it applies, else by the rules; then what to emit, whether to escalate,
+    and when time alone could next change the decision. All of it is worked out first; `state`
+    changes last, by assignments that cannot fail."""
+    claims = state.claims if claims is None else claims
+    resolutions = state.resolutions if resolutions is None else resolutions
     last = state.current
     if last is not None and now < last.decided_at:
         now = last.decided_at  # a key's clock never runs backwards
-    extended = _extended(state, added, rules, policy_version, now, limits)
-    if extended is not None:
+    placed = _placement(state, claims, added, rules, policy_version, now, limits)
+    if placed is not None:
         assert added is not None
-        return _placed(state, extended, added, rules, now)
-    arbitration = _arbitrate(state, rules, policy_version, now)
+        assert last is not None
+        return _placed(state, claims, added, placed, last.decision_id, rules, now)
+    subject, field, previous = state.subject, state.field, state.arbitration
+    supersedes = last.decision_id if last else None
+    arbitration = arbitrate(
+        subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+    )
     emission = _emission(state, arbitration, trigger, now, limits)
     escalation = _escalation(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
-    claims = _evicted(state.claims, arbitration.roles, limits)
-    state = _rebuilt(
-        state,
-        claims=claims,
-        history=emission.history,
-        conflict_since=emission.conflict_since,
-        escalated=escalated,
-        next_check_at=_next_check(claims, emission.conflict_since, escalated, rules, now),
-        # Kept only where `extend` can use it, and as a copy without the records built for
-        # sending: what deciding needs stays in memory, the evidence records do not.
-        arbitration=arbitration.restated(now, None) if arbitration.belief is not None else None,
-    )
+    kept = _evicted(claims, arbitration.roles, limits)
+    next_check_at = _next_check(kept, emission.conflict_since, escalated, rules, now)
+    # Kept (for the shortcut, and to lend its id to the next verdict that does not change) as a
+    # copy of its own, without the records built for sending: the evidence records do not stay.
+    owned = arbitration.owned(now, None)
+    state.claims, state.resolutions, state.history = kept, resolutions, emission.history
+    state.conflict_since, state.escalated = emission.conflict_since, escalated
+    state.next_check_at, state.arbitration = next_check_at, owned
+    if disputed is not None:
+        state.disputed = disputed
     return Transition(
         state=state, arbitration=arbitration, emitted=emission.emitted, escalation=escalation
     )
@@ -301,18 +341,23 @@ def _decide(
 
 def _placed(
     state: KeyState,
-    arbitration: Arbitration,
+    claims: tuple[AdmittedClaim, ...],
     added: AdmittedClaim,
+    placed: Placement,
+    supersedes: str,
     rules: FieldRules,
     now: datetime,
 ) -> Transition:
-    """The shortcut's result: nothing the rules look at moved, so the belief, history and timers
-    stand, except the new claim's own expiry."""
+    """The shortcut's result, placed in the state's own arbitration: nothing the rules look at
+    moved, so the belief, history and timers stand, except the new claim's own expiry."""
     expires = _expiry(added, rules)
     next_check_at = state.next_check_at
     if expires is not None and expires > now and (next_check_at is None or expires < next_check_at):
         next_check_at = expires
-    state = _rebuilt(state, next_check_at=next_check_at, arbitration=arbitration)
+    arbitration = state.arbitration
+    assert arbitration is not None  # `_placement` found one
+    arbitration.place(added, placed.roles, placed.belief, now, supersedes)
+    state.claims, state.next_check_at = claims, next_check_at
     return Transition(state=state, arbitration=arbitration)
 
 
@@ -361,48 +406,16 @@ def _escalation(
     return arbitration.decision
 
 
-_KEEP: Any = object()
-
-
-def _rebuilt(
+def _placement(
     state: KeyState,
-    *,
-    claims: tuple[AdmittedClaim, ...] = _KEEP,
-    resolutions: tuple[Resolution, ...] = _KEEP,
-    history: tuple[DecisionSummary, ...] = _KEEP,
-    conflict_since: datetime | None = _KEEP,
-    escalated: bool = _KEEP,
-    next_check_at: datetime | None = _KEEP,
-    disputed: tuple[str, ...] = _KEEP,
-    arbitration: Arbitration | None = _KEEP,
-) -> KeyState:
-    """`state` with the fields given changed: `dataclasses.replace` spelled out, as this runs
-    twice for every claim and `replace` costs twice a constructor call. The one place a state
-    is built positionally (in `KeyState`'s field order): binding ten keywords costs a third more
-    than the constructor itself."""
-    return KeyState(
-        state.subject,
-        state.field,
-        state.claims if claims is _KEEP else claims,
-        state.resolutions if resolutions is _KEEP else resolutions,
-        state.history if history is _KEEP else history,
-        state.conflict_since if conflict_since is _KEEP else conflict_since,
-        state.escalated if escalated is _KEEP else escalated,
-        state.next_check_at if next_check_at is _KEEP else next_check_at,
-        state.disputed if disputed is _KEEP else disputed,
-        state.arbitration if arbitration is _KEEP else arbitration,
-    )
-
-
-def _extended(
-    state: KeyState,
+    claims: tuple[AdmittedClaim, ...],
     added: AdmittedClaim | None,
     rules: FieldRules,
     policy_version: str,
     now: datetime,
     limits: Limits,
-) -> Arbitration | None:
-    """The incremental path (`incremental.extend`), where its preconditions hold: the last
+) -> Placement | None:
+    """The incremental path (`incremental.placement`), where its preconditions hold: the last
     arbitration is at hand and was made under these rules, no timer of the key has come due since
     (so time alone changed nothing), and the new claim needs no eviction."""
     previous, last = state.arbitration, state.current
@@ -415,10 +428,10 @@ def _extended(
         or last is None
         or previous.decision_id != last.decision_id
         or (state.next_check_at is not None and now >= state.next_check_at)
-        or len(state.claims) > limits.max_claims
+        or len(claims) > limits.max_claims
     ):
         return None
-    return extend(previous, added, now, last.decision_id)
+    return placement(previous, added, now)
 
 
 def _expiry(admitted: AdmittedClaim, rules: FieldRules) -> datetime | None:

@@ -25,9 +25,9 @@ from streams.core.intake import admit_micros, admit_resolution, skew_us
 from streams.core.keystate import (
     KeyState,
     Limits,
-    add_claim,
     add_resolution,
     advance,
+    apply_claim,
     state_key,
 )
 from streams.core.policy import Policy
@@ -142,7 +142,7 @@ class Processor:
         rules = self.policy.rules_for(claim.field)
         assert rules is not None  # admit() refused unknown fields
         admitted_at = perf_counter()
-        step = add_claim(
+        step = apply_claim(
             state_of(key),
             admitted,
             rules,

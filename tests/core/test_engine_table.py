@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from streams.core import engine
 from streams.core.contracts import Claim, Resolution
-from streams.core.engine import RULES, Context, Rule, StepResult, arbitrate
+from streams.core.engine import RULES, Context, Rule, StepResult, run_rules
 from streams.core.intake import AdmittedClaim, admit, admit_resolution
 from tests.core.conftest import NOW, claim
 from tests.core.test_properties import POLICY, payment_claims
@@ -72,7 +72,7 @@ def _writes(field: str, claims: list[Claim], resolved: bool = False) -> dict[str
         patch.setattr(engine, "_DECIDING", watch(False))
         patch.setattr(engine, "_REVISING", watch(True))
         resolutions = (_resolution(field),) if resolved else ()
-        arbitrate("invoice:42", field, admitted, rules, POLICY.version, NOW, resolutions)
+        run_rules("invoice:42", field, admitted, rules, POLICY.version, NOW, resolutions)
     return written
 
 

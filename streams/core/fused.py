@@ -1,0 +1,159 @@
+"""The rules in one pass, for a key whose claims are all plain: the engine's fast room.
+
+Where it sits: `engine.arbitrate` hands a key here when no claim carries an epoch, a period or a
+scope and no resolution is in play (then the epoch, period, scope, unanchored and resolution
+rules have nothing to look at). One pass sorts the claims into excluded, stale, the top
+authority and the weaker ones; lineage and agreement then run over the top group only, and the
+result is the `Arbitration` the rules (`engine.RULES`, the specification) reach, roles included.
+It is a second encoding of those rules: `tests/core/test_fused.py` holds it equal to them for
+generated plain keys, so a change to the rules that this pass does not follow fails there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from streams.core.agreement import (
+    RECENCY,
+    agrees,
+    clusters,
+    distinct,
+    independent,
+    newest_group,
+    newest_in_lineages,
+)
+from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
+from streams.core.contracts import (
+    NO_EVIDENCE_STATUSES,
+    Authority,
+    ConflictKind,
+    EvidenceRole,
+    Outcome,
+    Resolution,
+)
+from streams.core.incremental import plain_belief
+from streams.core.intake import AdmittedClaim
+from streams.core.policy import FieldRules, OnConflict
+
+_ASSERTED_RANK = Authority.ASSERTED.rank
+_EXCLUDED, _STALE = EvidenceRole.EXCLUDED, EvidenceRole.STALE
+_CONTESTED, _CORROBORATING = EvidenceRole.CONTESTED, EvidenceRole.CORROBORATING
+_MOST_RECENT = OnConflict.MOST_RECENT
+
+
+def applies(claims: Sequence[AdmittedClaim], resolutions: Sequence[Resolution]) -> bool:
+    """Whether a key may be decided here: plain claims and no resolution in play."""
+    return not resolutions and all(admitted.plain for admitted in claims)
+
+
+def arbitrate_plain(
+    subject: str,
+    field: str,
+    claims: Sequence[AdmittedClaim],
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    supersedes: str | None = None,
+    previous: Arbitration | None = None,
+) -> Arbitration:
+    """What `engine.arbitrate` decides over plain `claims` with no resolutions (the caller
+    checks `applies`), in the rules' order: duplicates, no_evidence, freshness, authority,
+    lineage, existence, value, corroboration."""
+    kept, _ = distinct(claims)
+    roles: Roles = {}
+    too_old = now - rules.freshness if rules.freshness is not None else None
+    live: list[AdmittedClaim] = []
+    top_rank, any_stale = _ASSERTED_RANK, False
+    for admitted in kept:
+        claim = admitted.claim
+        if claim.status in NO_EVIDENCE_STATUSES:
+            roles[claim.claim_id] = _EXCLUDED
+        elif too_old is not None and claim.observed_at < too_old:
+            roles[claim.claim_id] = _STALE
+            any_stale = True
+        else:
+            live.append(admitted)
+            if admitted.rank < top_rank:
+                top_rank = admitted.rank
+    winner: AdmittedClaim | None = None
+    conflict_rank: int | None = None
+    if not kept:
+        verdict = Verdict(Outcome.INSUFFICIENT, "no_claims")
+    elif not live:
+        reason = "no_fresh_claims" if any_stale else "no_usable_claims"
+        verdict = Verdict(Outcome.INSUFFICIENT, reason)
+    elif top_rank >= _ASSERTED_RANK:
+        _contest(live, roles)
+        verdict = Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims")
+    else:
+        top = [a for a in live if a.rank == top_rank]
+        weaker = [a for a in live if a.rank != top_rank] if len(top) < len(live) else []
+        verdict, winner = _decide_top(top, weaker, rules, roles)
+        if verdict.outcome is Outcome.CONFLICT:
+            conflict_rank = top_rank
+    return Arbitration(
+        subject=subject,
+        field=field,
+        claims=kept,
+        roles=roles,
+        verdict=verdict,
+        rules=rules,
+        policy_version=policy_version,
+        decided_at=now,
+        supersedes=supersedes,
+        belief=plain_belief(verdict, winner, conflict_rank, rules, policy_version),
+        previous=previous,
+    )
+
+
+def _decide_top(
+    top: list[AdmittedClaim], weaker: list[AdmittedClaim], rules: FieldRules, roles: Roles
+) -> tuple[Verdict, AdmittedClaim | None]:
+    """The verdict of the top authority's claims (roles written into `roles`), and the winner
+    where corroboration chose one."""
+    tolerance = rules.tolerance
+    tiebreak = None
+    if len(top) > 1:
+        split = newest_in_lineages(top, tolerance)
+        if split is not None:
+            top, superseded = split
+            for admitted in superseded:
+                roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
+        first = top[0].claim.status
+        for admitted in top:
+            if admitted.claim.status is not first:
+                _contest(top, roles)
+                _contest(weaker, roles)
+                return Verdict(Outcome.CONFLICT, "existence_conflict", ConflictKind.EXISTENCE), None
+        groups = clusters(top, tolerance)
+        if len(groups) > 1:
+            newest = newest_group(groups) if rules.on_conflict is _MOST_RECENT else None
+            if newest is None:
+                _contest(top, roles)
+                _contest(weaker, roles)
+                return Verdict(Outcome.CONFLICT, "authority_conflict", ConflictKind.VALUE), None
+            _contest(top, roles)
+            top = newest
+            tiebreak = _MOST_RECENT.value
+    winner = max(top, key=RECENCY) if len(top) > 1 else top[0]
+    for admitted in top:
+        roles[admitted.claim.claim_id] = _CORROBORATING
+    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+    agreeing_weaker = []
+    for admitted in weaker:
+        if agrees(admitted, winner, tolerance):
+            roles[admitted.claim.claim_id] = _CORROBORATING
+            agreeing_weaker.append(admitted)
+        else:
+            roles[admitted.claim.claim_id] = _CONTESTED
+    required = rules.min_independent_sources
+    if required > 1 and independent(top + agreeing_weaker) < required:
+        roles[winner.claim.claim_id] = _CORROBORATING
+        return Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources"), winner
+    return resolved_by(winner, tiebreak), winner
+
+
+def _contest(claims: list[AdmittedClaim], roles: Roles) -> None:
+    for admitted in claims:
+        roles[admitted.claim.claim_id] = _CONTESTED

@@ -1,0 +1,198 @@
+"""The rules' single pass for plain keys (`fused.py`) decides exactly as the table (`RULES`), and
+a verdict that did not change keeps the previous decision's id without hashing it again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.core.arbitration import Arbitration
+from streams.core.contracts import Claim, Money
+from streams.core.engine import arbitrate, run_rules
+from streams.core.fused import applies, arbitrate_plain
+from streams.core.intake import AdmittedClaim, admit
+from streams.core.policy import FieldRules, Policy, parse_policy
+from tests.core.conftest import NOW, REPO
+from tests.core.test_properties import POLICY, payment_claims
+
+_raw = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+# Beside the example policy: independence counted, and a toleranced number field whose
+# conflicts the newest claims break (tolerance chains meet recency there).
+_raw["fields"]["order.payment_status"]["min_independent_sources"] = 2
+_raw["fields"]["customer.email_verified"]["min_independent_sources"] = 3
+_raw["fields"]["api.latency"]["on_conflict"] = "most_recent"
+_VARIANT: Policy = parse_policy(_raw)
+
+_VALUES: dict[str, list[Any]] = {
+    "order.payment_status": ["paid", "unpaid", "PAID"],
+    "api.latency": [120.0, 120.4, 120.8, 121.2, 119.6],  # 0.5 apart is agreement: not transitive
+    "customer.shipping_address": ["1 Main St", "2 Side Rd"],
+    "customer.email_verified": [True, False],
+    "account.balance": [
+        {"amount_minor": 100, "currency": "USD"},
+        {"amount_minor": 5, "currency": "USD"},
+    ],
+}
+_SOURCES = [  # system_of_record thrice as likely: conflicts at the top need two of a rank
+    *["billing-api", "ledger-service", "crm", "config-service"] * 3,  # billing, ledger: one lineage
+    "billing-cache",
+    "deploy-tool",
+    "reporting-replica",  # derived, lineage ledger-replica (with search-index)
+    "search-index",
+    "apm-agent",
+    "chat",
+]
+_STATUSES = ["present"] * 8 + ["not_found", "not_found", "unavailable", "error", "forbidden"]
+
+
+def _freshness_offsets(rules: FieldRules) -> list[timedelta]:
+    """How old a claim is at NOW: fresh, tied, and either side of the freshness boundary."""
+    offsets = [timedelta(0), timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=30)]
+    if rules.freshness is not None:
+        tick = timedelta(microseconds=1)
+        offsets += [rules.freshness - tick, rules.freshness, rules.freshness + tick]
+    else:
+        offsets.append(timedelta(days=400))
+    return offsets
+
+
+@st.composite
+def plain_keys(draw: st.DrawFn) -> tuple[Policy, FieldRules, list[AdmittedClaim]]:
+    """A policy, a field and plain claims about one key: every status, authority and class,
+    shared lineages, claim ids reused with the same or other content, redeliveries."""
+    policy = draw(st.sampled_from([POLICY, _VARIANT]))
+    field = draw(st.sampled_from(sorted(_VALUES)))
+    rules = policy.rules_for(field)
+    assert rules is not None
+    offsets = _freshness_offsets(rules)
+    admitted: list[AdmittedClaim] = []
+    for n in range(draw(st.sampled_from([3, 4, 2, 5, 6, 7, 3, 4, 1, 0]))):
+        reused = n > 0 and draw(st.integers(0, 4)) == 0  # an earlier claim's id, rarely
+        status = draw(st.sampled_from(_STATUSES))
+        value = draw(st.sampled_from(_VALUES[field])) if status == "present" else None
+        said = Claim.model_validate(
+            {
+                "claim_id": f"c{draw(st.integers(0, n - 1)) if reused else n}",
+                "subject": "invoice:42",
+                "field": field,
+                "status": status,
+                "value": value,
+                "unit": "ms" if field == "api.latency" and status == "present" else None,
+                "source": draw(st.sampled_from(_SOURCES)),
+                "source_class": draw(st.sampled_from(["observation"] * 8 + ["user", "inference"])),
+                "lineage": draw(st.sampled_from([None, None, None, "l1", "source:crm"])),
+                "observed_at": NOW - draw(st.sampled_from(offsets)),
+            }
+        )
+        admitted.append(admit(said, policy, NOW))
+    if admitted:
+        admitted += draw(st.lists(st.sampled_from(admitted), max_size=2))  # redelivered
+    return policy, rules, admitted
+
+
+def _same(fused: Arbitration, table: Arbitration) -> None:
+    assert fused.decision_id == table.decision_id
+    assert fused.verdict == table.verdict
+    assert fused.roles == table.roles
+    assert [id(a) for a in fused.claims] == [id(a) for a in table.claims]
+    assert (fused.action, fused.unit, fused.outcome) == (table.action, table.unit, table.outcome)
+    if table.belief is None:
+        assert fused.belief is None
+    else:
+        assert fused.belief is not None
+        assert fused.belief.winner is table.belief.winner
+        assert (fused.belief.rank, fused.belief.rules, fused.belief.policy_version) == (
+            table.belief.rank,
+            table.belief.rules,
+            table.belief.policy_version,
+        )
+    assert fused.decision == table.decision
+
+
+@settings(max_examples=1500, deadline=None)
+@given(key=plain_keys(), later=st.sampled_from([timedelta(0), timedelta(microseconds=1)]))
+def test_the_fused_pass_decides_plain_keys_as_the_table(
+    key: tuple[Policy, FieldRules, list[AdmittedClaim]], later: timedelta
+) -> None:
+    policy, rules, claims = key
+    assert applies(claims, ())
+    now = NOW + later
+    args = ("invoice:42", rules.name, claims, rules, policy.version, now)
+    _same(arbitrate_plain(*args, supersedes="dec_x"), run_rules(*args, supersedes="dec_x"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims=payment_claims())
+def test_arbitrate_decides_as_the_table_whatever_the_claims(claims: list[Claim]) -> None:
+    rules = POLICY.rules_for("order.payment_status")
+    assert rules is not None
+    admitted = [admit(c, POLICY, NOW) for c in claims]
+    args = ("invoice:42", rules.name, admitted, rules, POLICY.version, NOW)
+    _same(arbitrate(*args), run_rules(*args))
+
+
+@settings(max_examples=500, deadline=None)
+@given(key=plain_keys(), earlier=plain_keys(), data=st.data())
+def test_an_unchanged_verdict_takes_the_previous_id_and_a_changed_one_its_own(
+    key: tuple[Policy, FieldRules, list[AdmittedClaim]],
+    earlier: tuple[Policy, FieldRules, list[AdmittedClaim]],
+    data: st.DataObject,
+) -> None:
+    """The previous arbitration: of a part of the key's claims, or of another key entirely
+    (another field, subject, or rules equal in another policy object of the same version): its
+    id is taken exactly when it is the one to hash under the very same rules."""
+    policy, rules, claims = key
+    if data.draw(st.booleans()):
+        previous_policy, previous_rules = policy, rules
+        previous_claims = claims[: data.draw(st.integers(0, len(claims)))]
+    else:
+        previous_policy, previous_rules, previous_claims = earlier
+    subject = data.draw(st.sampled_from(["invoice:42", "invoice:43"]))
+    previous = run_rules(
+        subject,
+        previous_rules.name,
+        previous_claims,
+        previous_rules,
+        previous_policy.version,
+        NOW - timedelta(seconds=1),
+    )
+    args = ("invoice:42", rules.name, claims, rules, policy.version, NOW)
+    expected = run_rules(*args).decision_id
+    taken = expected == previous.decision_id and previous_rules is rules
+    for decided in (arbitrate(*args, previous=previous), run_rules(*args, previous=previous)):
+        assert decided.decision_id == expected
+        assert (decided.decision_id is previous.decision_id) == taken
+
+
+def test_a_money_value_is_compared_as_hashed() -> None:
+    """Equal amounts in two Money objects are one verdict: the id is taken, not hashed again."""
+    rules = POLICY.rules_for("account.balance")
+    assert rules is not None
+
+    def decided(amount: int, previous: Arbitration | None = None) -> Arbitration:
+        said = Claim.model_validate(
+            {
+                "claim_id": "m1",
+                "subject": "acct:1",
+                "field": "account.balance",
+                "status": "present",
+                "value": {"amount_minor": amount, "currency": "USD"},
+                "source": "billing-api",
+                "observed_at": NOW - timedelta(seconds=1),
+            }
+        )
+        admitted = [admit(said, POLICY, NOW)]
+        return arbitrate(
+            "acct:1", rules.name, admitted, rules, POLICY.version, NOW, (), None, previous
+        )
+
+    first = decided(100)
+    assert isinstance(first.verdict.value, Money)
+    again = decided(100, first)
+    assert again.verdict.value is not first.verdict.value
+    assert again.decision_id is first.decision_id
+    assert decided(5, first).decision_id != first.decision_id
