@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from msgspec import Raw
 from pydantic import ValidationError
 
 from streams.core.contracts import (
@@ -27,7 +28,6 @@ from streams.core.normalize import (
     statement_order,
 )
 from streams.core.policy import FieldRules, Policy, SourcePolicy
-from streams.core.stored import StoredClaim
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE: Authority.INFERRED}
@@ -62,8 +62,8 @@ class AdmittedClaim:
     """The declared scope as compared: case folded, spacing collapsed."""
     plain: bool = field(init=False, compare=False, repr=False)
     """No epoch, validity period or scope: the rules about those have nothing to look at."""
-    journaled: StoredClaim | None = field(default=None, init=False, compare=False, repr=False)
-    """Its stored form, kept once a key's state is first journaled with it: a key's state
+    journaled: Raw | None = field(default=None, init=False, compare=False, repr=False)
+    """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
+from types import MemberDescriptorType
 from typing import Any, Final
 
 import msgspec
@@ -43,7 +44,13 @@ _VERSION: Final = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ENCODER = msgspec.json.Encoder()
+# `DecisionSummary.journaled`, the slot itself: read through the model while unset, it runs
+# pydantic's `__getattr__`, which costs twice what making the stored form does; set through it,
+# the frozen model's guard.
+_KEPT_SUMMARY_FORM: MemberDescriptorType = vars(DecisionSummary)["journaled"]
 _DECODER = msgspec.json.Decoder(StoredState)
+_CLAIM_DECODER = msgspec.json.Decoder(StoredClaim)
+_SUMMARY_DECODER = msgspec.json.Decoder(StoredSummary)
 # What json's `ensure_ascii` escapes, which msgspec writes as UTF-8. Outside strings the JSON
 # syntax is ASCII, so escaping each such run wherever it is found escapes exactly the strings.
 _NOT_ASCII = re.compile("[^\x00-\x7e]+")
@@ -67,9 +74,9 @@ class UnknownStateFormat(ClaimstreamError):
 
 
 def encode_state(state: KeyState) -> bytes:
-    """Compact JSON for the changelog, ASCII only (as json's `ensure_ascii` wrote it): the claims
-    and decisions in it are stored forms made once (`AdmittedClaim.journaled`,
-    `stored_summary`), and msgspec writes the whole state in one call."""
+    """Compact JSON for the changelog, ASCII only (as json's `ensure_ascii` wrote it), written
+    by msgspec in one call: the claims and decisions in it are stored forms encoded once and
+    kept (`AdmittedClaim.journaled`, `stored_summary`), which it copies."""
     data = _ENCODER.encode(
         StoredState(
             version=_VERSION,
@@ -100,9 +107,9 @@ def decode_state(data: bytes) -> KeyState:
     return KeyState(
         subject=subject,
         field=field,
-        claims=tuple(_admitted(claim, subject, field) for claim in stored.claims),
+        claims=tuple(_read_claim(raw, subject, field) for raw in stored.claims),
         resolutions=tuple(_resolution(r, subject, field) for r in stored.resolutions),
-        history=tuple(map(_summary, stored.history)),
+        history=tuple(map(_read_summary, stored.history)),
         conflict_since=_time(stored.conflict_since),
         escalated=stored.escalated,
         next_check_at=_time(stored.next_check_at),
@@ -110,11 +117,12 @@ def decode_state(data: bytes) -> KeyState:
     )
 
 
-def stored_summary(summary: DecisionSummary) -> StoredSummary:
-    """A decision summary's stored form, kept on it once made (as a claim's): a key's state is
-    journaled again on every change, and the decisions in its history never change."""
-    stored: StoredSummary | None = getattr(summary, "journaled", None)
-    if stored is None:
+def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
+    """A decision summary's stored form (its JSON), kept on it once made (as a claim's): a key's
+    state is journaled again on every change, and the decisions in its history never change."""
+    try:
+        kept: msgspec.Raw = _KEPT_SUMMARY_FORM.__get__(summary)
+    except AttributeError:  # not made yet
         stored = StoredSummary(
             decision_id=summary.decision_id,
             outcome=summary.outcome,
@@ -124,12 +132,13 @@ def stored_summary(summary: DecisionSummary) -> StoredSummary:
             decided_at=_micros(summary.decided_at),
             supersedes=summary.supersedes,
         )
-        object.__setattr__(summary, "journaled", stored)  # a slot, past the frozen model's guard
-    return stored
+        kept = msgspec.Raw(_ENCODER.encode(stored))
+        _KEPT_SUMMARY_FORM.__set__(summary, kept)
+    return kept
 
 
-def _journaled(admitted: AdmittedClaim) -> StoredClaim:
-    """A claim's stored form, made and kept on it (its first journal)."""
+def _journaled(admitted: AdmittedClaim) -> msgspec.Raw:
+    """A claim's stored form (its JSON), made and kept on it (its first journal)."""
     claim = admitted.claim
     value, said, lineage = admitted.value, claim.value, claim.lineage
     valid_from, valid_to, confidence = claim.valid_from, claim.valid_to, claim.confidence
@@ -159,8 +168,9 @@ def _journaled(admitted: AdmittedClaim) -> StoredClaim:
             else admitted.lineage
         ),
     )
-    object.__setattr__(admitted, "journaled", stored)  # frozen: set as the dataclass sets fields
-    return stored
+    kept = msgspec.Raw(_ENCODER.encode(stored))
+    object.__setattr__(admitted, "journaled", kept)  # frozen: set as the dataclass sets fields
+    return kept
 
 
 def _stored_resolution(resolution: Resolution) -> StoredResolution:
@@ -208,10 +218,23 @@ def _time(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
+def _read_claim(raw: msgspec.Raw, subject: str, field: str) -> AdmittedClaim:
+    """A claim read, its stored form kept on it as read (a copy: what was read is a view of the
+    whole state's bytes)."""
+    admitted = _admitted(_CLAIM_DECODER.decode(raw), subject, field)
+    object.__setattr__(admitted, "journaled", raw.copy())  # frozen: as the dataclass sets fields
+    return admitted
+
+
+def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
+    summary = _summary(_SUMMARY_DECODER.decode(raw))
+    _KEPT_SUMMARY_FORM.__set__(summary, raw.copy())
+    return summary
+
+
 def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
     """The claim as admitted, built without validation: the typed decoder checked each field's
-    type, and the fields are given in the model's order, as validating would set them. The
-    stored form read is kept on it (`journaled`), as the one its first journal would make."""
+    type, and the fields are given in the model's order, as validating would set them."""
     value = _value(stored.value)
     claim = constructed(
         Claim,
@@ -239,20 +262,12 @@ def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
     )
     admitted_value = stored.admitted_value
     admitted_lineage = stored.admitted_lineage
-    admitted = AdmittedClaim(
+    return AdmittedClaim(
         claim,
         stored.authority,
         value if admitted_value is msgspec.UNSET else _value(admitted_value),
         _default_lineage(claim) if admitted_lineage is msgspec.UNSET else admitted_lineage,
     )
-    if type(stored.value) is float:
-        stored.value = _stored_number(stored.value)
-    if type(stored.confidence) is float:
-        stored.confidence = _stored_number(stored.confidence)
-    if type(admitted_value) is float:
-        stored.admitted_value = _stored_number(admitted_value)
-    object.__setattr__(admitted, "journaled", stored)  # frozen: set as the dataclass sets fields
-    return admitted
 
 
 def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolution:
@@ -274,8 +289,7 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
 
 
 def _summary(stored: StoredSummary) -> DecisionSummary:
-    """The decision summary, its stored form read kept on it (as `_admitted` keeps a claim's)."""
-    summary = constructed(
+    return constructed(
         DecisionSummary,
         {
             "decision_id": stored.decision_id,
@@ -287,10 +301,6 @@ def _summary(stored: StoredSummary) -> DecisionSummary:
             "supersedes": stored.supersedes,
         },
     )
-    if type(stored.value) is float:
-        stored.value = _stored_number(stored.value)
-    object.__setattr__(summary, "journaled", stored)  # a slot, past the frozen model's guard
-    return summary
 
 
 def _value(stored: StoredValue) -> Value:

@@ -19,8 +19,6 @@ import msgspec
 
 from streams.core.contracts import Authority, ClaimStatus, ConflictKind, Outcome, SourceClass
 
-STATE_VERSION = 3
-
 
 class StoredMoney(msgspec.Struct, gc=False):
     amount_minor: int
@@ -144,9 +142,12 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     subject: str
     field: str
     resolutions: tuple[StoredResolution, ...] = ()
-    history: tuple[StoredSummary, ...] = ()
+    history: tuple[msgspec.Raw, ...] = ()
+    """Each a `StoredSummary`'s bytes (as `claims` are): kept on the summary once written."""
     conflict_since: int | None = None
     escalated: bool = False
     next_check_at: int | None = None
     disputed: tuple[str, ...] = ()
-    claims: tuple[StoredClaim, ...] = ()
+    claims: tuple[msgspec.Raw, ...] = ()
+    """Each a `StoredClaim`'s bytes, kept on the claim once written (`AdmittedClaim.journaled`):
+    a key's state is written again on every change, and its older claims never change."""
