@@ -45,7 +45,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ENCODER = msgspec.json.Encoder()
 # `DecisionSummary.journaled`, the slot itself: read through the model while unset, it runs
-# pydantic's `__getattr__`, which costs twice what making the stored form does; set through it,
+# pydantic's `__getattr__`, which costs more than making the stored form; set through it, past
 # the frozen model's guard.
 _KEPT_SUMMARY_FORM: MemberDescriptorType = vars(DecisionSummary)["journaled"]
 _DECODER = msgspec.json.Decoder(StoredState)
@@ -211,7 +211,7 @@ def _micros(moment: datetime) -> int:
 
 
 def _micros_or_none(moment: datetime | None) -> int | None:
-    return None if moment is None else (moment - _EPOCH) // _MICROSECOND
+    return None if moment is None else _micros(moment)
 
 
 def _time(micros: int | None) -> datetime | None:
