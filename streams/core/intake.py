@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
+from msgspec import Raw
 from pydantic import ValidationError
 
 from streams.core.contracts import (
@@ -86,7 +87,7 @@ class AdmittedClaim:
     valid_from_us: int | None
     valid_to_us: int | None
     """The claim's instants as integer microseconds since the epoch."""
-    journaled: str | None
+    journaled: Raw | None
     """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
 

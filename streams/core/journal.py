@@ -1,47 +1,68 @@
 """The journal codec: how a key's state is stored in the changelog and read back.
 
 Where it sits: the stream shell journals the `KeyState` a transition (keystate.py) returns, with
-`encode_state`, and restores it with `decode_state` when a partition is assigned. Pure, and apart
-from the transitions: this module knows the stored forms and their versions, keystate knows what a
-state means. Every version ever written stays readable, and a version this release does not know
-(written by a newer one) is refused rather than misread; the bytes of version 3 are held by
-tests/core/test_journal_golden.py.
+`encode_state`, and the state store, a restore and a state-cache miss read it back with
+`decode_state`. Pure, and apart from the transitions: this module knows the stored forms and
+their versions, keystate knows what a state means. The current form is a `StoredState`
+(stored.py), written by one msgspec encoder and read by a typed msgspec decoder; the earlier
+forms are read as JSON. Every version ever written stays readable, and a version this release
+does not know (written by a newer one) is refused rather than misread; the bytes of version 3
+are held by tests/core/test_journal_golden.py.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from types import MemberDescriptorType
+from typing import Any, Final
 
-from pydantic import BaseModel
+import msgspec
 
 from streams.core.contracts import (
     Authority,
     Claim,
     ClaimFields,
-    ClaimStatus,
+    LeanClaim,
     Money,
     Resolution,
     Value,
+    constructed,
 )
 from streams.core.errors import ClaimstreamError
 from streams.core.intake import AdmittedClaim
 from streams.core.keystate import DecisionSummary, KeyState
 from streams.core.normalize import canonical_value
+from streams.core.stored import (
+    StoredClaim,
+    StoredMoney,
+    StoredNumber,
+    StoredResolution,
+    StoredState,
+    StoredSummary,
+    StoredValue,
+)
 
-# The stored form (version 3) of a claim, a resolution and a decision summary: the model's own
-# fields under short names, without the subject and field that the key already holds and without
-# the fields at their defaults, times in microseconds since the epoch. A claim adds what admission
-# gave it under capitals (A: authority, V: normalized value when it differs from the claim's own,
-# L: lineage when not the default). Version 2 stored resolutions and summaries as `model_dump`
-# wrote them, and all times outside claims as ISO text; version 1, claims as nested records.
-_VERSION = 3
-_RECORDS_DUMPED_VERSION = 2
+# Version 3 (stored.py) stores each record under short names, without the subject and field
+# that the key already holds and without the fields at their defaults, times in microseconds
+# since the epoch. Version 2 stored resolutions and summaries as `model_dump` wrote them, and all
+# times outside claims as ISO text; version 1, claims as nested records.
+_VERSION: Final = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+_ENCODER = msgspec.json.Encoder()
+# `DecisionSummary.journaled`, the slot itself: read through the model while unset, it runs
+# pydantic's `__getattr__`, which costs more than making the stored form; set through it, past
+# the frozen model's guard.
+_KEPT_SUMMARY_FORM: MemberDescriptorType = vars(DecisionSummary)["journaled"]
+_DECODER = msgspec.json.Decoder(StoredState)
+_CLAIM_DECODER = msgspec.json.Decoder(StoredClaim)
+_SUMMARY_DECODER = msgspec.json.Decoder(StoredSummary)
+# What json's `ensure_ascii` escapes, which msgspec writes as UTF-8. Outside strings the JSON
+# syntax is ASCII, so escaping each such run wherever it is found escapes exactly the strings.
+_NOT_ASCII = re.compile("[^\x00-\x7e]+")
 
 
 class UnknownStateFormat(ClaimstreamError):
@@ -61,230 +82,273 @@ class UnknownStateFormat(ClaimstreamError):
         self.version = version
 
 
-class _StoredForm:
-    """How one record model is stored: the short name of each field, which are times, and the
-    values left out (None, a default, the key's fields). Read as attributes (the hot path's
-    claims are slotted), as `model_dump` costs more than the rest of journaling a key."""
-
-    def __init__(
-        self,
-        model: type[BaseModel],
-        short_names: dict[str, str],
-        times: frozenset[str],
-        usual: dict[str, object] | None = None,
-    ) -> None:
-        unnamed = model.model_fields.keys() - short_names.keys() - {"subject", "field"}
-        if unnamed:
-            raise TypeError(f"{model.__name__}: no stored name for {sorted(unnamed)}")
-        self.names = {short: name for name, short in short_names.items()}
-        self.times = times
-        defaults: dict[str, object] = {
-            name: default
-            for name, info in model.model_fields.items()
-            if not info.is_required()
-            and (default := info.get_default(call_default_factory=True)) is not None
-        } | (usual or {})
-        self.plan = tuple(
-            (name, short, defaults.get(name), _micros if name in times else _json_value)
-            for name, short in short_names.items()
+def encode_state(state: KeyState) -> bytes:
+    """Compact JSON for the changelog, ASCII only (as json's `ensure_ascii` wrote it), written
+    by msgspec in one call: the claims and decisions in it are stored forms encoded once and
+    kept (`AdmittedClaim.journaled`, `stored_summary`), which it copies."""
+    data = _ENCODER.encode(
+        StoredState(
+            version=_VERSION,
+            subject=state.subject,
+            field=state.field,
+            resolutions=tuple(map(_stored_resolution, state.resolutions)),
+            history=tuple(map(stored_summary, state.history)),
+            conflict_since=_micros_or_none(state.conflict_since),
+            escalated=state.escalated,
+            next_check_at=_micros_or_none(state.next_check_at),
+            disputed=tuple(state.disputed),
+            claims=tuple([a.journaled or _journaled(a) for a in state.claims]),
         )
-        """Per field: its name, stored name, the value left out besides None, its conversion."""
+    )
+    if data.isascii() and b"\x7f" not in data:  # two C scans, where a regex search takes 2 µs
+        return data
+    return _NOT_ASCII.sub(_escaped, data.decode()).encode()
 
-    def dump(self, record: object) -> dict[str, Any]:
-        stored: dict[str, Any] = {}
-        for name, short, usual, convert in self.plan:
-            value = getattr(record, name)
-            if value is None or (usual is not None and value == usual):
-                continue
-            stored[short] = convert(value)
-        return stored
 
-    def fields(self, stored: dict[str, Any]) -> dict[str, Any]:
-        """The model's fields (those stored) from a stored form; capitals are left to the caller."""
-        own = {self.names[short]: value for short, value in stored.items() if short.islower()}
-        for name in self.times.intersection(own):
-            own[name] = _EPOCH + own[name] * _MICROSECOND
-        return own
+def decode_state(data: bytes) -> KeyState:
+    """Reads this encoding and the earlier ones (see `_VERSION`); refuses any other version
+    with `UnknownStateFormat`, as a newer form read as this one would be misread."""
+    try:
+        stored = _DECODER.decode(data)
+    except msgspec.DecodeError as unread:
+        return _earlier_state(json.loads(data), unread)
+    subject, field = stored.subject, stored.field
+    return KeyState(
+        subject=subject,
+        field=field,
+        claims=tuple(_read_claim(raw, subject, field) for raw in stored.claims),
+        resolutions=tuple(_resolution(r, subject, field) for r in stored.resolutions),
+        history=tuple(map(_read_summary, stored.history)),
+        conflict_since=_time(stored.conflict_since),
+        escalated=stored.escalated,
+        next_check_at=_time(stored.next_check_at),
+        disputed=stored.disputed,
+    )
+
+
+def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
+    """A decision summary's stored form (its JSON), kept on it once made (as a claim's): a key's
+    state is journaled again on every change, and the decisions in its history never change."""
+    try:
+        kept: msgspec.Raw = _KEPT_SUMMARY_FORM.__get__(summary)
+    except AttributeError:  # not made yet
+        stored = StoredSummary(
+            decision_id=summary.decision_id,
+            outcome=summary.outcome,
+            conflict_kind=summary.conflict_kind,
+            value=_stored_value(summary.value),
+            reason=summary.reason,
+            decided_at=_micros(summary.decided_at),
+            supersedes=summary.supersedes,
+        )
+        kept = msgspec.Raw(_ENCODER.encode(stored))
+        _KEPT_SUMMARY_FORM.__set__(summary, kept)
+    return kept
+
+
+def _journaled(admitted: AdmittedClaim) -> msgspec.Raw:
+    """A claim's stored form (its JSON), made and kept on it (its first journal)."""
+    claim = admitted.claim
+    value, said, lineage = admitted.value, claim.value, claim.lineage
+    confidence = claim.confidence
+    stored = StoredClaim(
+        claim_id=claim.claim_id,
+        status=claim.status,
+        value=_stored_value(said),
+        unit=claim.unit,
+        source=claim.source,
+        replica=claim.replica,
+        source_class=claim.source_class,
+        observed_at=claim.observed_us,
+        valid_from=claim.valid_from_us,
+        valid_to=claim.valid_to_us,
+        epoch=claim.epoch,
+        lineage=lineage,
+        scope=claim.scope,
+        confidence=None if confidence is None else _stored_number(confidence),
+        trace_id=claim.trace_id,
+        producer=claim.producer,
+        attributes=claim.attributes,
+        authority=admitted.authority,
+        admitted_value=msgspec.UNSET if _same_value(value, said) else _stored_value(value),
+        admitted_lineage=(
+            msgspec.UNSET
+            if admitted.lineage == (lineage or f"source:{claim.source}")
+            else admitted.lineage
+        ),
+    )
+    kept = msgspec.Raw(_ENCODER.encode(stored))
+    admitted.journaled = kept
+    return kept
+
+
+def _stored_resolution(resolution: Resolution) -> StoredResolution:
+    return StoredResolution(
+        resolution_id=resolution.resolution_id,
+        status=resolution.status,
+        value=_stored_value(resolution.value),
+        unit=resolution.unit,
+        decided_by=resolution.decided_by,
+        note=resolution.note,
+        decided_at=_micros(resolution.decided_at),
+        resolves_decision_id=resolution.resolves_decision_id,
+    )
+
+
+def _stored_value(value: Value) -> StoredValue:
+    if type(value) is float:
+        return _stored_number(value)
+    if isinstance(value, Money):
+        return StoredMoney(value.amount_minor, value.currency)
+    return value
+
+
+def _stored_number(number: float) -> StoredNumber:
+    """msgspec spells a float as Python's repr (json's spelling) does within [1e-4, 1e16), and
+    without the exponent's `+` or with fewer digits outside it: there json's own is kept."""
+    if 1e-4 <= abs(number) < 1e16 or number == 0:
+        return number
+    return msgspec.Raw(json.dumps(number).encode())
+
+
+def _escaped(run: re.Match[str]) -> str:
+    return encode_basestring_ascii(run.group())[1:-1]
 
 
 def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-def _json_value(value: Value) -> object:
-    return value.model_dump() if isinstance(value, Money) else value
+def _micros_or_none(moment: datetime | None) -> int | None:
+    return None if moment is None else _micros(moment)
 
 
-_CLAIM_FORM = _StoredForm(
-    Claim,
-    {
-        "claim_id": "id",
-        "status": "st",
-        "value": "v",
-        "unit": "u",
-        "source": "src",
-        "replica": "rep",
-        "source_class": "cls",
-        "observed_at": "at",
-        "valid_from": "from",
-        "valid_to": "to",
-        "epoch": "ep",
-        "lineage": "lin",
-        "scope": "sc",
-        "confidence": "cf",
-        "trace_id": "tr",
-        "producer": "pr",
-        "attributes": "attr",
-    },
-    frozenset({"observed_at", "valid_from", "valid_to"}),
-    {"status": ClaimStatus.PRESENT},
-)
-_RESOLUTION_FORM = _StoredForm(
-    Resolution,
-    {
-        "resolution_id": "id",
-        "status": "st",
-        "value": "v",
-        "unit": "u",
-        "decided_by": "by",
-        "note": "n",
-        "decided_at": "at",
-        "resolves_decision_id": "dec",
-    },
-    frozenset({"decided_at"}),
-)
-_SUMMARY_FORM = _StoredForm(
-    DecisionSummary,
-    {
-        "decision_id": "id",
-        "outcome": "o",
-        "conflict_kind": "k",
-        "value": "v",
-        "reason": "r",
-        "decided_at": "at",
-        "supersedes": "sup",
-    },
-    frozenset({"decided_at"}),
-)
+def _time(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def encode_state(state: KeyState) -> bytes:
-    """Compact JSON for the changelog, written out part by part: the claims and decisions in it
-    are stored forms made once (`AdmittedClaim.journaled`, `stored_summary`)."""
-    parts = [
-        f'{{"version":{_VERSION},"subject":{encode_basestring_ascii(state.subject)},'
-        f'"field":{encode_basestring_ascii(state.field)}'
-    ]
-    if state.resolutions:
-        resolutions = [_RESOLUTION_FORM.dump(r) for r in state.resolutions]
-        parts.append(f',"resolutions":{_COMPACT_JSON.encode(resolutions)}')
-    if state.history:
-        parts.append(f',"history":[{",".join(map(stored_summary, state.history))}]')
-    if state.conflict_since is not None:
-        parts.append(f',"conflict_since":{_micros(state.conflict_since)}')
-    if state.escalated:
-        parts.append(',"escalated":true')
-    if state.next_check_at is not None:
-        parts.append(f',"next_check_at":{_micros(state.next_check_at)}')
-    if state.disputed:
-        parts.append(f',"disputed":{_COMPACT_JSON.encode(list(state.disputed))}')
-    if state.claims:
-        parts.append(f',"claims":[{",".join(_claim_json(a) for a in state.claims)}]')
-    parts.append("}")
-    return "".join(parts).encode()
+def _read_claim(raw: msgspec.Raw, subject: str, field: str) -> AdmittedClaim:
+    """A claim read, its stored form kept on it as read (a copy: what was read is a view of the
+    whole state's bytes)."""
+    admitted = _admitted(_CLAIM_DECODER.decode(raw), subject, field)
+    admitted.journaled = raw.copy()
+    return admitted
 
 
-def decode_state(data: bytes) -> KeyState:
-    """Reads this encoding and the earlier ones (see `_VERSION`); refuses any other version
-    with `UnknownStateFormat`, as a newer form read as this one would be misread."""
-    raw = json.loads(data)
+def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
+    summary = _summary(_SUMMARY_DECODER.decode(raw))
+    _KEPT_SUMMARY_FORM.__set__(summary, raw.copy())
+    return summary
+
+
+def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
+    """The claim as admitted, built without validation (the typed decoder checked each field's
+    type) as the hot path holds it: a LeanClaim, its instants kept as the microseconds read."""
+    value = _value(stored.value)
+    claim = LeanClaim(
+        {
+            "claim_id": stored.claim_id,
+            "subject": subject,
+            "field": field,
+            "status": stored.status,
+            "value": value,
+            "unit": stored.unit,
+            "source": stored.source,
+            "replica": stored.replica,
+            "source_class": stored.source_class,
+            "observed_at": _EPOCH + stored.observed_at * _MICROSECOND,
+            "valid_from": _time(stored.valid_from),
+            "valid_to": _time(stored.valid_to),
+            "epoch": stored.epoch,
+            "lineage": stored.lineage,
+            "scope": stored.scope,
+            "confidence": stored.confidence,
+            "trace_id": stored.trace_id,
+            "producer": stored.producer,
+            "attributes": stored.attributes,
+        },
+        stored.observed_at,
+        stored.valid_from,
+        stored.valid_to,
+    )
+    admitted_value = stored.admitted_value
+    admitted_lineage = stored.admitted_lineage
+    return AdmittedClaim(
+        claim,
+        stored.authority,
+        value if admitted_value is msgspec.UNSET else _value(admitted_value),
+        _default_lineage(claim) if admitted_lineage is msgspec.UNSET else admitted_lineage,
+    )
+
+
+def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolution:
+    return constructed(
+        Resolution,
+        {
+            "resolution_id": stored.resolution_id,
+            "subject": subject,
+            "field": field,
+            "status": stored.status,
+            "value": _value(stored.value),
+            "unit": stored.unit,
+            "decided_by": stored.decided_by,
+            "note": stored.note,
+            "decided_at": _EPOCH + stored.decided_at * _MICROSECOND,
+            "resolves_decision_id": stored.resolves_decision_id,
+        },
+    )
+
+
+def _summary(stored: StoredSummary) -> DecisionSummary:
+    return constructed(
+        DecisionSummary,
+        {
+            "decision_id": stored.decision_id,
+            "outcome": stored.outcome,
+            "conflict_kind": stored.conflict_kind,
+            "value": _value(stored.value),
+            "reason": stored.reason,
+            "decided_at": _EPOCH + stored.decided_at * _MICROSECOND,
+            "supersedes": stored.supersedes,
+        },
+    )
+
+
+def _value(stored: StoredValue) -> Value:
+    if isinstance(stored, StoredMoney):
+        return constructed(
+            Money, {"amount_minor": stored.amount_minor, "currency": stored.currency}
+        )
+    assert not isinstance(stored, msgspec.Raw)  # decoded, a number is an int or a float
+    return stored
+
+
+def _earlier_state(raw: dict[str, Any], unread: msgspec.DecodeError) -> KeyState:
+    """A state in an earlier form (JSON read as such), or the reason it is none."""
     version = raw.get("version")
+    if version == _VERSION and type(version) is int:
+        raise unread  # the current form, but not a well-formed one
     if version is not None and (type(version) is not int or not 1 <= version <= _VERSION):
         raise UnknownStateFormat(version)
     subject, field = raw["subject"], raw["field"]
-    dumped = version is None or version == _RECORDS_DUMPED_VERSION
-    read_records = _dumped_records if dumped else _stored_records
-    resolutions, history = read_records(raw, subject, field)
-    decode_claim = _decode_v1_claim if version is None else _decode_claim
+    if version is None:
+        claims = tuple(_decode_v1_claim(stored, subject, field) for stored in raw.get("claims", ()))
+    else:  # claims as now
+        stored_claims = msgspec.convert(raw.get("claims", ()), tuple[StoredClaim, ...])
+        claims = tuple(_admitted(stored, subject, field) for stored in stored_claims)
     return KeyState(
         subject=subject,
         field=field,
-        claims=tuple(decode_claim(stored, subject, field) for stored in raw.get("claims", ())),
-        resolutions=resolutions,
-        history=history,
-        conflict_since=_decoded_time(raw.get("conflict_since")),
+        claims=claims,
+        resolutions=tuple(
+            Resolution.model_validate({**r, "subject": subject, "field": field})
+            for r in raw.get("resolutions", ())
+        ),
+        history=tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ())),
+        conflict_since=_iso_time(raw.get("conflict_since")),
         escalated=raw.get("escalated", False),
-        next_check_at=_decoded_time(raw.get("next_check_at")),
+        next_check_at=_iso_time(raw.get("next_check_at")),
         disputed=tuple(raw.get("disputed", ())),
-    )
-
-
-_Records = tuple[tuple[Resolution, ...], tuple[DecisionSummary, ...]]
-
-
-def _stored_records(raw: dict[str, Any], subject: str, field: str) -> _Records:
-    """Resolutions and decision summaries in their stored forms (version 3)."""
-    resolutions = tuple(
-        Resolution.model_validate(
-            {**_RESOLUTION_FORM.fields(r), "subject": subject, "field": field}
-        )
-        for r in raw.get("resolutions", ())
-    )
-    history = tuple(
-        DecisionSummary.model_validate(_SUMMARY_FORM.fields(s)) for s in raw.get("history", ())
-    )
-    return resolutions, history
-
-
-def _dumped_records(raw: dict[str, Any], subject: str, field: str) -> _Records:
-    """Resolutions and decision summaries as `model_dump` wrote them (versions 1 and 2)."""
-    resolutions = tuple(
-        Resolution.model_validate({**r, "subject": subject, "field": field})
-        for r in raw.get("resolutions", ())
-    )
-    history = tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ()))
-    return resolutions, history
-
-
-def stored_summary(summary: DecisionSummary) -> str:
-    """A decision summary's stored form (JSON), kept on it once made (as a claim's): a key's
-    state is journaled again on every change, and the decisions in its history never change."""
-    stored: str | None = getattr(summary, "journaled", None)
-    if stored is None:
-        stored = _COMPACT_JSON.encode(_SUMMARY_FORM.dump(summary))
-        object.__setattr__(summary, "journaled", stored)  # a slot, past the frozen model's guard
-    return stored
-
-
-def _claim_json(admitted: AdmittedClaim) -> str:
-    if admitted.journaled is None:
-        # Frozen: set the way the dataclass sets its own fields.
-        object.__setattr__(admitted, "journaled", _COMPACT_JSON.encode(_encode_claim(admitted)))
-    assert admitted.journaled is not None
-    return admitted.journaled
-
-
-def _encode_claim(admitted: AdmittedClaim) -> dict[str, Any]:
-    claim = admitted.claim
-    stored = _CLAIM_FORM.dump(claim)
-    stored["A"] = admitted.authority  # StrEnums: JSON writes their values
-    if not _same_value(admitted.value, claim.value):
-        stored["V"] = _json_value(admitted.value)
-    if admitted.lineage != _default_lineage(claim):
-        stored["L"] = admitted.lineage
-    return stored
-
-
-def _decode_claim(stored: dict[str, Any], subject: str, field: str) -> AdmittedClaim:
-    own = _CLAIM_FORM.fields(stored)
-    own.setdefault("status", ClaimStatus.PRESENT)
-    claim = Claim.model_validate({**own, "subject": subject, "field": field})
-    value = _decoded_value(stored["V"]) if "V" in stored else claim.value
-    return AdmittedClaim(
-        claim,
-        Authority(stored["A"]),
-        value,
-        stored["L"] if "L" in stored else _default_lineage(claim),
     )
 
 
@@ -305,7 +369,7 @@ def _default_lineage(claim: ClaimFields) -> str:
 
 def _same_value(a: Value, b: Value) -> bool:
     """Equal and of one type, floats to the bit (their repr): what makes V safe to leave out."""
-    return type(a) is type(b) and canonical_value(a) == canonical_value(b)
+    return a is b or (type(a) is type(b) and canonical_value(a) == canonical_value(b))
 
 
 def _decoded_value(data: object) -> Value:
@@ -315,10 +379,6 @@ def _decoded_value(data: object) -> Value:
     return data
 
 
-def _decoded_time(stored: int | str | None) -> datetime | None:
-    """A time as stored: microseconds since the epoch, or ISO text (before version 3)."""
-    if stored is None:
-        return None
-    if isinstance(stored, int):
-        return _EPOCH + stored * _MICROSECOND
-    return datetime.fromisoformat(stored)
+def _iso_time(stored: str | None) -> datetime | None:
+    """A time outside claims as stored before version 3: ISO text."""
+    return None if stored is None else datetime.fromisoformat(stored)

@@ -255,9 +255,9 @@ def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:
     assert state is not None
     summary = state.current
     assert summary is not None
-    assert json.loads(stored_summary(summary))["r"] == summary.reason  # made, and kept
+    assert json.loads(bytes(stored_summary(summary)))["r"] == summary.reason  # made, and kept
     copied = summary.model_copy(update={"reason": "another_reason"})
-    assert json.loads(stored_summary(copied))["r"] == "another_reason"
+    assert json.loads(bytes(stored_summary(copied)))["r"] == "another_reason"
 
 
 def _second_encoding(state: KeyState) -> bytes:
