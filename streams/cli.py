@@ -13,6 +13,7 @@ from pathlib import Path
 
 from streams import __version__
 from streams.agents.commands import add_agent_commands
+from streams.build_info import describe
 from streams.commands import (
     cmd_explain,
     cmd_init,
@@ -78,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
     )
-    parser.add_argument("--version", action="version", version=f"claimstream {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"claimstream {__version__} ({describe()})"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     init_parser = commands.add_parser(
