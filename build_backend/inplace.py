@@ -46,9 +46,8 @@ def toolchain_missing() -> str | None:
 
 
 def built_extensions() -> list[Path]:
-    return sorted(
-        path for suffix in EXTENSION_SUFFIXES for path in (ROOT / "streams").rglob(f"*{suffix}")
-    )
+    found = (ROOT / "streams").rglob("*")
+    return sorted(path for path in found if path.name.endswith(tuple(EXTENSION_SUFFIXES)))
 
 
 def remove_extensions() -> None:
