@@ -75,12 +75,20 @@ def _broker_kind_option(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+class _Version(argparse.Action):
+    """`--version` on one line (argparse's own wraps it), worked out only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"claimstream {__version__} ({describe()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
     )
     parser.add_argument(
-        "--version", action="version", version=f"claimstream {__version__} ({describe()})"
+        "--version", action=_Version, nargs=0, help="print the version and what runs compiled"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -104,7 +104,7 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-def _json_value(value: Value) -> object:
+def _json_value(value: object) -> object:  # a Value, or a claim's attributes (a dict)
     return value.model_dump() if isinstance(value, Money) else value
 
 
