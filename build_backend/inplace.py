@@ -26,7 +26,7 @@ from build_backend.compiled import (
     modules,
 )
 
-STAMP = ROOT / "build" / "mypyc-inplace.txt"
+STAMP = ROOT / "build" / "inplace" / "modules.txt"
 """The module list of the last in-place build: a changed list means a rebuild."""
 
 
@@ -84,8 +84,11 @@ def build() -> None:
     distribution = Distribution({"name": "claimstream", "ext_modules": compile_extensions()})
     command = distribution.get_command_obj("build_ext")
     command.inplace = True  # type: ignore[attr-defined]
+    # Its own build folders: a wheel built from this checkout must not pick up stale objects.
+    command.build_lib = str(ROOT / "build" / "inplace" / "lib")  # type: ignore[attr-defined]
+    command.build_temp = str(ROOT / "build" / "inplace" / "temp")  # type: ignore[attr-defined]
     distribution.run_command("build_ext")
-    STAMP.parent.mkdir(exist_ok=True)
+    STAMP.parent.mkdir(parents=True, exist_ok=True)
     STAMP.write_text("\n".join(modules()))
 
 
