@@ -14,5 +14,6 @@ echo "== mypy"; .venv/bin/mypy streams
 echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytest "$@"
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
     echo "== pytest, the core interpreted"
-    CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q tests/core tests/test_compiled.py
+    CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \
+        tests/core tests/test_compiled.py
 fi
