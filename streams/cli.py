@@ -13,6 +13,7 @@ from pathlib import Path
 
 from streams import __version__
 from streams.agents.commands import add_agent_commands
+from streams.build_info import describe
 from streams.commands import (
     cmd_explain,
     cmd_init,
@@ -86,11 +87,21 @@ def _broker_kind_option(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+class _Version(argparse.Action):
+    """`--version` on one line (argparse's own wraps it), worked out only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"claimstream {__version__} ({describe()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="claimstream", description="Deterministic reconciliation of conflicting claims."
     )
-    parser.add_argument("--version", action="version", version=f"claimstream {__version__}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version and what runs compiled"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     init_parser = commands.add_parser(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import streams
+from streams.build_info import describe
 from streams.devkit.synthetic import generate_claims
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,7 +192,8 @@ def test_every_option_and_argument_has_help_text() -> None:
 
 
 def test_version() -> None:
-    assert claimstream("--version").stdout.strip() == f"claimstream {streams.__version__}"
+    expected = f"claimstream {streams.__version__} ({describe()})"
+    assert claimstream("--version").stdout.strip() == expected
 
 
 def test_init_writes_the_packaged_examples_once(tmp_path: Path) -> None:

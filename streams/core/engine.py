@@ -14,7 +14,7 @@ claims. How claims agree and count as independent is in `agreement.py`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from types import MappingProxyType
 from typing import NamedTuple
@@ -107,7 +107,7 @@ class Rule:
     """Runs only once a verdict exists, and may replace it (the deciding steps stop there)."""
 
     def __post_init__(self) -> None:
-        unknown = set(self.sets).difference(Context.__slots__)
+        unknown = set(self.sets).difference(field.name for field in fields(Context))
         if unknown:
             raise TypeError(f"rule {self.name} sets unknown context fields {sorted(unknown)}")
 

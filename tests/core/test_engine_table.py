@@ -3,6 +3,7 @@ fields its rule declares in `sets` (the rest it returns as roles and a verdict).
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -29,7 +30,7 @@ def _contents(value: object) -> tuple[object, ...]:
 
 
 def _snapshot(context: Context) -> Snapshot:
-    return {name: _contents(getattr(context, name)) for name in Context.__slots__}
+    return {f.name: _contents(getattr(context, f.name)) for f in dataclasses.fields(Context)}
 
 
 def _watched(rule: Rule, written: dict[str, set[str]]) -> engine.Step:

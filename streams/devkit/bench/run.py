@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streams.build_info import compiled_modules
 from streams.client import ensure_topics
 from streams.core.policy import Policy, load_policy
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
@@ -175,6 +176,7 @@ def _figures(
         "peak_rss_bytes": measured.peak_rss,
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
         "engine_decisions_per_s": round(engine),
+        "compiled": bool(compiled_modules()),
         **(_soak_figures(measured, soak_s) if soak_s > 0 else {}),
     }
 
