@@ -42,6 +42,19 @@ def compile_writer(schema: Any) -> Callable[[Any], bytes]:
     return written
 
 
+Fields = list[tuple[str, Any, Writer]]
+"""A record's fields in schema order: name, default, and the writer of its value."""
+
+
+def record_fields(schema: Any) -> dict[str, Fields]:
+    """The fields of every record in `schema`, by full name, compiled as `compile_writer`
+    compiles them (named types resolved where the schema first defines them): for writers that
+    assemble a record from parts written apart."""
+    compiler = _Compiler()
+    compiler.compile(schema, "")
+    return compiler.records
+
+
 def _varint(number: int) -> bytes:
     encoded = bytearray()
     while number & ~0x7F:
@@ -140,6 +153,7 @@ _PRIMITIVE_CHECKS: dict[str, Check] = {
 class _Compiler:
     def __init__(self) -> None:
         self.named: dict[str, tuple[Writer, Check]] = {}
+        self.records: dict[str, Fields] = {}
 
     def compile(self, schema: Any, namespace: str) -> Writer:
         return self._compiled(schema, namespace)[0]
@@ -181,7 +195,8 @@ class _Compiler:
 
     def _record(self, schema: dict[str, Any], namespace: str) -> tuple[Writer, Check]:
         full_name, space = self._full_name(schema, namespace)
-        fields: list[tuple[str, Any, Writer]] = []
+        fields: Fields = []
+        self.records[full_name] = fields
 
         def record(out: bytearray, datum: Any) -> None:
             for name, default, write in fields:

@@ -209,12 +209,12 @@ class Arbiter(Service):
                 tallies[record.key or b""] += int(record.value or b"1")
             else:
                 batch.outputs.append(record)
-        if handled.decisions:
+        if handled.emitted:
             now = time.time()
-            for decision in handled.decisions:
-                self.metrics.decided(decision, now)
+            for arbitration in handled.emitted:
+                self.metrics.decided(arbitration, now)
                 for observe in self._observers:
-                    observe(decision)
+                    observe(arbitration)
                 if received > 0:
                     self.metrics.decision_latency.observe(max(0.0, now - received))
 

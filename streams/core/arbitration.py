@@ -137,6 +137,14 @@ class Arbitration:
     def supersedes(self) -> str | None:
         return self._supersedes
 
+    @property
+    def policy_version(self) -> str:
+        return self._policy_version
+
+    @property
+    def decided_at(self) -> datetime:
+        return self._decided_at
+
     @cached_property
     def decision(self) -> Decision:
         """Built without re-validation (`constructed`): every part comes from validated claims
@@ -159,7 +167,7 @@ class Arbitration:
                 "reason": verdict.reason,
                 "tiebreak": verdict.tiebreak,
                 "resolution_id": verdict.resolution_id,
-                "evidence": tuple(_evidence(a, roles[a.claim.claim_id]) for a in self._claims),
+                "evidence": tuple(evidence_of(a, roles[a.claim.claim_id]) for a in self._claims),
                 "decided_at": self._decided_at,
                 "supersedes": self._supersedes,
             },
@@ -182,12 +190,15 @@ class Arbitration:
             known_id=self.decision_id,
         )
 
+    # Each checks first whether there is an event at all: reading `decision` builds it.
     @cached_property
     def epoch_change(self) -> EpochChange | None:
-        return _epoch_event(self.decision, self._shift)
+        return None if self._shift is None else _epoch_event(self.decision, self._shift)
 
     @cached_property
     def reobserve(self) -> ReobserveRequest | None:
+        if self.outcome is not Outcome.QUARANTINED:
+            return None
         return _reobserve_request(self.decision, self._claims, self.roles)
 
 
@@ -231,7 +242,8 @@ def _action(verdict: Verdict, rules: FieldRules) -> Action:
     return _CONFLICT_ACTIONS[rules.on_conflict]
 
 
-def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
+def evidence_of(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
+    """The claim as weighed in a decision, in the role it played."""
     claim = admitted.claim
     return constructed(
         Evidence,
@@ -255,9 +267,7 @@ def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
     )
 
 
-def _epoch_event(decision: Decision, shift: EpochShift | None) -> EpochChange | None:
-    if shift is None:
-        return None
+def _epoch_event(decision: Decision, shift: EpochShift) -> EpochChange:
     return EpochChange(
         subject=decision.subject,
         field=decision.field,
@@ -273,9 +283,7 @@ def _epoch_event(decision: Decision, shift: EpochShift | None) -> EpochChange | 
 
 def _reobserve_request(
     decision: Decision, claims: list[AdmittedClaim], roles: Roles
-) -> ReobserveRequest | None:
-    if decision.outcome is not Outcome.QUARANTINED:
-        return None
+) -> ReobserveRequest:
     held = [a for a in claims if roles[a.claim.claim_id] is EvidenceRole.QUARANTINED]
     epochs = [a.claim.epoch for a in held if a.claim.epoch is not None]
     return ReobserveRequest(

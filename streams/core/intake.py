@@ -64,6 +64,9 @@ class AdmittedClaim:
     journaled: str | None = field(default=None, init=False, compare=False, repr=False)
     """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
+    evidence_avro: bytes | None = field(default=None, init=False, compare=False, repr=False)
+    """Its Avro Evidence record up to the role, kept once a decision first sends it: every
+    decision of the key sends it again, with only its role changed."""
 
     def __post_init__(self) -> None:
         claim = self.claim
