@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from streams.avro_writer import Fields, long_bytes, record_fields
 from streams.codec import expanded_schema, to_avro
-from streams.core.arbitration import Arbitration, evidence_of
+from streams.core.arbitration import Arbitration, evidence_fields
 from streams.core.contracts import EvidenceRole, RejectReason
 from streams.core.errors import ClaimstreamError, CodecError
 from streams.core.intake import AdmittedClaim
@@ -108,8 +108,7 @@ class DecisionWriter:
         outcome(out, verdict.outcome)
         conflict_kind(out, verdict.kind)
         status(out, verdict.status)
-        datum = verdict.value
-        value(out, to_avro(datum) if isinstance(datum, BaseModel) else datum)  # a Money value
+        value(out, _avro_value(verdict.value))
         unit(out, a.unit)
         action(out, a.action)
         policy_version(out, a.policy_version)
@@ -129,13 +128,25 @@ class DecisionWriter:
 
     def _claim_part(self, admitted: AdmittedClaim) -> bytes:
         """The claim's Evidence before its role, written and kept on the claim."""
-        datum = to_avro(evidence_of(admitted, EvidenceRole.WINNER))
+        datum = evidence_fields(admitted, EvidenceRole.WINNER)
+        datum["value"] = _avro_value(datum["value"])
         out = bytearray()
         for name, default, write in self._claim_fields:
             write(out, datum.get(name, default))
         part = bytes(out)
         object.__setattr__(admitted, "evidence_avro", part)  # a slot, past the frozen guard
         return part
+
+
+_PLAIN = frozenset({type(None), bool, int, float, str})
+
+
+def _avro_value(value: object) -> object:
+    """A value as the writer takes it: a Money model as its fields. (isinstance on a model
+    class costs a Python call; the plain types are told apart first.)"""
+    if type(value) not in _PLAIN and isinstance(value, BaseModel):
+        return to_avro(value)
+    return value
 
 
 def _laid_out(records: dict[str, Fields]) -> tuple[Fields, Fields]:

@@ -167,7 +167,10 @@ class Arbitration:
                 "reason": verdict.reason,
                 "tiebreak": verdict.tiebreak,
                 "resolution_id": verdict.resolution_id,
-                "evidence": tuple(evidence_of(a, roles[a.claim.claim_id]) for a in self._claims),
+                "evidence": tuple(
+                    constructed(Evidence, evidence_fields(a, roles[a.claim.claim_id]))
+                    for a in self._claims
+                ),
                 "decided_at": self._decided_at,
                 "supersedes": self._supersedes,
             },
@@ -242,29 +245,26 @@ def _action(verdict: Verdict, rules: FieldRules) -> Action:
     return _CONFLICT_ACTIONS[rules.on_conflict]
 
 
-def evidence_of(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
-    """The claim as weighed in a decision, in the role it played."""
+def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:
+    """The fields of the claim's Evidence, as weighed in a decision in the role it played."""
     claim = admitted.claim
-    return constructed(
-        Evidence,
-        {
-            "claim_id": claim.claim_id,
-            "source": claim.source,
-            "replica": claim.replica,
-            "authority": admitted.authority,
-            "status": claim.status,
-            "value": admitted.value,
-            "observed_at": claim.observed_at,
-            "valid_from": claim.valid_from,
-            "valid_to": claim.valid_to,
-            "epoch": claim.epoch,
-            "lineage": admitted.lineage,
-            # As compared (normalized): one claim sent twice with its scope spelled two ways is
-            # the same claim, and its evidence must not depend on which spelling arrived first.
-            "scope": admitted.scope_key,
-            "role": role,
-        },
-    )
+    return {
+        "claim_id": claim.claim_id,
+        "source": claim.source,
+        "replica": claim.replica,
+        "authority": admitted.authority,
+        "status": claim.status,
+        "value": admitted.value,
+        "observed_at": claim.observed_at,
+        "valid_from": claim.valid_from,
+        "valid_to": claim.valid_to,
+        "epoch": claim.epoch,
+        "lineage": admitted.lineage,
+        # As compared (normalized): one claim sent twice with its scope spelled two ways is
+        # the same claim, and its evidence must not depend on which spelling arrived first.
+        "scope": admitted.scope_key,
+        "role": role,
+    }
 
 
 def _epoch_event(decision: Decision, shift: EpochShift) -> EpochChange:
