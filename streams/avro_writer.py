@@ -8,7 +8,9 @@ the reference: tests/test_avro_writer.py holds the bytes equal to fastavro's for
 from every schema in schemas/.
 
 Only what the schemas use is compiled (records, enums, arrays, maps, unions, the primitives and
-timestamp-micros); anything else is refused when compiling, not when writing.
+timestamp-micros); anything else is refused when compiling, not when writing. `record_fields`
+gives a record's compiled field writers, for writers that assemble a record from parts
+(streams.decision_bytes).
 """
 
 from __future__ import annotations

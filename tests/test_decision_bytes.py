@@ -278,9 +278,14 @@ def test_a_key_folded_claim_by_claim_emits_the_codecs_records_and_escalates() ->
     steps.append(advance(state, rules, POLICY.version, later + timedelta(seconds=1), Limits()))
     for step in steps:
         handled = outputs.emit(key, step, record)
-        sent += [(r.topic, r.value) for r in handled.outputs if r.topic != "claimstream-outcomes"]
+        outcomes = SETTINGS.topics.outcomes
+        sent += [(r.topic, r.value) for r in handled.outputs if r.topic != outcomes]
+        counted = [(r.key, r.value) for r in handled.outputs if r.topic == outcomes]
         if step.emitted is not None:
             assert handled.emitted == [step.emitted]
+            d = step.emitted.decision
+            kind = d.conflict_kind.value if d.conflict_kind else "none"
+            assert counted == [(f"{d.field}|{d.outcome.value}|{kind}".encode(), b"1")]
             topics = SETTINGS.topics
             expected.append((TOPIC, CODEC.encode(TOPIC, step.emitted.decision)))
             for topic, event_record in (
