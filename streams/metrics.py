@@ -13,7 +13,6 @@ published once per batch (`flush`); `StageClock` sums the stage times the same w
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterable
 from time import perf_counter
 
 from prometheus_client import (
@@ -25,7 +24,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 
-from streams.core.contracts import Decision, Evidence, EvidenceRole, Outcome
+from streams.core.arbitration import Arbitration
+from streams.core.contracts import EvidenceRole, Outcome
 from streams.core.policy import Policy
 
 OTHER = "_other"
@@ -300,14 +300,20 @@ class Metrics:
     def rejected(self, reason: str, source: str | None) -> None:
         self.claims_rejected.labels(reason, self.source_label(source)).inc()
 
-    def decided(self, decision: Decision, when: float) -> None:
-        """Tallied like `accepted`, published by `flush`."""
-        kind = decision.conflict_kind.value if decision.conflict_kind else "none"
-        self._decided[decision.field, decision.outcome.value, kind] += 1
-        self._last_decision = max(self._last_decision, when)
-        if decision.outcome is Outcome.RESOLVED:
-            for source in _losers(decision.evidence):
-                self._losses[decision.field, source] += 1
+    def decided(self, arbitration: Arbitration, when: float) -> None:
+        """Tallied like `accepted`, published by `flush`; read from the arbitration, so that no
+        Decision model is built for it."""
+        kind = arbitration.verdict.kind
+        field = arbitration.field
+        self._decided[field, arbitration.outcome.value, kind.value if kind else "none"] += 1
+        if when > self._last_decision:
+            self._last_decision = when
+        if arbitration.outcome is Outcome.RESOLVED:
+            roles = arbitration.roles
+            for admitted in arbitration.claims:
+                claim = admitted.claim
+                if roles[claim.claim_id] is EvidenceRole.CONTESTED:
+                    self._losses[field, claim.source] += 1
 
     def lost(self, field: str, source: str) -> None:
         """Tallied like `accepted`, published by `flush`: a labelled counter costs ~10 µs."""
@@ -322,10 +328,6 @@ class Metrics:
             ages = ages_by_field.get(field, [])
             self.open_conflicts.labels(field).set(len(ages))
             self.oldest_open_conflict_age.labels(field).set(max(ages, default=0.0))
-
-
-def _losers(evidence: Iterable[Evidence]) -> list[str]:
-    return [e.source for e in evidence if e.role is EvidenceRole.CONTESTED]
 
 
 class StageClock:

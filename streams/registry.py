@@ -328,17 +328,21 @@ class WireCodec:
         self._lock = threading.Lock()
 
     def encode(self, topic: str, record: BaseModel) -> bytes:
-        key = (topic, type(record))
+        return self.framing(topic, type(record)) + codec.encode(record)
+
+    def framing(self, topic: str, model: type[BaseModel]) -> bytes:
+        """The header a `model` record on `topic` starts with: the magic byte and its schema id
+        (registered on first use)."""
+        key = (topic, model)
         header = self._headers.get(key)
         if header is None:
-            name = codec.record_name(type(record))
-            sid = self.registry.register(
-                self.subject_name(topic, type(record)), codec.expanded_schema(name)
-            )
+            name = codec.record_name(model)
+            schema = codec.expanded_schema(name)
+            sid = self.registry.register(self.subject_name(topic, model), schema)
             if not 0 <= sid < 2**31:
                 raise RegistryError(f"registry returned schema id {sid}, outside a signed int32")
             header = self._headers[key] = _HEADER.pack(MAGIC_BYTE, sid)
-        return header + codec.encode(record)
+        return header
 
     def decode(self, model: type[M], data: bytes | None) -> M:
         body, writer = self._framed(model, data)

@@ -50,11 +50,12 @@ class SourceLedgers:
         self._written: WeakKeyDictionary[TaskStore, tuple[bytes, Ledger]] = WeakKeyDictionary()
 
     def settle(self, store: TaskStore, handled: Handled) -> None:
-        """Before `handled.state` is put: the store still has the key's previous state."""
-        if not handled.decisions or handled.key is None:
+        """Judge what `handled` settles, against the open state it replaced."""
+        before = handled.opened
+        if before is None or not handled.emitted:
             return
-        before = store.get(handled.key)
-        for decision in handled.decisions:
+        for arbitration in handled.emitted:
+            decision = arbitration.decision
             rules = self.policy.rules_for(decision.field)
             settlement = judge(before, decision, rules.tolerance if rules else 0.0)
             if settlement is None or not settlement.judgements:

@@ -83,6 +83,33 @@ def test_compiled_writer_writes_fastavros_bytes_for_every_schema(
     assert compile_writer(schema)(datum) == _fastavro(name, datum)
 
 
+_UNION_DATA = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(2**63, 2**64),  # beyond a long: written as a double
+    st.floats(),
+    st.text(max_size=4),
+    st.fixed_dictionaries({"amount_minor": st.integers(-5, 5), "currency": st.just("USD")}),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(_UNION_DATA, min_size=2, max_size=12))
+def test_one_writer_writes_fastavros_bytes_for_a_run_of_values_of_mixed_types(
+    values: list[Any],
+) -> None:
+    """A union remembers by type the branch a datum takes: a writer used for many values, of
+    types seen before and not, writes each as fastavro does."""
+    schema = expanded_schema("Decision")
+    value_type = next(f["type"] for f in schema["fields"] if f["name"] == "value")
+    write = compile_writer(value_type)
+    for value in values:
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, fastavro.parse_schema(value_type), value)
+        assert write(value) == buffer.getvalue(), value
+
+
 @settings(max_examples=300, deadline=None)
 @given(number=st.integers(-(2**63), 2**63 - 1))
 def test_longs_are_zigzag_varints_as_fastavro_writes_them(number: int) -> None:

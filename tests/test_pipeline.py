@@ -112,7 +112,7 @@ def test_a_signed_claim_on_its_principal_topic_is_decided(processor: Processor) 
     value = CODEC.encode("claims.from.alice", claim())
     handled = run(processor, record("claims.from.alice", value, signed(value)))
     assert reason(handled) is None
-    assert [d.outcome for d in handled.decisions] == ["resolved"]
+    assert [a.decision.outcome for a in handled.emitted] == ["resolved"]
 
 
 @pytest.mark.parametrize(
@@ -150,7 +150,7 @@ def test_unproven_sources_are_dead_lettered_as_unauthenticated(
     assert found is not None, case
     assert found.startswith("unauthenticated: ")
     assert detail in found
-    assert handled.decisions == []
+    assert handled.emitted == []
 
 
 def test_a_missing_secret_is_a_startup_error(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_a_late_claim_that_loses_counts_as_a_loss_even_when_the_decision_stands(
         assert handled.key is not None
         assert handled.state is not None
         states[handled.key] = handled.state
-        decisions += handled.decisions
+        decisions += [a.decision for a in handled.emitted]
     assert [d.value for d in decisions] == ["paid"]  # the lagging claim changed nothing...
     metrics.flush()  # as the worker does after every batch
     losses = metrics.registry.get_sample_value(
@@ -269,7 +269,7 @@ def test_a_record_on_the_wrong_partition_hops_to_its_owner_before_it_is_decided(
     assert landed != owner(key)  # the case at hand: librdkafka and Kafka disagree on this key
     value = CODEC.encode("claims.tools", arriving)
     hop = run(processor, Incoming("claims.tools", landed, 3, key, value, (), NOW.timestamp()))
-    assert (hop.key, hop.state, hop.decisions) == (
+    assert (hop.key, hop.state, hop.emitted) == (
         None,
         None,
         [],
@@ -297,7 +297,7 @@ def test_a_record_on_the_wrong_partition_hops_to_its_owner_before_it_is_decided(
             NOW.timestamp(),
         ),
     )
-    assert [d.value for d in decided.decisions] == ["paid"]
+    assert [a.decision.value for a in decided.emitted] == ["paid"]
     assert decided.key == key
 
 
@@ -315,7 +315,7 @@ def test_a_resolution_on_the_wrong_partition_hops_as_a_resolution() -> None:
     landed = crc32_partition(key, Settings().partitions)
     value = CODEC.encode("claims.resolutions", resolution)
     hop = run(PLAIN, Incoming("claims.resolutions", landed, 0, key, value, (), NOW.timestamp()))
-    assert (hop.state, hop.decisions) == (None, [])
+    assert (hop.state, hop.emitted) == (None, [])
     (forwarded,) = hop.outputs
     assert (forwarded.topic, forwarded.key, forwarded.partition) == (
         "claimstream-rekeyed",
@@ -363,7 +363,7 @@ def test_a_retried_record_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> No
     metrics = Metrics(policy)
     codec = WireCodec(FolderRegistry())
     processor = Processor(Settings(), policy, codec, metrics, wall_clock=NOW.timestamp)
-    decode, encode = codec.decode_claim, codec.encode
+    decode, framing = codec.decode_claim, codec.framing
     attempts: list[str] = []
     slow_s = 0.25
 
@@ -372,15 +372,15 @@ def test_a_retried_record_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> No
             time.sleep(slow_s)
         return decode(data)
 
-    def failing_first_decision(topic: str, record: BaseModel) -> bytes:
+    def failing_first_decision(topic: str, model: type[BaseModel]) -> bytes:
         if topic == "claims.decisions":
             attempts.append(topic)
             if len(attempts) == 1:
                 raise RuntimeError("injected: the broker's schema lookup failed")
-        return encode(topic, record)
+        return framing(topic, model)
 
     monkeypatch.setattr(codec, "decode_claim", slow_first_decode)
-    monkeypatch.setattr(codec, "encode", failing_first_decision)
+    monkeypatch.setattr(codec, "framing", failing_first_decision)
     arriving = claim()
     key = state_key(arriving.subject, arriving.field).encode()
     value = CODEC.encode("claims.tools", arriving)
@@ -389,7 +389,7 @@ def test_a_retried_record_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> No
     )
     assert len(attempts) == 2
     assert reason(handled) is None
-    assert [d.outcome for d in handled.decisions] == ["resolved"]
+    assert [a.decision.outcome for a in handled.emitted] == ["resolved"]
     metrics.flush(processor.stages)  # as the worker does after every batch
     sample = metrics.registry.get_sample_value
     assert sample("claimstream_processing_retries_total") == 1.0

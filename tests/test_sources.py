@@ -8,7 +8,8 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry
 
 from streams.core.contracts import Resolution
-from streams.core.keystate import add_resolution
+from streams.core.intake import admit
+from streams.core.keystate import Transition, add_resolution, apply_claim
 from streams.metrics import Metrics
 from streams.pipeline.records import Handled
 from streams.sources import LEDGER_KEY, SourceLedgers, ledger_of, merged, sources_report
@@ -31,13 +32,38 @@ def settled_once(store: TaskStore, ledgers: SourceLedgers) -> None:
         decided_by="steward",
         decided_at=NOW + timedelta(seconds=5),
     )
-    step = add_resolution(before, resolution, RULES, POLICY.version, NOW + timedelta(seconds=5))
+    later = NOW + timedelta(seconds=5)
+    step = add_resolution(before, resolution, RULES, POLICY.version, later)
     assert step.emitted is not None
-    handled = Handled(key=KEY, state=step.state, decisions=[step.emitted.decision])
-    ledgers.settle(store, handled)
+    ledgers.settle(store, handled_of(step))
     store.put(KEY, step.state)
-    # The same decision delivered again (a redelivery) settles nothing more.
-    ledgers.settle(store, handled)
+    # The same resolution delivered again (a redelivery) settles nothing more.
+    again = add_resolution(step.state, resolution, RULES, POLICY.version, later)
+    ledgers.settle(store, handled_of(again))
+
+
+def handled_of(step: Transition) -> Handled:
+    emitted = [step.emitted] if step.emitted is not None else []
+    return Handled(key=KEY, state=step.state, emitted=emitted, opened=step.opened)
+
+
+def test_an_observation_settles_through_the_in_place_transition() -> None:
+    """The hot path changes the key's state in place: the settlement is judged against the open
+    state the transition kept, not the (already changed) state in the store."""
+    metrics = Metrics(POLICY, CollectorRegistry())
+    store = TaskStore(StateCache(8))
+    ledgers = SourceLedgers(POLICY, metrics)
+    state = opened([claim(1, source="crm"), claim(2, source="billing-export", value="overdue")])
+    store.put(KEY, state)
+    correction = admit(claim(3, source="billing-export", observed_at=NOW), POLICY, NOW)
+    step = apply_claim(state, correction, RULES, POLICY.version, NOW)
+    assert step.state is state  # changed in place
+    ledgers.settle(store, handled_of(step))
+    verdicts = {
+        (row["source"], row["agreed"], row["disagreed"])
+        for row in sources_report(merged([ledger_of(store)]), POLICY, None)["rows"]
+    }
+    assert verdicts == {("crm", 1, 0), ("billing-export", 0, 1)}
 
 
 def test_a_settlement_is_counted_kept_with_the_task_and_restored() -> None:

@@ -65,10 +65,15 @@ class RecordCollector:
         producer = via or self._producer
         assert producer is not None
         by_partition: dict[tuple[str, int], list[Outgoing]] = {}
+        known = self._partitions
         for record in records:
             partition = record.partition
             if partition is None:
-                partition = await self._partition_for(producer, record.topic, record.key)
+                # Looked up without awaiting once the topic's partitions are known.
+                partitions = known.get(record.topic) or await self._partitions_of(
+                    producer, record.topic
+                )
+                partition = self._partition_in(partitions, record.key)
             by_partition.setdefault((record.topic, partition), []).append(record)
         pending: Pending = []
         for (topic, partition), group in by_partition.items():
@@ -100,13 +105,12 @@ class RecordCollector:
                 self.journaled_to(metadata.partition, end)
         return ends
 
-    async def _partition_for(
-        self, producer: AIOKafkaProducer, topic: str, key: bytes | None
-    ) -> int:
+    async def _partitions_of(self, producer: AIOKafkaProducer, topic: str) -> list[int]:
+        partitions = self._partitions[topic] = sorted(await producer.partitions_for(topic))
+        return partitions
+
+    def _partition_in(self, partitions: list[int], key: bytes | None) -> int:
         """The partition aiokafka's default partitioner would pick (murmur2 of the key)."""
-        partitions = self._partitions.get(topic)
-        if partitions is None:
-            partitions = self._partitions[topic] = sorted(await producer.partitions_for(topic))
         if key is None:
             self._unkeyed += 1
             return partitions[self._unkeyed % len(partitions)]
@@ -115,7 +119,7 @@ class RecordCollector:
 
 def _appended(batch: Any, record: Outgoing) -> bool:
     """Whether the record fit in the producer batch (aiokafka returns None when it is full)."""
-    appended = batch.append(
-        key=record.key, value=record.value, timestamp=None, headers=list(record.headers)
-    )
+    # aiokafka's batch builder takes a list only.
+    headers = list(record.headers) if record.headers else []
+    appended = batch.append(key=record.key, value=record.value, timestamp=None, headers=headers)
     return appended is not None

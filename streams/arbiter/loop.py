@@ -212,7 +212,7 @@ class Arbiter(Service):
         tallies: Counter[bytes],
     ) -> None:
         if handled.key is not None and handled.state is not None:
-            self.sources.settle(task.states, handled)  # judged against the state it replaces
+            self.sources.settle(task.states, handled)
             task.states.put(handled.key, handled.state)
             self.schedule.note(task.partition, handled.key, handled.state)
         for record in handled.outputs:
@@ -221,12 +221,12 @@ class Arbiter(Service):
                 tallies[record.key or b""] += int(record.value or b"1")
             else:
                 batch.outputs.append(record)
-        if handled.decisions:
+        if handled.emitted:
             now = time.time()
-            for decision in handled.decisions:
-                self.metrics.decided(decision, now)
+            for arbitration in handled.emitted:
+                self.metrics.decided(arbitration, now)
                 for observe in self._observers:
-                    observe(decision)
+                    observe(arbitration)
                 if received > 0:
                     self.metrics.decision_latency.observe(max(0.0, now - received))
 

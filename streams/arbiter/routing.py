@@ -25,12 +25,13 @@ from aiokafka.coordinator.protocol import (
 
 from streams.arbiter.schedule import Schedule
 from streams.arbiter.tasks import Tasks
-from streams.core.contracts import Decision
+from streams.core.arbitration import Arbitration
 from streams.core.keystate import KeyState
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 
-Observer = Callable[[Decision], None]
+Observer = Callable[[Arbitration], None]
+"""Told of each decision emitted, as decided: its Decision is built only if it reads it."""
 
 
 def advertised_url(settings: Settings) -> str:

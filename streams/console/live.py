@@ -1,6 +1,6 @@
 """The console's live feed: decisions this worker emits, fanned out to server-sent-event clients.
 
-The arbiter calls `LiveDecisions.publish` for every decision it emits (an observer: no Kafka
+The arbiter calls `LiveDecisions.observe` for every decision it emits (an observer: no Kafka
 consumer per client, nothing read back from the decisions topic). Each client has a bounded
 queue; a client that falls behind loses events and is told so (`lagged`), so it reloads what it
 shows instead of the worker buffering without limit. The number of clients is bounded too.
@@ -12,6 +12,7 @@ import asyncio
 import json
 from typing import Any
 
+from streams.core.arbitration import Arbitration
 from streams.core.contracts import Decision, Money
 from streams.core.keystate import state_key
 
@@ -90,6 +91,11 @@ class LiveDecisions:
     @property
     def clients(self) -> int:
         return len(self._clients)
+
+    def observe(self, arbitration: Arbitration) -> None:
+        """The arbiter's observer: the decision is built only when some client follows."""
+        if self._clients:
+            self.publish(arbitration.decision)
 
     def publish(self, decision: Decision) -> None:
         if not self._clients:

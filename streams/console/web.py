@@ -90,7 +90,7 @@ def register_console(
         Peers(),
         clock,
     )
-    ownership.subscribe(console.live.publish)
+    ownership.subscribe(console.live.observe)
     for refusal in Refusal:
         metrics.console_writes_refused.labels(refusal.value)
     # Faust's aiohttp driver: its requests and application are aiohttp's own.

@@ -163,6 +163,10 @@ class Arbitration:
         return self._supersedes
 
     @property
+    def policy_version(self) -> str:
+        return self._policy_version
+
+    @property
     def decided_at(self) -> datetime:
         return self._decided_at
 
@@ -188,7 +192,10 @@ class Arbitration:
                 "reason": verdict.reason,
                 "tiebreak": verdict.tiebreak,
                 "resolution_id": verdict.resolution_id,
-                "evidence": tuple(_evidence(a, roles[a.claim.claim_id]) for a in self._claims),
+                "evidence": tuple(
+                    constructed(Evidence, evidence_fields(a, roles[a.claim.claim_id]))
+                    for a in self._claims
+                ),
                 "decided_at": self._decided_at,
                 "supersedes": self._supersedes,
             },
@@ -254,12 +261,15 @@ class Arbitration:
             and (mine.value is verdict.value or _hashable(mine.value) == _hashable(verdict.value))
         )
 
+    # Each checks first whether there is an event at all: reading `decision` builds it.
     @cached_property
     def epoch_change(self) -> EpochChange | None:
-        return _epoch_event(self.decision, self._shift)
+        return None if self._shift is None else _epoch_event(self.decision, self._shift)
 
     @cached_property
     def reobserve(self) -> ReobserveRequest | None:
+        if self.outcome is not Outcome.QUARANTINED:
+            return None
         return _reobserve_request(self.decision, self._claims, self.roles)
 
 
@@ -306,33 +316,29 @@ def _action(verdict: Verdict, rules: FieldRules) -> Action:
     return _CONFLICT_ACTIONS[rules.on_conflict]
 
 
-def _evidence(admitted: AdmittedClaim, role: EvidenceRole) -> Evidence:
+def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:
+    """The fields of the claim's Evidence, as weighed in a decision in the role it played."""
     claim = admitted.claim
-    return constructed(
-        Evidence,
-        {
-            "claim_id": claim.claim_id,
-            "source": claim.source,
-            "replica": claim.replica,
-            "authority": admitted.authority,
-            "status": claim.status,
-            "value": admitted.value,
-            "observed_at": claim.observed_at,
-            "valid_from": claim.valid_from,
-            "valid_to": claim.valid_to,
-            "epoch": claim.epoch,
-            "lineage": admitted.lineage,
-            # As compared (normalized): one claim sent twice with its scope spelled two ways is
-            # the same claim, and its evidence must not depend on which spelling arrived first.
-            "scope": admitted.scope_key,
-            "role": role,
-        },
-    )
+    return {
+        "claim_id": claim.claim_id,
+        "source": claim.source,
+        "replica": claim.replica,
+        "authority": admitted.authority,
+        "status": claim.status,
+        "value": admitted.value,
+        "observed_at": claim.observed_at,
+        "valid_from": claim.valid_from,
+        "valid_to": claim.valid_to,
+        "epoch": claim.epoch,
+        "lineage": admitted.lineage,
+        # As compared (normalized): one claim sent twice with its scope spelled two ways is
+        # the same claim, and its evidence must not depend on which spelling arrived first.
+        "scope": admitted.scope_key,
+        "role": role,
+    }
 
 
-def _epoch_event(decision: Decision, shift: EpochShift | None) -> EpochChange | None:
-    if shift is None:
-        return None
+def _epoch_event(decision: Decision, shift: EpochShift) -> EpochChange:
     return EpochChange(
         subject=decision.subject,
         field=decision.field,
@@ -348,9 +354,7 @@ def _epoch_event(decision: Decision, shift: EpochShift | None) -> EpochChange | 
 
 def _reobserve_request(
     decision: Decision, claims: list[AdmittedClaim], roles: Roles
-) -> ReobserveRequest | None:
-    if decision.outcome is not Outcome.QUARANTINED:
-        return None
+) -> ReobserveRequest:
     held = [a for a in claims if roles[a.claim.claim_id] is EvidenceRole.QUARANTINED]
     epochs = [a.claim.epoch for a in held if a.claim.epoch is not None]
     return ReobserveRequest(

@@ -48,11 +48,13 @@ class AdmittedClaim:
     A key's claims are arbitrated again on every new claim, so the orderings the engine sorts by
     are computed once here rather than on every arbitration. A plain slotted class whose
     `__init__` computes them: a frozen dataclass sets each through `object.__setattr__`. Not to be
-    changed once built (only `journaled` is filled in later); equal by the four given fields."""
+    changed once built (only `journaled` and `evidence_avro` are filled in later); equal by the
+    four given fields."""
 
     __slots__ = (
         "authority",
         "claim",
+        "evidence_avro",
         "journaled",
         "lineage",
         "observed_us",
@@ -90,6 +92,9 @@ class AdmittedClaim:
     journaled: Raw | None
     """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
     is written again on every change, and its older claims never change."""
+    evidence_avro: bytes | None
+    """Its Avro Evidence record up to the role, kept once a decision first sends it: every
+    decision of the key sends it again, with only its role changed."""
 
     def __init__(self, claim: ClaimFields, authority: Authority, value: Value, lineage: str):
         self.claim = claim
@@ -108,6 +113,7 @@ class AdmittedClaim:
         self.scope_key = None if scope is None else normalize_scope(scope)
         self.plain = claim.epoch is None and start is None and end is None and scope is None
         self.journaled = None
+        self.evidence_avro = None
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not AdmittedClaim:

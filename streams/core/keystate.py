@@ -121,6 +121,9 @@ class Transition:
     escalation: Decision | None = None
     refused: ContractError | None = None
     """The input was refused (a reused claim_id): dead-letter it, and still apply the transition."""
+    opened: KeyState | None = None
+    """The key as it stood before this transition, when its decision was open (a conflict or a
+    quarantine): what a settlement is judged against. A copy, as the state changes in place."""
 
 
 Trigger = Literal["claim", "duplicate", "resolution", "time"]
@@ -158,7 +161,21 @@ def apply_claim(
     whatever order the versions arrive in (as `agreement.distinct` in replay)."""
     claim = admitted.claim
     state = state or KeyState(subject=claim.subject, field=claim.field)
-    claim_id = claim.claim_id
+    opened = _opened(state)
+    transition = _claimed(state, admitted, rules, policy_version, now, limits)
+    transition.opened = opened
+    return transition
+
+
+def _claimed(
+    state: KeyState,
+    admitted: AdmittedClaim,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits,
+) -> Transition:
+    claim_id = admitted.claim.claim_id
     if claim_id in state.disputed:
         transition = _decide(state, rules, policy_version, now, "claim", limits)
         return replace(transition, refused=_conflicting_duplicate(claim_id))
@@ -185,6 +202,15 @@ def _copied(state: KeyState) -> KeyState:
     return replace(state, arbitration=arbitration)
 
 
+def _opened(state: KeyState) -> KeyState | None:
+    """A copy of `state` kept for its transition when its decision is open (the claims, history
+    and resolutions are immutable tuples: shared, not copied)."""
+    current = state.current
+    if current is None or current.outcome not in OPEN_OUTCOMES:
+        return None
+    return replace(state, arbitration=None)
+
+
 def _conflicting_duplicate(claim_id: str) -> ContractError:
     return ContractError(
         RejectReason.CONFLICTING_DUPLICATE,
@@ -204,6 +230,20 @@ def add_resolution(
     """Add a person's resolution and re-decide. One made against a decision that is no longer
     the key's (`resolves_decision_id`: new evidence arrived while the steward looked) is refused,
     not applied: the steward decided on evidence that has since changed."""
+    opened = _opened(state) if state else None
+    transition = _resolved(state, resolution, rules, policy_version, now, limits)
+    transition.opened = opened
+    return transition
+
+
+def _resolved(
+    state: KeyState | None,
+    resolution: Resolution,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits,
+) -> Transition:
     state = (
         _copied(state) if state else KeyState(subject=resolution.subject, field=resolution.field)
     )

@@ -1,6 +1,8 @@
 """What a decided record sends: the key's decision records, escalations and outcome counts
 (`Outputs.emit`), or a dead letter carrying the original record plus why it was refused
 (`Outputs.dead_letter`, headers under `ERROR_HEADER_PREFIX`). The last room of the pipeline.
+Decision records are assembled by streams.decision_bytes; every other record is written by the
+codec from its model.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from streams.core.arbitration import Arbitration
-from streams.core.contracts import Claim, RejectReason
+from streams.core.contracts import Claim, ConflictKind, Decision, Outcome, RejectReason
 from streams.core.errors import RejectedInput
 from streams.core.keystate import Transition
+from streams.decision_bytes import DecisionWriter
 from streams.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
 from streams.registry import WireCodec
@@ -38,20 +41,21 @@ class Outputs:
         self.metrics = metrics
         self.group = group
         self.wall_clock = wall_clock
+        decisions = self.topics.decisions
+        self.decision_bytes = DecisionWriter(lambda: codec.framing(decisions, Decision))
+        self._outcome_keys: dict[tuple[str, Outcome, ConflictKind | None], bytes] = {}
 
     def emit(self, key: bytes, step: Transition, record: Incoming) -> Handled:
         """The key's new state and the records its step sends (a refused claim: a dead letter)."""
-        handled = Handled(key=key, state=step.state)
+        handled = Handled(key=key, state=step.state, opened=step.opened)
         topics = self.topics
         if step.refused is not None:
             handled.outputs.append(self.dead_letter(record, step.refused, 1))
-        if step.emitted is not None:
-            handled.outputs += self._arbitration_records(key, step.emitted)
-            decision = step.emitted.decision
-            handled.decisions.append(decision)
-            conflict_kind = decision.conflict_kind.value if decision.conflict_kind else "none"
-            stat = f"{decision.field}|{decision.outcome.value}|{conflict_kind}".encode()
-            handled.outputs.append(Outgoing(topics.outcomes, stat, b"1"))
+        emitted = step.emitted
+        if emitted is not None:
+            self._arbitration_records(key, emitted, handled.outputs)
+            handled.emitted.append(emitted)
+            handled.outputs.append(Outgoing(topics.outcomes, self._outcome_key(emitted), b"1"))
         if step.escalation is not None:
             handled.outputs.append(
                 Outgoing(
@@ -66,13 +70,11 @@ class Outputs:
             metrics.escalations.labels(metrics.field_label(step.state.field)).inc()
         return handled
 
-    def _arbitration_records(self, key: bytes, arbitration: Arbitration) -> list[Outgoing]:
+    def _arbitration_records(
+        self, key: bytes, arbitration: Arbitration, records: list[Outgoing]
+    ) -> None:
         topics = self.topics
-        records = [
-            Outgoing(
-                topics.decisions, key, self.codec.encode(topics.decisions, arbitration.decision)
-            )
-        ]
+        records.append(Outgoing(topics.decisions, key, self.decision_bytes(arbitration)))
         if arbitration.epoch_change is not None:
             records.append(
                 Outgoing(
@@ -89,7 +91,17 @@ class Outputs:
                     self.codec.encode(topics.reobserve, arbitration.reobserve),
                 )
             )
-        return records
+
+    def _outcome_key(self, arbitration: Arbitration) -> bytes:
+        """`field|outcome|conflict kind` (`none` without one), the outcome counts' key; made
+        once per combination (the policy's fields, the outcomes and kinds are few)."""
+        kind = arbitration.verdict.kind
+        combination = (arbitration.field, arbitration.outcome, kind)
+        known = self._outcome_keys.get(combination)
+        if known is None:
+            text = f"{arbitration.field}|{arbitration.outcome.value}|{kind or 'none'}"
+            known = self._outcome_keys[combination] = text.encode()
+        return known
 
     def dead_letter(self, record: Incoming, exc: Exception, attempts: int) -> Outgoing:
         """The original record to the dead-letter topic, with the reason in its headers."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.core.contracts import Decision
+from streams.core.arbitration import Arbitration
 from streams.core.keystate import KeyState
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -40,4 +40,7 @@ class Handled:
     key: bytes | None = None
     state: KeyState | None = None
     outputs: list[Outgoing] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
+    emitted: list[Arbitration] = field(default_factory=list)
+    """The decisions sent, as decided: their Decision models are built only where read."""
+    opened: KeyState | None = None
+    """The key as it stood before, when its decision was open: what a settlement judges."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from streams import codec
 from streams.core.contracts import Decision
 from streams.devkit.brokers import free_port
 from streams.registry import FolderRegistry, WireCodec
@@ -290,6 +291,9 @@ async def wait_for_decisions(
             for messages in batch.values():
                 for message in messages:
                     decision = CODEC.decode(Decision, message.value)
+                    # The worker assembles decision records from parts: byte for byte the
+                    # record the codec writes from the Decision it reads back as.
+                    assert message.value[5:] == codec.encode(decision), decision.decision_id
                     every.append(decision)
                     latest[(decision.subject, decision.field)] = decision
             if all(k in latest and latest[k].decision_id == v for k, v in expected.items()):
