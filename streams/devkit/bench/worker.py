@@ -110,6 +110,10 @@ class BenchWorker:
     def state_keys(self) -> int:
         return int(_metric(self.metrics(), "claimstream_state_keys"))
 
+    def restore_seconds(self) -> float:
+        """The worker's own time restoring its tasks since it started, rebalances summed."""
+        return _metric(self.metrics(), "claimstream_restore_seconds_sum")
+
     def stall_counts(self) -> StallCounts:
         text = self.metrics()
         return StallCounts(
