@@ -29,6 +29,11 @@ CLAIMS = 4000
 PROCESSED_METRICS = ("claimstream_claims_accepted_total", "claimstream_claims_rejected_total")
 
 
+def ready(worker: WorkerProcess) -> bool:
+    """Whether /readyz answers 200 (`get` takes a 503, still restoring, for no answer)."""
+    return worker.get("/readyz", attempts=1) is not None
+
+
 def processed(worker: WorkerProcess) -> float:
     """Claims the worker process has accepted or rejected since it started (0: no answer)."""
     text = worker.get("/metrics", attempts=1) or ""
@@ -65,6 +70,7 @@ def test_a_worker_sigkilled_twice_restarts_on_its_local_store_under_load(
         settings={"broker_session_timeout_s": "30"},
     )
     worker = deployment.worker(0).start()
+    asyncio.run(until("ready", lambda: ready(worker), worker))
     history = History()
     restarted = [time.monotonic()]
 
