@@ -220,6 +220,11 @@ class Metrics:
             "Consumer-group rebalances that assigned this worker its tasks.",
             registry=r,
         )
+        self.restore_records_remaining = Gauge(
+            "claimstream_restore_records_remaining",
+            "Changelog records the tasks being restored still have to read (0 when none is).",
+            registry=r,
+        )
         self.restore_seconds = Histogram(
             "claimstream_restore_seconds",
             "From a rebalance starting to this worker's assigned tasks being restored and open.",

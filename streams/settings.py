@@ -90,7 +90,16 @@ class Settings(BaseModel):
     schema_registry_password: SecretStr | None = Field(
         default=None, description="the registry's basic-auth password: a secret, never printed"
     )
-    store: str = "memory://"
+    store: str = Field(
+        default="memory://",
+        description="memory:// keeps key state in memory (a restart reads the changelog in full); "
+        "rocksdb:// on local disk under data_dir, with checkpoints (a restart reads its tail)",
+    )
+    store_cache_mb: int = Field(
+        default=64,
+        ge=1,
+        description="with rocksdb://, the block cache the worker's task stores share (MiB)",
+    )
     data_dir: Path = Path("var/claimstream")
     web_host: str = "127.0.0.1"
     web_port: int = 6066
@@ -119,7 +128,8 @@ class Settings(BaseModel):
     state_cache_keys: int = Field(
         default=100_000,
         ge=1,
-        description="decoded key states a worker keeps in memory; others stay encoded (~1 KB)",
+        description="decoded key states a worker keeps in memory; others stay encoded (~1 KB), "
+        "in memory or on disk as `store` says",
     )
     retry_attempts: int = Field(default=3, ge=1)
     audit_retention_days: int = Field(

@@ -16,6 +16,9 @@ from streams.arbiter.routing import RoutingAssignor
 from streams.arbiter.schedule import Schedule
 from streams.core.keystate import KeyState
 from streams.pipeline.rekey import partition_of
+from streams.state.cache import StateCache
+from streams.state.keystore import Changes, Timer, micros
+from streams.state.task import TaskStore
 
 TOPICS = ["claims.tools", "claims.users", "claimstream-rekeyed", "claims.resolutions"]
 
@@ -61,26 +64,41 @@ def test_every_member_gets_the_same_partitions_of_every_topic_and_everyone_knows
         assert follower.owners == owned
 
 
+class Planner:
+    """A schedule over one task whose store's timers are written as a journal would."""
+
+    def __init__(self) -> None:
+        self.store = TaskStore(StateCache(10))
+        self.schedule = Schedule()
+        self.schedule.attach(0, self.store)
+
+    def plan(self, key: bytes, due: datetime | None) -> None:
+        timer = Timer(micros(due)) if due is not None else None
+        self.store.store.write(Changes(timers={key: timer}))
+
+
 def test_the_schedule_hands_out_each_due_key_once_and_forgets_revoked_keys() -> None:
     now = datetime(2026, 11, 29, 12, tzinfo=UTC)
-    schedule = Schedule()
+    planner = Planner()
+    schedule = planner.schedule
     settled = KeyState("acme", "order.payment_status")
-    schedule.plan(b"a|f", now - timedelta(seconds=1))
-    schedule.plan(b"b|f", now + timedelta(seconds=1))
-    schedule.note(b"c|f", settled)  # nothing can change it by time alone: not scheduled
+    planner.plan(b"a|f", now - timedelta(seconds=1))
+    planner.plan(b"b|f", now + timedelta(seconds=1))
+    schedule.note(0, b"c|f", settled)  # nothing can change it by time alone: not scheduled
     assert schedule.take_due(now) == [(b"a|f", now - timedelta(seconds=1))]
     assert schedule.take_due(now) == []
-    schedule.forget([b"b|f"])
+    schedule.detach(0)  # the task is revoked
     assert schedule.take_due(now + timedelta(hours=1)) == []
 
 
 def test_due_keys_are_handed_out_earliest_first_within_a_budget() -> None:
     now = datetime(2026, 11, 29, 12, tzinfo=UTC)
-    schedule = Schedule()
+    planner = Planner()
+    schedule = planner.schedule
     for n in range(10):
-        schedule.plan(f"k{n}|f".encode(), now - timedelta(seconds=10 - n))
-    schedule.plan(b"k0|f", now - timedelta(seconds=30))  # re-planned: the old entry is void
-    schedule.plan(b"k9|f", None)  # settled: no longer due
+        planner.plan(f"k{n}|f".encode(), now - timedelta(seconds=10 - n))
+    planner.plan(b"k0|f", now - timedelta(seconds=30))  # re-planned: the old entry is void
+    planner.plan(b"k9|f", None)  # settled: no longer due
     first = schedule.take_due(now, limit=3)
     assert first == [
         (b"k0|f", now - timedelta(seconds=30)),

@@ -18,7 +18,8 @@ from streams.stalls import (
     StallCollector,
     tune_collector,
 )
-from streams.statestore import StateCache, TaskStore
+from streams.state.cache import StateCache
+from streams.state.task import TaskStore
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:

@@ -47,9 +47,12 @@ class RecordCollector:
     def attach(self, producer: AIOKafkaProducer) -> None:
         self._producer = producer
 
-    async def send_all(self, records: list[Outgoing], via: AIOKafkaProducer | None = None) -> None:
-        """Send `records` and wait until all are acknowledged."""
-        await self.acknowledged(await self.enqueue(records, via))
+    async def send_all(
+        self, records: list[Outgoing], via: AIOKafkaProducer | None = None
+    ) -> dict[int, int]:
+        """Send `records` and wait until all are acknowledged: how far each changelog
+        partition they wrote to reaches."""
+        return await self.acknowledged(await self.enqueue(records, via))
 
     async def enqueue(
         self, records: list[Outgoing], via: AIOKafkaProducer | None = None
@@ -85,12 +88,17 @@ class RecordCollector:
             )
         return pending
 
-    async def acknowledged(self, pending: Pending) -> None:
-        """Wait for the batches' acknowledgements; note how far each task's changelog reached."""
+    async def acknowledged(self, pending: Pending) -> dict[int, int]:
+        """Wait for the batches' acknowledgements; note how far each task's changelog reached,
+        and return it: changelog partition -> the offset after its last record here."""
         acknowledged = await asyncio.gather(*(future for _, _, future in pending))
+        ends: dict[int, int] = {}
         for (topic, count, _), metadata in zip(pending, acknowledged, strict=True):
             if topic == self.changelog:
-                self.journaled_to(metadata.partition, metadata.offset + count)
+                end = metadata.offset + count
+                ends[metadata.partition] = max(ends.get(metadata.partition, 0), end)
+                self.journaled_to(metadata.partition, end)
+        return ends
 
     async def _partition_for(
         self, producer: AIOKafkaProducer, topic: str, key: bytes | None

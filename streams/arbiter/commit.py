@@ -118,7 +118,7 @@ class InFlight:
     """An at-least-once batch whose records are sent and not yet all acknowledged: its offsets
     are committed once they are. The next batch is read and decided meanwhile."""
 
-    acks: asyncio.Future[None]
+    acks: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
     offsets: dict[TopicPartition, int]
     partitions: set[int]
 
@@ -194,7 +194,7 @@ class AtLeastOnce(_Committer):
         if in_flight is None:
             return NOTHING_FAILED
         try:
-            await in_flight.acks
+            ends = await in_flight.acks
         except Exception as exc:
             later, self._in_flight = self._in_flight, None
             partitions = in_flight.partitions | (later.partitions if later else set())
@@ -202,6 +202,8 @@ class AtLeastOnce(_Committer):
             if staying is not None:
                 partitions &= set(staying)
             return Failed(rewind=frozenset(partitions))
+        for partition in in_flight.partitions:
+            self.tasks.durable(partition, ends.get(partition))
         if in_flight.offsets:
             # Commits are cumulative: the next batch need not wait for this one. A lost commit
             # only means a later one (or the new owner) re-reads a little more.
@@ -220,7 +222,7 @@ class AtLeastOnce(_Committer):
             log.warning("arbiter: offset commit failed (%s: %s)", type(exc).__name__, exc)
 
 
-def _retrieved(acks: asyncio.Future[None]) -> None:
+def _retrieved(acks: asyncio.Future[dict[int, int]]) -> None:
     """Mark a failure as seen: a batch dropped by a rewind is never awaited."""
     if not acks.cancelled():
         acks.exception()
@@ -305,6 +307,7 @@ class ExactlyOnce(_Committer):
         producer = task.producer
         assert producer is not None
         async with producer.transaction():
-            await self.collector.send_all(records, via=producer)
+            ends = await self.collector.send_all(records, via=producer)
             sent.append(perf_counter())
             await producer.send_offsets_to_transaction(batch.offsets, self.group)
+        self.tasks.durable(task.partition, ends.get(task.partition))

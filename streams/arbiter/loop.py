@@ -33,7 +33,8 @@ from streams.health import Pulse
 from streams.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Outgoing, Processor
 from streams.settings import Settings
-from streams.statestore import StateCache
+from streams.state.cache import StateCache
+from streams.state.local import Checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,14 @@ class Arbiter(Service):
         self.schedule = Schedule()
         self.positions = InputPositions()
         cache = StateCache(settings.state_cache_keys)
-        self.tasks = Tasks(settings.changelog_topic, cache, self.schedule, self.positions)
+        self.tasks = Tasks(
+            settings.changelog_topic,
+            cache,
+            self.schedule,
+            self.positions,
+            Checkpoints(settings, processor.policy.version),
+            metrics,
+        )
         self.collector = RecordCollector(settings.changelog_topic, self.tasks.journaled_to)
         self.commits = commits_for(
             settings,
@@ -129,6 +137,7 @@ class Arbiter(Service):
         async with self.turn:
             # Stopping: no task stays here; the next owner reads on from the commit.
             await self._repair(await self.commits.flush(staying=()))
+            await self.tasks.close_all()
             for client in self._clients:
                 await client.stop()
             await self.tasks.stop_producers()
@@ -202,7 +211,7 @@ class Arbiter(Service):
     ) -> None:
         if handled.key is not None and handled.state is not None:
             task.states.put(handled.key, handled.state)
-            self.schedule.note(handled.key, handled.state)
+            self.schedule.note(task.partition, handled.key, handled.state)
         for record in handled.outputs:
             if record.topic == self.settings.topics.outcomes:
                 # Outcome counts are summed per batch: one record per field|outcome|kind.
@@ -222,7 +231,7 @@ class Arbiter(Service):
         """Close the tasks another worker fenced; rewind the ones whose commit failed."""
         for partition in sorted(failed.fenced):
             self.pulse.fence(partition)
-            await self.tasks.close(partition)
+            await self.tasks.drop(partition)
         if failed.rewind:
             await self._rewind(sorted(failed.rewind))
 

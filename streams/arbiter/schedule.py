@@ -1,66 +1,66 @@
 """The arbiter's timers: which owned keys may change by time alone, and which are open conflicts.
 
-Fed by the loop as it applies each key's new state and by a task as it is installed; read by the
-loop's tick (the due keys, earliest first) and by `Ownership.open_keys` (the console's queue). A
-punctuation queue in Kafka Streams' terms, derived from the tasks' state: the state stays the truth.
+The timers themselves live in each task's key store, ordered by instant (`streams.state`), so
+they need no key in memory: the tick reads the due keys of every open task, earliest first
+across them. The open conflicts (the console's queue, the open-conflict gauges) are kept here
+per task, loaded from its store when the task is installed and kept current by the loop as it
+applies each key's new state. A punctuation queue in Kafka Streams' terms, derived from the
+tasks' state: the state stays the truth.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import itertools
+import sys
+from collections import ChainMap
 from datetime import datetime
 
-from streams.core.contracts import OPEN_OUTCOMES
 from streams.core.keystate import KeyState
+from streams.state.keystore import instant, micros
+from streams.state.task import TaskStore, open_since
 
 
-@dataclass
 class Schedule:
-    """When each owned key may change by time alone, and which are open conflicts. Derived from
-    the tasks' state; the state stays the truth."""
+    """When each owned key may change by time alone, and which are open conflicts."""
 
-    due: dict[bytes, datetime] = field(default_factory=dict)
-    open_since: dict[bytes, tuple[str, datetime]] = field(default_factory=dict)
-    # (due, key) in due order; an entry whose key is no longer due then is skipped when reached.
-    _queue: list[tuple[datetime, bytes]] = field(default_factory=list)
+    def __init__(self) -> None:
+        self._stores: dict[int, TaskStore] = {}
+        self._open: dict[int, dict[bytes, tuple[str, datetime]]] = {}
 
-    def note(self, key: bytes, state: KeyState) -> None:
-        self.plan(key, state.next_check_at)
-        current = state.current
-        if (
-            current is not None
-            and current.outcome in OPEN_OUTCOMES
-            and state.conflict_since is not None
-        ):
-            self.open_since[key] = (state.field, state.conflict_since)
+    @property
+    def open_since(self) -> ChainMap[bytes, tuple[str, datetime]]:
+        """key -> (field, since) for every open conflict of the open tasks."""
+        return ChainMap(*self._open.values())
+
+    def attach(self, partition: int, store: TaskStore) -> None:
+        """The task is in service: its timers count, its open conflicts are listed."""
+        self._stores[partition] = store
+        self._open[partition] = {
+            key: (name, instant(since)) for key, name, since in store.open_conflicts()
+        }
+
+    def detach(self, partition: int) -> None:
+        self._stores.pop(partition, None)
+        self._open.pop(partition, None)
+
+    def note(self, partition: int, key: bytes, state: KeyState) -> None:
+        """The key's new state, as the loop applies it."""
+        listed = self._open.get(partition)
+        if listed is None:
+            return
+        since = open_since(state)
+        if since is None:
+            listed.pop(key, None)
         else:
-            self.open_since.pop(key, None)
-
-    def plan(self, key: bytes, due: datetime | None) -> None:
-        if due is None:
-            self.due.pop(key, None)
-        elif self.due.get(key) != due:
-            self.due[key] = due
-            heapq.heappush(self._queue, (due, key))
-
-    def forget(self, keys: Iterable[bytes]) -> None:
-        for key in keys:
-            self.due.pop(key, None)
-            self.open_since.pop(key, None)
+            listed[key] = (state.field, since)
 
     def take_due(self, now: datetime, limit: int | None = None) -> list[tuple[bytes, datetime]]:
         """Up to `limit` keys due by `now`, the earliest first; each is handed out once."""
-        ready: list[tuple[bytes, datetime]] = []
-        planned, heap = self.due, self._queue
-        while heap and heap[0][0] <= now and (limit is None or len(ready) < limit):
-            due, key = heapq.heappop(heap)
-            if planned.get(key) == due:
-                del planned[key]
-                ready.append((key, due))
-        if len(heap) > 2 * len(planned) + 1024:
-            # Mostly superseded entries (keys re-planned or forgotten): rebuild from the truth.
-            self._queue = [(due, key) for key, due in planned.items()]
-            heapq.heapify(self._queue)
-        return ready
+        until, budget = micros(now), sys.maxsize if limit is None else limit
+        found = {p: store.due(until, budget) for p, store in self._stores.items()}
+        runs = [[(entry, p) for entry in due] for p, due in found.items()]
+        chosen = list(itertools.islice(heapq.merge(*runs), budget))
+        for partition, store in self._stores.items():
+            store.hand_out(entry for entry, p in chosen if p == partition)
+        return [(key, instant(due)) for (due, key), _ in chosen]

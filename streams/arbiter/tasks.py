@@ -1,9 +1,11 @@
 """The arbiter's tasks: task `p` is partition `p` of every input topic and the state of its keys.
 
 Sits between the loop (which asks for tasks to be opened, reloaded and closed) and the stores
-(`streams.statestore`): a task is restored from its changelog partition off the rebalance
-callback, installed (its keys put on the schedule, its input partitions fetched again), and closed
-(off the schedule, out of the shared cache) when revoked, rewound or fenced. What the processing
+(`streams.state`): a task is restored from its changelog partition off the rebalance callback,
+from its local checkpoint when it has a usable one (`streams.state.local`), else from the
+beginning; installed (its restored keys' timers derived, its input partitions fetched again);
+checkpointed after commits as the guarantee says; and closed (off the schedule, out of the shared
+cache) when revoked, rewound or fenced. What the processing
 guarantee adds to opening a task (fencing its previous owner, re-reading the committed offsets)
 is the commit strategy's, reached through `Opening`. Modelled on Kafka Streams' `StreamTask` and
 `StoreChangelogReader`, quix-streams' `state/recovery.py`.
@@ -25,13 +27,17 @@ from aiokafka.structs import TopicPartition
 
 from streams.arbiter.schedule import Schedule
 from streams.core.journal import UnknownStateFormat
-from streams.statestore import StateCache, TaskStore
+from streams.metrics import Metrics
+from streams.state.cache import StateCache
+from streams.state.local import Checkpoints
+from streams.state.task import TaskStore
 
 log = logging.getLogger(__name__)
 
 RESTORE_FETCH_MS = 500  # getmany returns as soon as records arrive; this only bounds an idle wait
 RESTORE_RETRY_S = 1.0
 SCHEDULE_YIELD_KEYS = 500  # keys scheduled between yields, so restoring never starves heartbeats
+PROGRESS_S = 5.0  # how often a long restore logs how far it is
 
 
 @dataclass
@@ -41,6 +47,8 @@ class Task:
     partition: int
     states: TaskStore
     changelog_offset: int = 0  # next changelog offset this task has not yet seen
+    applied: int = 0  # every changelog record below this offset is in the task's key store
+    checkpointed: int = 0  # the offset the task's last checkpoint names
     producer: AIOKafkaProducer | None = None  # transactional, exactly_once only
 
     async def open_producer(self, options: Mapping[str, Any]) -> None:
@@ -130,12 +138,20 @@ class Tasks:
     """The tasks open on this worker, and the revoked ones it keeps to catch up if they return."""
 
     def __init__(
-        self, changelog: str, cache: StateCache, schedule: Schedule, positions: InputPositions
+        self,
+        changelog: str,
+        cache: StateCache,
+        schedule: Schedule,
+        positions: InputPositions,
+        checkpoints: Checkpoints,
+        metrics: Metrics,
     ) -> None:
         self.changelog = changelog
         self.cache = cache
         self.schedule = schedule
         self.positions = positions
+        self.checkpoints = checkpoints
+        self.metrics = metrics
         self.open: dict[int, Task] = {}
         self.standby: dict[int, Task] = {}  # revoked tasks, kept to catch up if they come back
         self._restorer: AIOKafkaConsumer | None = None
@@ -145,7 +161,7 @@ class Tasks:
         self._restorer = restorer
 
     def keys(self) -> int:
-        return sum(len(task.states) for task in self.open.values())
+        return sum(task.states.count() for task in self.open.values())
 
     def encoded_bytes(self) -> int:
         return sum(task.states.encoded_bytes for task in self.open.values())
@@ -156,14 +172,46 @@ class Tasks:
         if task is not None:
             task.changelog_offset = max(task.changelog_offset, end)
 
+    def durable(self, partition: int, end: int | None) -> None:
+        """The task's oldest journal not yet written is in its changelog, which reaches `end`
+        (None: the journal had no record): write it to the task's store; checkpoint if due."""
+        task = self.open.get(partition)
+        if task is None:
+            return
+        task.states.journaled()
+        if end is not None:
+            task.applied = max(task.applied, end)
+        store = task.states.store
+        if self.checkpoints.committed(partition, store, task.applied, task.checkpointed):
+            task.checkpointed = task.applied
+
     def take(self, partitions: Iterable[int]) -> list[Task]:
-        """Tasks for newly assigned partitions: from standby (to catch up) or empty."""
-        tasks = [
-            self.standby.get(partition) or Task(partition, TaskStore(self.cache))
-            for partition in sorted(partitions)
-        ]
-        self.standby.clear()  # the partitions went elsewhere; their state is another's now
+        """Tasks for newly assigned partitions: from standby (to catch up), else opened from
+        their local store and checkpoint, if any."""
+        standby = self.standby
+        tasks = [standby.pop(p) if p in standby else self._opened(p) for p in sorted(partitions)]
+        for task in self.standby.values():  # the partitions went elsewhere: another's state now
+            task.states.store.close()
+        self.standby.clear()
         return tasks
+
+    def _opened(self, partition: int) -> Task:
+        store, offset = self.checkpoints.open(partition)
+        task = Task(partition, TaskStore(self.cache, store), offset, offset, offset)
+        if offset == 0:
+            task.states.restoring_in_full()
+        return task
+
+    def _rebuild(self, task: Task, why: str) -> None:
+        """Wipe the task's store: it restores in full."""
+        log.warning(
+            "arbiter: task %d %s; wiping its local store and restoring in full", task.partition, why
+        )
+        task.states.forget_pending()
+        task.states.store.wipe()
+        self.checkpoints.remove(task.partition)
+        task.states.restoring_in_full()
+        task.changelog_offset = task.applied = task.checkpointed = 0
 
     async def restore_assigned(self, tasks: list[Task], opening: Opening) -> None:
         """Restore newly assigned tasks; each partition resumes as soon as its task is ready."""
@@ -204,22 +252,24 @@ class Tasks:
             await opening.fence(tasks)
             restoring = {TopicPartition(self.changelog, task.partition): task for task in tasks}
             restorer.assign(list(restoring))
-            for tp, task in restoring.items():
-                restorer.seek(tp, task.changelog_offset)
             # Under read_committed this is the last stable offset: nothing past it may count.
             ends = await restorer.end_offsets(list(restoring))
+            for tp, task in restoring.items():
+                if task.changelog_offset > ends[tp]:
+                    self._rebuild(
+                        task,
+                        f"restores from offset {task.changelog_offset}, past its changelog's "
+                        f"end {ends[tp]} (a checkpoint ahead of the changelog)",
+                    )
+                restorer.seek(tp, task.changelog_offset)
+            progress = _Progress(self.metrics, restoring, ends)
             while True:
                 for tp in list(restoring):
                     position = await restorer.position(tp)
                     if position >= ends[tp]:
                         task = restoring.pop(tp)
                         task.changelog_offset = position
-                        log.info(
-                            "arbiter: task %d caught up to changelog offset %d (end %d)",
-                            task.partition,
-                            position,
-                            ends[tp],
-                        )
+                        progress.caught_up(tp, position)
                         await self._install(task, opening)
                 if not restoring:
                     return
@@ -228,26 +278,34 @@ class Tasks:
                 )
                 for tp, messages in fetched.items():
                     task = restoring[tp]
-                    for message in messages:
-                        task.states.load(message.key, message.value)
+                    task.states.load_all((message.key, message.value) for message in messages)
                     task.changelog_offset = messages[-1].offset + 1
+                progress.read(fetched)
 
     async def _install(self, task: Task, opening: Opening) -> None:
         """Put a restored task in service and let its partitions be fetched again.
 
-        Every key is decoded here, before its partitions resume: a record in a state format this
-        release does not read stops the restore (and the worker) before any input is consumed."""
-        self.open[task.partition] = task
-        for n, key in enumerate(task.states):
+        Every restored key is decoded here, before its partitions resume (every key after a full
+        restore; those of the changelog's tail after a restore from a checkpoint), and its timers
+        derived again: a record in a state format this release does not read stops the restore
+        (and the worker) before any input is consumed."""
+        states = task.states
+        chunk: list[tuple[bytes, Any]] = []
+        for key in states.restored():
             try:
-                state = task.states.get(key)
+                chunk.append((key, states.get(key)))
             except UnknownStateFormat as exc:
                 where = f"{self.changelog} partition {task.partition}, key {key!r}"
                 raise UnknownStateFormat(exc.version, where) from None
-            if state is not None:
-                self.schedule.note(key, state)
-            if n % SCHEDULE_YIELD_KEYS == SCHEDULE_YIELD_KEYS - 1:
+            if len(chunk) == SCHEDULE_YIELD_KEYS:
+                states.retime(chunk)
+                chunk = []
                 await asyncio.sleep(0)
+        states.retime(chunk)
+        task.applied = task.checkpointed = task.changelog_offset
+        self.checkpoints.installed(task.partition, states.store, task.changelog_offset)
+        self.open[task.partition] = task
+        self.schedule.attach(task.partition, states)
         held = self.positions.held({task.partition})
         await opening.positioned(task)
         self.positions.resume(held)
@@ -260,25 +318,100 @@ class Tasks:
                 continue
             # The task keeps its producer (its failed transaction was aborted): opening a new
             # one would fence whichever worker owns the task, were it no longer this one.
-            failed = await self.close(partition, keep_producer=True)
-            reloaded.append(Task(partition, TaskStore(self.cache), producer=failed.producer))
+            task = await self.close(partition, keep_producer=True)
+            # Its store holds only what the changelog holds: read on from there.
+            task.changelog_offset = task.applied
+            reloaded.append(task)
         await self.restore(reloaded, opening)
 
     async def close(self, partition: int, keep_producer: bool = False) -> Task:
-        """Take a task out of service: off the schedule and out of the shared cache."""
+        """Take a task out of service: off the schedule, out of the shared cache, its changes
+        not known to be in the changelog forgotten. Its store stays open."""
         task = self.open.pop(partition)
-        self.schedule.forget(task.states)
+        self.schedule.detach(partition)
+        task.states.forget_pending()
         task.states.evict()
         if not keep_producer:
             await task.release_producer()
         return task
 
+    async def drop(self, partition: int) -> None:
+        """Close a task another owner took (fenced): no checkpoint of this worker's."""
+        task = await self.close(partition)
+        task.states.store.close()
+
     async def to_standby(self, partitions: Iterable[int]) -> None:
-        """Close the revoked tasks, and keep them to catch up should they come back."""
+        """Close the revoked tasks, checkpointed, and keep them to catch up should they come
+        back."""
         for partition in set(partitions) & set(self.open):
-            self.standby[partition] = await self.close(partition)
+            task = self.standby[partition] = await self.close(partition)
+            self._checkpoint(task)
+
+    def _checkpoint(self, task: Task) -> None:
+        self.checkpoints.write(task.partition, task.states.store, task.applied)
+        task.checkpointed = task.applied
+
+    async def close_all(self) -> None:
+        """The worker stops, its batches settled: checkpoint and close every store."""
+        for partition in list(self.open):
+            task = await self.close(partition)
+            self._checkpoint(task)
+            task.states.store.close()
+        for task in self.standby.values():
+            task.states.store.close()
+        self.standby.clear()
 
     async def stop_producers(self) -> None:
         for task in [*self.open.values(), *self.standby.values()]:
             if task.producer is not None:
                 await task.producer.stop()
+
+
+class _Progress:
+    """How far a restore is: the remaining-records gauge, and a log line now and then."""
+
+    def __init__(
+        self, metrics: Metrics, restoring: Mapping[TopicPartition, Task], ends: Mapping[Any, int]
+    ) -> None:
+        self.gauge = metrics.restore_records_remaining
+        self.ends = dict(ends)
+        self.started = {tp: task.changelog_offset for tp, task in restoring.items()}
+        self.positions = dict(self.started)
+        self.began = self.logged = time.monotonic()
+        self._show()
+
+    def _show(self) -> None:
+        self.gauge.set(sum(max(0, self.ends[tp] - o) for tp, o in self.positions.items()))
+
+    def read(self, fetched: Mapping[TopicPartition, Sequence[Any]]) -> None:
+        for tp, messages in fetched.items():
+            self.positions[tp] = messages[-1].offset + 1
+        self._show()
+        now = time.monotonic()
+        if now - self.logged >= PROGRESS_S:
+            self.logged = now
+            read = sum(self.positions[tp] - self.started[tp] for tp in self.positions)
+            total = sum(self.ends[tp] - self.started[tp] for tp in self.positions)
+            log.info(
+                "arbiter: restoring: %d of %d changelog records read (%.0f records/s)",
+                read,
+                total,
+                read / max(now - self.began, 1e-9),
+            )
+
+    def caught_up(self, tp: TopicPartition, position: int) -> None:
+        self.positions[tp] = position
+        self._show()
+        elapsed = time.monotonic() - self.began
+        read = position - self.started[tp]
+        log.info(
+            "arbiter: task %d caught up to changelog offset %d (end %d): %d records read "
+            "from offset %d in %.2fs (%.0f records/s)",
+            tp.partition,
+            position,
+            self.ends[tp],
+            read,
+            self.started[tp],
+            elapsed,
+            read / max(elapsed, 1e-9),
+        )

@@ -1,0 +1,155 @@
+"""A task's key store on local disk (`store: rocksdb://`): memory bounded by RocksDB's caches,
+whatever the number of keys.
+
+One RocksDB database per task, under the task's directory (`streams.state.local`). Its column
+families:
+- `default`: key -> the encoded state, as its changelog record holds it (and task-level
+  records, keys starting with `RESERVED`);
+- `due`: due instant (8 bytes, big-endian micros) + key -> nothing: the timers, read in due order;
+- `due_of`: key -> its due instant, to find a key's old `due` entry when it is re-planned;
+- `open`: key -> since (8 bytes) + field: the open conflicts.
+
+Writes are not synced one by one (a batch is in the changelog before it is written here, and
+the changelog is the truth); `flush` syncs the write-ahead log before a checkpoint names them.
+Modelled on Kafka Streams' `RocksDBStore` and quix-streams' `state/rocksdb/`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+)
+
+from streams.state.keystore import Changes, Timer
+
+_INSTANT = struct.Struct(">Q")
+_FAMILIES = ("due", "due_of", "open")
+WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # per task; two of them at most before a flush
+
+
+def shared_cache(capacity_bytes: int) -> Cache:
+    """One block cache for every task store of a worker: what reads may keep in memory."""
+    return Cache(capacity_bytes)
+
+
+def _options(cache: Cache) -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    options.set_max_write_buffer_number(2)
+    options.set_max_open_files(256)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    options.set_block_based_table_factory(table)
+    return options
+
+
+class RocksKeyStore:
+    """A task's encoded key states and timers in a RocksDB database at `path`."""
+
+    def __init__(self, path: Path, cache: Cache) -> None:
+        self.path = path
+        self._cache = cache
+        self._open()
+
+    def _open(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        options = _options(self._cache)
+        self._db = Rdict(
+            str(self.path),
+            options=options,
+            column_families={name: _options(self._cache) for name in _FAMILIES},
+        )
+        self._due = self._db.get_column_family("due")
+        self._due_of = self._db.get_column_family("due_of")
+        self._open_cf = self._db.get_column_family("open")
+        self._handles = {name: self._db.get_column_family_handle(name) for name in _FAMILIES}
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self._db.get(key)
+        return value
+
+    def write(self, changes: Changes) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, data in changes.states.items():
+            if data is None:
+                batch.delete(key)
+            else:
+                batch.put(key, data)
+        for key, timer in changes.timers.items():
+            self._plan(batch, key, timer)
+        self._db.write(batch)
+
+    def _plan(self, batch: WriteBatch, key: bytes, timer: Timer | None) -> None:
+        due_cf, due_of_cf, open_cf = (self._handles[name] for name in _FAMILIES)
+        old: bytes | None = self._due_of.get(key)
+        due = timer.due if timer is not None else None
+        new = _INSTANT.pack(due) if due is not None else None
+        if old != new:
+            if old is not None:
+                batch.delete(old + key, due_cf)
+            if new is None:
+                batch.delete(key, due_of_cf)
+            else:
+                batch.put(new + key, b"", due_cf)
+                batch.put(key, new, due_of_cf)
+        if timer is not None and timer.open_field is not None and timer.open_since is not None:
+            since = _INSTANT.pack(timer.open_since)
+            batch.put(key, since + timer.open_field.encode(), open_cf)
+        else:
+            batch.delete(key, open_cf)
+
+    def state_keys(self) -> Iterator[bytes]:
+        # Task-level records sort first (RESERVED is the lowest byte): start past them.
+        yield from self._db.keys(from_key=b"\x01")
+
+    def due(self, until: int, limit: int) -> list[tuple[int, bytes]]:
+        found: list[tuple[int, bytes]] = []
+        read = ReadOptions()
+        read.set_iterate_upper_bound(_INSTANT.pack(until + 1))
+        for entry in cast(Iterator[bytes], self._due.keys(read_opt=read)):
+            if len(found) >= limit:
+                break
+            found.append((_INSTANT.unpack_from(entry)[0], entry[_INSTANT.size :]))
+        return found
+
+    def open_conflicts(self) -> Iterator[tuple[bytes, str, int]]:
+        for key, value in cast(Iterator[tuple[bytes, bytes]], self._open_cf.items()):
+            yield key, value[_INSTANT.size :].decode(), _INSTANT.unpack_from(value)[0]
+
+    def count(self) -> int:
+        estimate: int = self._db.property_int_value("rocksdb.estimate-num-keys") or 0
+        return estimate
+
+    def size(self) -> int:
+        on_disk = self._db.property_int_value("rocksdb.estimate-live-data-size") or 0
+        in_memory = self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+        return int(on_disk) + int(in_memory)
+
+    def flush(self) -> None:
+        self._db.flush_wal(True)
+
+    def wipe(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._open()
+
+    def close(self) -> None:
+        # The column families' handles share the database: it is released once all are gone.
+        for family in (self._due, self._due_of, self._open_cf):
+            family.close()
+        self._handles.clear()
+        self._db.close()

@@ -1,0 +1,189 @@
+"""One task's keys as the arbiter sees them: decoded on demand, journaled per batch, written to
+the task's key store once the changelog holds them.
+
+A batch's changed keys wait decoded (`put`) until the batch is journaled: `journal` encodes each
+once, however often it changed, and hands the changelog records to the commit. They wait again,
+encoded, until the commit strategy says the changelog holds them (`journaled`: acknowledged, or
+committed with its transaction), and only then reach the key store, with their timers, in one
+write. So a key store holds nothing its changelog does not: a failed batch is forgotten
+(`forget_pending`) and the task reads its changelog on from where its store stands.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from streams.core.contracts import OPEN_OUTCOMES
+from streams.core.journal import decode_state, encode_state
+from streams.core.keystate import KeyState
+from streams.state.cache import StateCache
+from streams.state.keystore import RESERVED, Changes, KeyStore, MemoryKeyStore, Timer, micros
+
+_owners = itertools.count(1)
+
+
+def open_since(state: KeyState) -> datetime | None:
+    """Since when the key is an open conflict, if it is one."""
+    current = state.current
+    if current is not None and current.outcome in OPEN_OUTCOMES:
+        return state.conflict_since
+    return None
+
+
+def timer_of(state: KeyState) -> Timer | None:
+    """When the key may next change by time alone, and since when it is an open conflict."""
+    due = micros(state.next_check_at) if state.next_check_at is not None else None
+    since = open_since(state)
+    if since is not None:
+        return Timer(due, state.field, micros(since))
+    return Timer(due) if due is not None else None
+
+
+class TaskStore:
+    """One task's keys: each key's encoded state in `store`, decoded through the shared cache."""
+
+    def __init__(self, cache: StateCache, store: KeyStore | None = None) -> None:
+        self.cache = cache
+        self.store: KeyStore = store if store is not None else MemoryKeyStore()
+        self.owner = next(_owners)  # names this store's entries in the shared cache
+        self._unjournaled: dict[bytes, KeyState] = {}
+        self._records: dict[bytes, bytes] = {}  # task-level records put since the last journal
+        self._pending: deque[Changes] = deque()  # journaled, not yet known to be in the changelog
+        self._handed: dict[bytes, int] = {}  # due keys handed out, until their timer is rewritten
+        self._restored: set[bytes] | None = set()  # keys loaded since installed; None: every key
+
+    def get(self, key: bytes) -> KeyState | None:
+        state = self._unjournaled.get(key) or self.cache.get(key)
+        if state is None:
+            data = self._encoded(key)
+            if data is None:
+                return None
+            state = decode_state(data)
+            self.cache.misses += 1
+            self.cache.put(key, state, self.owner)
+        return state
+
+    def _encoded(self, key: bytes) -> bytes | None:
+        for changes in reversed(self._pending):
+            if key in changes.states:
+                return changes.states[key]
+        return self.store.get(key)
+
+    def put(self, key: bytes, state: KeyState) -> None:
+        """Keep `state` for `key`, encoded by the next `journal` (a key changed several times
+        in one batch is encoded and journaled once)."""
+        self._unjournaled[key] = state
+        self.cache.put(key, state, self.owner)
+
+    def get_encoded(self, key: bytes) -> bytes | None:
+        """A task-level record (its key starts with `RESERVED`), as last put."""
+        return self._records.get(key) or self._encoded(key)
+
+    def put_encoded(self, key: bytes, value: bytes) -> None:
+        """Keep a task-level record, journaled with the next batch like a changed key."""
+        if not key.startswith(RESERVED):
+            raise ValueError(f"task-level record keys start with {RESERVED!r}: {key!r}")
+        self._records[key] = value
+
+    def journal(self) -> dict[bytes, bytes]:
+        """Encode what changed since the last call: key -> the changelog record's value."""
+        changed = {key: encode_state(state) for key, state in self._unjournaled.items()}
+        timers = {key: timer_of(state) for key, state in self._unjournaled.items()}
+        changed.update(self._records)
+        self._unjournaled.clear()
+        self._records = {}
+        self._pending.append(Changes(dict(changed), timers))
+        return changed
+
+    def journaled(self) -> None:
+        """The changelog holds the oldest journal not yet written: write it to the store."""
+        if not self._pending:
+            return
+        changes = self._pending.popleft()
+        self.store.write(changes)
+        for key in changes.timers:
+            self._handed.pop(key, None)
+
+    def forget_pending(self) -> None:
+        """Forget every change the changelog may not hold (a failed batch)."""
+        for key in [*self._unjournaled, *(k for c in self._pending for k in c.states)]:
+            self.cache.discard(key)
+        self._unjournaled.clear()
+        self._records = {}
+        self._pending.clear()
+        self._handed.clear()
+
+    def load(self, key: bytes, data: bytes | None) -> None:
+        """Take a key's state as the changelog has it (None: the key was deleted)."""
+        self.load_all([(key, data)])
+
+    def load_all(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Take changelog records, in their order, in one write."""
+        changes = Changes()
+        for key, data in records:
+            self.cache.discard(key)
+            self._unjournaled.pop(key, None)
+            changes.states[key] = data
+        self.store.write(changes)
+        if self._restored is not None:
+            self._restored.update(key for key in changes.states if not key.startswith(RESERVED))
+
+    def restoring_in_full(self) -> None:
+        """The store is empty and reads its whole changelog: every key is a restored one."""
+        self._restored = None
+
+    def restored(self) -> Iterator[bytes]:
+        """The keys loaded since the store was last installed (all of them after a full
+        restore), once: their timers are derived again from their state."""
+        restored, self._restored = self._restored, set()
+        return iter(restored) if restored is not None else self.store.state_keys()
+
+    def retime(self, states: Iterable[tuple[bytes, KeyState | None]]) -> None:
+        """Derive the timers of restored keys from their state."""
+        timers = {key: timer_of(state) if state else None for key, state in states}
+        self.store.write(Changes(timers=timers))
+
+    def due(self, until: int, limit: int) -> list[tuple[int, bytes]]:
+        """Up to `limit` (due, key) pairs due by `until`, earliest first, not yet handed out;
+        keys changing in a batch not yet written wait for it."""
+        changing = set(self._unjournaled).union(*(c.timers for c in self._pending))
+        return [
+            (due, key)
+            for due, key in self.store.due(until, limit + len(self._handed) + len(changing))
+            if self._handed.get(key) != due and key not in changing
+        ][:limit]
+
+    def hand_out(self, due: Iterable[tuple[int, bytes]]) -> None:
+        """These timers were handed out: not again until they change."""
+        self._handed.update((key, at) for at, key in due)
+
+    def open_conflicts(self) -> Iterator[tuple[bytes, str, int]]:
+        return self.store.open_conflicts()
+
+    def evict(self) -> None:
+        """Drop this task's keys from the shared cache (the task is moving elsewhere)."""
+        self.cache.discard_owned(self.owner)
+
+    def count(self) -> int:
+        """Keys in the store (an estimate on disk): what the worker's gauge shows."""
+        return self.store.count()
+
+    @property
+    def encoded_bytes(self) -> int:
+        return self.store.size()
+
+    def _changing(self) -> set[bytes]:
+        keys = {*self._unjournaled, *(k for c in self._pending for k in c.states)}
+        return {key for key in keys if not key.startswith(RESERVED)}
+
+    def __iter__(self) -> Iterator[bytes]:
+        changing = self._changing()
+        yield from changing
+        yield from (key for key in self.store.state_keys() if key not in changing)
+
+    def __len__(self) -> int:
+        changing = self._changing()
+        return self.store.count() + sum(1 for key in changing if self.store.get(key) is None)
