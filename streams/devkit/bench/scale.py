@@ -257,9 +257,18 @@ def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
 
 def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWorker, float]:
     """A worker started on `settings`, and the seconds until its /readyz answered 200."""
-    started = time.perf_counter()
+    started = shown = time.perf_counter()
     worker = BenchWorker(settings, env)
-    until(worker.ready, "ready", worker)
+
+    def ready() -> bool:
+        nonlocal shown
+        if time.perf_counter() - shown >= 15:  # a long restore shows its progress
+            shown = time.perf_counter()
+            remaining = worker.restore_records_remaining()
+            print(f"bench: scale {settings.store} restoring, {remaining:,} records to read")
+        return worker.ready()
+
+    until(ready, "ready", worker)
     return worker, round(time.perf_counter() - started, 1)
 
 

@@ -114,6 +114,9 @@ class BenchWorker:
         """The worker's own time restoring its tasks since it started, rebalances summed."""
         return _metric(self.metrics(), "claimstream_restore_seconds_sum")
 
+    def restore_records_remaining(self) -> int:
+        return int(_metric(self.metrics(), "claimstream_restore_records_remaining"))
+
     def stall_counts(self) -> StallCounts:
         text = self.metrics()
         return StallCounts(
