@@ -172,6 +172,7 @@ def _store_settings(base: Settings, store: str, claims_topic: str, work_dir: Pat
             "topics": Topics(**{**names, "claims": claims_topic}),
             "store": f"{store}://",
             "data_dir": work_dir / f"scale-{store}",
+            "log_level": "info",  # its log (beside the data dir) tells what each restore read
             "web_port": free_port(),
             # Static membership: the restarted worker takes its partitions back at once, as a
             # StatefulSet pod does, instead of waiting out the killed one's session.
@@ -182,7 +183,7 @@ def _store_settings(base: Settings, store: str, claims_topic: str, work_dir: Pat
 
 def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) -> dict[str, Any]:
     env = worker_env(settings)
-    worker = BenchWorker(settings, env)
+    worker = BenchWorker(settings, env, worker_log(settings))
     try:
         marks = processed_marks(worker, [keys, keys + probe])
         fill_s, probe_s = marks.at[0] - marks.first, marks.at[1] - marks.at[0]
@@ -194,7 +195,6 @@ def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) ->
             "fill_claims_per_s": round(keys / max(fill_s, 1e-6)),
             "claims_per_s": round(probe / max(probe_s, 1e-6)),
             "cpu_us_per_claim": round(cpu_us, 1),
-            "state_keys": worker.state_keys(),
             "rss_bytes": worker.rss(),
             "peak_rss_bytes": worker.peak_rss(),
             "disk_bytes_per_key": round(disk_bytes(settings.data_dir) / keys, 1),
@@ -258,7 +258,7 @@ def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
 def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWorker, float]:
     """A worker started on `settings`, and the seconds until its /readyz answered 200."""
     started = shown = time.perf_counter()
-    worker = BenchWorker(settings, env)
+    worker = BenchWorker(settings, env, worker_log(settings))
 
     def ready() -> bool:
         nonlocal shown
@@ -270,6 +270,10 @@ def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWor
 
     until(ready, "ready", worker)
     return worker, round(time.perf_counter() - started, 1)
+
+
+def worker_log(settings: Settings) -> Path:
+    return settings.data_dir.with_suffix(".log")
 
 
 def until(

@@ -65,15 +65,19 @@ def stalls_between(before: StallCounts, after: StallCounts) -> dict[str, float]:
 
 
 class BenchWorker:
-    def __init__(self, settings: Settings, env: dict[str, str]) -> None:
+    def __init__(self, settings: Settings, env: dict[str, str], log: Path | None = None) -> None:
+        """`log`: a file the worker's output is appended to (none: discarded)."""
         self.settings = settings
+        output = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if not isinstance(output, int):
+            output.close()  # the worker holds its own
 
     def metrics(self) -> str:
         try:
