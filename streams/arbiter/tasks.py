@@ -263,24 +263,37 @@ class Tasks:
                     )
                 restorer.seek(tp, task.changelog_offset)
             progress = _Progress(self.metrics, restoring, ends)
-            while True:
-                for tp in list(restoring):
-                    position = await restorer.position(tp)
-                    if position >= ends[tp]:
-                        task = restoring.pop(tp)
-                        task.changelog_offset = position
-                        progress.caught_up(tp, position)
-                        await self._install(task, opening)
-                if not restoring:
-                    return
-                fetched = await restorer.getmany(
-                    *restoring, timeout_ms=RESTORE_FETCH_MS, max_records=10000
-                )
-                for tp, messages in fetched.items():
-                    task = restoring[tp]
-                    task.states.load_all((message.key, message.value) for message in messages)
-                    task.changelog_offset = messages[-1].offset + 1
-                progress.read(fetched)
+            try:
+                await self._read_to_ends(restorer, restoring, ends, progress, opening)
+            finally:
+                self.metrics.restore_records_remaining.set(0)  # done, failed or cancelled
+
+    async def _read_to_ends(
+        self,
+        restorer: AIOKafkaConsumer,
+        restoring: dict[TopicPartition, Task],
+        ends: Mapping[TopicPartition, int],
+        progress: _Progress,
+        opening: Opening,
+    ) -> None:
+        while True:
+            for tp in list(restoring):
+                position = await restorer.position(tp)
+                if position >= ends[tp]:
+                    task = restoring.pop(tp)
+                    task.changelog_offset = position
+                    progress.caught_up(tp, position)
+                    await self._install(task, opening)
+            if not restoring:
+                return
+            fetched = await restorer.getmany(
+                *restoring, timeout_ms=RESTORE_FETCH_MS, max_records=10000
+            )
+            for tp, messages in fetched.items():
+                task = restoring[tp]
+                task.states.load_all((message.key, message.value) for message in messages)
+                task.changelog_offset = messages[-1].offset + 1
+            progress.read(fetched)
 
     async def _install(self, task: Task, opening: Opening) -> None:
         """Put a restored task in service and let its partitions be fetched again.
@@ -318,10 +331,7 @@ class Tasks:
                 continue
             # The task keeps its producer (its failed transaction was aborted): opening a new
             # one would fence whichever worker owns the task, were it no longer this one.
-            task = await self.close(partition, keep_producer=True)
-            # Its store holds only what the changelog holds: read on from there.
-            task.changelog_offset = task.applied
-            reloaded.append(task)
+            reloaded.append(await self.close(partition, keep_producer=True))
         await self.restore(reloaded, opening)
 
     async def close(self, partition: int, keep_producer: bool = False) -> Task:
@@ -330,6 +340,8 @@ class Tasks:
         task = self.open.pop(partition)
         self.schedule.detach(partition)
         task.states.forget_pending()
+        # Its store holds only what the changelog holds: should it reopen, it reads on from there.
+        task.changelog_offset = task.applied
         task.states.evict()
         if not keep_producer:
             await task.release_producer()

@@ -27,7 +27,7 @@ from typing import Any
 
 from streams.settings import Guarantee, Settings
 from streams.state.keystore import KeyStore, MemoryKeyStore
-from streams.state.rocks import RocksKeyStore, shared_cache
+from streams.state.rocks import Budget, RocksKeyStore
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +71,14 @@ class Checkpoints:
             "policy_version": policy_version,
             "changelog": settings.changelog_topic,
         }
-        self._cache = shared_cache(settings.store_cache_mb * 1024 * 1024) if self.on_disk else None
+        self._budget = Budget(settings.store_cache_mb * 1024 * 1024) if self.on_disk else None
 
     def _file(self, partition: int) -> Path:
         return self.root / f"task-{partition}" / "checkpoint.json"
 
     def open(self, partition: int) -> tuple[KeyStore, int]:
         """The task's store and the changelog offset to restore it from."""
-        if self._cache is None:
+        if self._budget is None:
             return MemoryKeyStore(), 0
         path = self.root / f"task-{partition}" / "rocksdb"
         offset = 0
@@ -96,7 +96,7 @@ class Checkpoints:
                 )
                 shutil.rmtree(path)
                 self.remove(partition)
-        return RocksKeyStore(path, self._cache), offset
+        return RocksKeyStore(path, self._budget), offset
 
     def read(self, partition: int) -> int | str:
         """The checkpoint's offset, or why it cannot be used."""
@@ -120,7 +120,7 @@ class Checkpoints:
 
     def write(self, partition: int, store: KeyStore, offset: int) -> None:
         """Name `offset` as what the store reflects, once its writes are durable."""
-        if self._cache is None:
+        if self._budget is None:
             return
         store.flush()
         record = self.identity | {"partition": partition, "offset": offset}

@@ -29,30 +29,38 @@ from rocksdict import (
     Rdict,
     ReadOptions,
     WriteBatch,
+    WriteBufferManager,
 )
 
 from streams.state.keystore import Changes, Timer
 
 _INSTANT = struct.Struct(">Q")
 _FAMILIES = ("due", "due_of", "open")
-WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # per task; two of them at most before a flush
+WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # one memtable of one column family, at most
+WRITE_BUFFERS_BYTES = 64 * 1024 * 1024  # every memtable of every task store of a worker
 
 
-def shared_cache(capacity_bytes: int) -> Cache:
-    """One block cache for every task store of a worker: what reads may keep in memory."""
-    return Cache(capacity_bytes)
+class Budget:
+    """What every task store of a worker shares: the block cache reads keep in memory, and the
+    memtables' bound. RocksDB's memory is these, whatever the number of keys."""
+
+    def __init__(self, cache_bytes: int) -> None:
+        self.cache = Cache(cache_bytes)
+        self.write_buffers = WriteBufferManager(WRITE_BUFFERS_BYTES, False)
 
 
-def _options(cache: Cache) -> Options:
+def _options(budget: Budget) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_write_buffer_size(WRITE_BUFFER_BYTES)
     options.set_max_write_buffer_number(2)
+    options.set_write_buffer_manager(budget.write_buffers)
     options.set_max_open_files(256)
     table = BlockBasedOptions()
-    table.set_block_cache(cache)
+    table.set_block_cache(budget.cache)
     table.set_cache_index_and_filter_blocks(True)
+    table.set_bloom_filter(10, False)  # a key not stored (a new one) costs no disk read
     options.set_block_based_table_factory(table)
     return options
 
@@ -60,18 +68,17 @@ def _options(cache: Cache) -> Options:
 class RocksKeyStore:
     """A task's encoded key states and timers in a RocksDB database at `path`."""
 
-    def __init__(self, path: Path, cache: Cache) -> None:
+    def __init__(self, path: Path, budget: Budget) -> None:
         self.path = path
-        self._cache = cache
+        self._budget = budget
         self._open()
 
     def _open(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        options = _options(self._cache)
         self._db = Rdict(
             str(self.path),
-            options=options,
-            column_families={name: _options(self._cache) for name in _FAMILIES},
+            options=_options(self._budget),
+            column_families={name: _options(self._budget) for name in _FAMILIES},
         )
         self._due = self._db.get_column_family("due")
         self._due_of = self._db.get_column_family("due_of")

@@ -80,7 +80,8 @@ class TaskStore:
 
     def get_encoded(self, key: bytes) -> bytes | None:
         """A task-level record (its key starts with `RESERVED`), as last put."""
-        return self._records.get(key) or self._encoded(key)
+        record = self._records.get(key)
+        return record if record is not None else self._encoded(key)
 
     def put_encoded(self, key: bytes, value: bytes) -> None:
         """Keep a task-level record, journaled with the next batch like a changed key."""
