@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.journal import encode_state
+from streams.settings import Settings
 from streams.state.cache import StateCache
 from streams.state.keystore import micros
+from streams.state.local import Checkpoints
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore
 from tests.test_statestore import NOW, state_of
@@ -84,3 +86,31 @@ def test_the_rocksdb_store_answers_as_the_memory_store_does(
                 assert observed(memory) == observed(rocks), step
         finally:
             disk.close()
+
+
+def test_a_checkpoint_reads_back_only_for_the_store_it_was_written_for(tmp_path: Path) -> None:
+    options = {"store": "rocksdb://", "data_dir": tmp_path, "app_id": "a"}
+    checkpoints = Checkpoints(Settings(**options), "1.0")
+    store, offset = checkpoints.open(3)
+    assert offset == 0
+    checkpoints.write(3, store, 42)
+    store.close()
+    assert checkpoints.read(3) == 42
+    store, offset = checkpoints.open(3)
+    assert offset == 42
+    store.close()
+    assert Checkpoints(Settings(**options), "2.0").read(3) == (
+        "was written for policy_version '1.0', not '2.0'"
+    )
+    assert Checkpoints(Settings(**options | {"app_id": "b"}), "1.0").read(3) == (
+        "has no checkpoint"  # another app id keeps its stores apart
+    )
+    file = tmp_path / "a-arbiter" / "task-3" / "checkpoint.json"
+    file.write_text("{")
+    assert str(checkpoints.read(3)).startswith("has a corrupt checkpoint")
+    store, offset = checkpoints.open(3)  # rebuilt: empty, from the beginning
+    assert offset == 0
+    assert list(store.state_keys()) == []
+    store.close()
+    exactly_once = Checkpoints(Settings(**options, processing_guarantee="exactly_once"), "1.0")
+    assert exactly_once.read(3) == "has no checkpoint (not closed cleanly, under exactly-once)"

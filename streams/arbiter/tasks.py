@@ -367,7 +367,10 @@ class Tasks:
         """The worker stops, its batches settled: checkpoint and close every store."""
         for partition in list(self.open):
             task = await self.close(partition)
-            self._checkpoint(task)
+            try:
+                self._checkpoint(task)
+            except OSError as exc:  # the next start reads an older checkpoint, or rebuilds
+                log.warning("arbiter: task %d not checkpointed (%s)", partition, exc)
             task.states.store.close()
         for task in self.standby.values():
             task.states.store.close()
