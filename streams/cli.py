@@ -65,7 +65,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from streams.devkit.bench.run import main as bench_main
+    from streams.devkit.bench.scale import DEFAULT_KEYS, Scale
 
+    scale = None
+    if args.scale_keys is not None or args.scale_only:
+        stores = tuple(args.scale_stores.split(","))
+        scale = Scale(args.scale_keys or DEFAULT_KEYS, stores, only=args.scale_only)
     return bench_main(
         args.claims,
         args.subjects,
@@ -74,6 +79,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.latency_s,
         args.soak_s,
         Guarantee(args.guarantee),
+        scale,
     )
 
 
@@ -342,6 +348,26 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[g.value for g in Guarantee],
         default=Guarantee.AT_LEAST_ONCE.value,
         help="the worker's processing guarantee (exactly_once: the same run under transactions)",
+    )
+    bench_parser.add_argument(
+        "--scale-keys",
+        type=int,
+        nargs="?",
+        const=1_000_000,
+        default=None,
+        metavar="N",
+        help="then the scale phase: a worker holding N keys (default 1000000): RSS, disk per "
+        "key, claims/s at that size, restart and full-restore times; off unless given",
+    )
+    bench_parser.add_argument(
+        "--scale-stores",
+        default="rocksdb",
+        help="stores the scale phase measures, comma-separated (rocksdb,memory: both)",
+    )
+    bench_parser.add_argument(
+        "--scale-only",
+        action="store_true",
+        help="run the scale phase alone (N keys: --scale-keys, default 1000000)",
     )
     bench_parser.set_defaults(handler=cmd_bench)
     add_agent_commands(commands, connection)

@@ -33,12 +33,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 RATE = 250.0  # claims/s offered, well under a worker's capacity
 
 
-@pytest.fixture(scope="module")
-def kafka() -> Iterator[KafkaBroker]:
-    with KafkaBroker(partitions=4) as broker:
-        yield broker
-
-
 def test_workers_killed_with_sigkill_mid_stream(kafka: KafkaBroker, tmp_path: Path) -> None:
     deployment = deployment_on(kafka.bootstrap, tmp_path)
     workers = [deployment.worker(0).start(), deployment.worker(1).start()]

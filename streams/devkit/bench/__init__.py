@@ -9,6 +9,7 @@ pure engine is timed alone. The last line printed is one JSON object with the fi
 
 The rooms, in the order a run uses them: `workload` (the claims, topics and pacing), `raw` (the
 aiokafka limits), `worker` (the worker process under test), `load` (latency and soak under an
-offered rate), `inprocess` (engine and state size without a broker), and `run`, which runs the
-phases in that order and reports.
+offered rate), `inprocess` (engine and state size without a broker), `scale` (a worker holding
+N keys: its memory, disk and restarts; only when asked), and `run`, which runs the phases in
+that order and reports.
 """

@@ -2,14 +2,14 @@
 
 Phases: the workload fills the topics; the raw aiokafka limits read it; a worker process reads
 the same records, then takes an offered load for latency (and optionally a soak); last, the
-engine and the state size are measured in process. `main` prints the figures' JSON line.
+engine and the state size are measured in process; when asked, the scale phase (`scale`) runs
+last, or alone. `main` prints the figures' JSON line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -24,12 +24,8 @@ from streams.core.policy import Policy, load_policy
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import latency, soak
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
-from streams.devkit.bench.worker import (
-    BenchWorker,
-    claimstream_rate,
-    env_settings,
-    stalls_between,
-)
+from streams.devkit.bench.scale import Scale, scale_phase
+from streams.devkit.bench.worker import BenchWorker, claimstream_rate, stalls_between, worker_env
 from streams.devkit.bench.workload import Throughput, Workload, create_topics, fill, workload
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
@@ -57,6 +53,7 @@ def run(
     latency_s: float,
     soak_s: float = 0.0,
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
+    scale: Scale | None = None,
 ) -> dict[str, Any]:
     policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
@@ -74,21 +71,21 @@ def run(
             log_level="error",
             processing_guarantee=guarantee,
         )
-        asyncio.run(ensure_topics(settings))
-        load = workload(claims, subjects, seed=1, topic=topics.claims)
-        print(f"bench: {len(load.records)} claims ({len(load.claims)} valid) on {broker_kind}")
-        raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
-        measured = _worker_phases(broker.bootstrap, settings, load, latency_s, soak_s)
+        result: dict[str, Any] = {"broker": broker_kind, "guarantee": guarantee.value}
+        if scale is None or not scale.only:
+            asyncio.run(ensure_topics(settings))
+            load = workload(claims, subjects, seed=1, topic=topics.claims)
+            print(f"bench: {len(load.records)} claims ({len(load.claims)} valid) on {broker_kind}")
+            raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
+            measured = _worker_phases(broker.bootstrap, settings, load, latency_s, soak_s)
+            result |= {"claims": len(load.records), "subjects": subjects}
+            result |= _figures(policy, load, raw, lean, measured, soak_s)
+        if scale is not None:
+            result["scale"] = scale_phase(broker.bootstrap, settings, scale, work_dir)
     finally:
         broker.close()  # stops it and removes its data folder
         shutil.rmtree(work_dir, ignore_errors=True)
-    return {
-        "broker": broker_kind,
-        "claims": len(load.records),
-        "subjects": subjects,
-        "guarantee": guarantee.value,
-        **_figures(policy, load, raw, lean, measured, soak_s),
-    }
+    return result
 
 
 def _raw_phases(
@@ -112,10 +109,7 @@ def _worker_phases(
 ) -> WorkerFigures:
     """A worker process reads the filled input, then takes the offered load (and the soak)."""
     topics = settings.topics
-    env = dict(os.environ)
-    env.update({f"CLAIMSTREAM_{k.upper()}": str(v) for k, v in env_settings(settings).items()})
-    env.update({f"CLAIMSTREAM_TOPIC_{k.upper()}": v for k, v in topics.model_dump().items()})
-    worker = BenchWorker(settings, env)
+    worker = BenchWorker(settings, worker_env(settings))
     try:
         ours = claimstream_rate(worker, len(load.records), timeout_s=900)
         print(f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim")
@@ -204,7 +198,8 @@ def main(
     latency_s: float,
     soak_s: float = 0.0,
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
+    scale: Scale | None = None,
 ) -> int:
-    result = run(claims, subjects, broker_kind, partitions, latency_s, soak_s, guarantee)
+    result = run(claims, subjects, broker_kind, partitions, latency_s, soak_s, guarantee, scale)
     print(json.dumps(result, sort_keys=True))
     return 0

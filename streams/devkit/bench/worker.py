@@ -65,15 +65,19 @@ def stalls_between(before: StallCounts, after: StallCounts) -> dict[str, float]:
 
 
 class BenchWorker:
-    def __init__(self, settings: Settings, env: dict[str, str]) -> None:
+    def __init__(self, settings: Settings, env: dict[str, str], log: Path | None = None) -> None:
+        """`log`: a file the worker's output is appended to (none: discarded)."""
         self.settings = settings
+        output = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if not isinstance(output, int):
+            output.close()  # the worker holds its own
 
     def metrics(self) -> str:
         try:
@@ -110,6 +114,13 @@ class BenchWorker:
     def state_keys(self) -> int:
         return int(_metric(self.metrics(), "claimstream_state_keys"))
 
+    def restore_seconds(self) -> float:
+        """The worker's own time restoring its tasks since it started, rebalances summed."""
+        return _metric(self.metrics(), "claimstream_restore_seconds_sum")
+
+    def restore_records_remaining(self) -> int:
+        return int(_metric(self.metrics(), "claimstream_restore_records_remaining"))
+
     def stall_counts(self) -> StallCounts:
         text = self.metrics()
         return StallCounts(
@@ -124,6 +135,21 @@ class BenchWorker:
             if line.startswith(field):
                 return int(line.split()[1]) * 1024
         return 0
+
+    def ready(self) -> bool:
+        """Whether /readyz answers 200 (every assigned partition's task restored)."""
+        try:
+            url = f"http://127.0.0.1:{self.settings.web_port}/readyz"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return bool(response.status == 200)
+        except OSError:  # a 503 (restoring) too: HTTPError is an OSError
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no last commit, nothing flushed."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -151,13 +177,26 @@ def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> Th
     raise TimeoutError(f"worker processed {worker.processed():.0f} of {expected} claims")
 
 
+def worker_env(settings: Settings) -> dict[str, str]:
+    """This process's environment with `settings` as the worker's CLAIMSTREAM_* variables."""
+    env = dict(os.environ)
+    env.update({f"CLAIMSTREAM_{k.upper()}": str(v) for k, v in env_settings(settings).items()})
+    topics = settings.topics.model_dump().items()
+    env.update({f"CLAIMSTREAM_TOPIC_{k.upper()}": v for k, v in topics})
+    return env
+
+
 def env_settings(settings: Settings) -> dict[str, object]:
-    return {
+    chosen: dict[str, object] = {
         "app_id": settings.app_id,
         "broker": settings.broker,
         "partitions": settings.partitions,
         "web_port": settings.web_port,
+        "store": settings.store,
         "data_dir": settings.data_dir,
         "log_level": settings.log_level,
         "processing_guarantee": settings.processing_guarantee.value,
     }
+    if settings.instance_id is not None:
+        chosen["instance_id"] = settings.instance_id
+    return chosen

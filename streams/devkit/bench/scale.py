@@ -1,0 +1,294 @@
+"""The bench's scale phase: one worker holding N keys, and what that size costs it.
+
+It runs after the default phases (or alone), on the same broker. The claims are made lean: one
+Avro claim is encoded per round and copied with each key's number written into it, and they are
+produced in per-partition batches, so publishing a million takes seconds, not the minutes a
+model per claim would. Round 0 gives each of the N keys its first claim; round 1 gives a
+second, changed claim to `probe` keys drawn among them. Every store asked for (`rocksdb`, and
+`memory` beside it when asked) gets a worker of its own app id reading that one claims topic:
+- the fill (new keys) and the probe (keys at size) are timed as claims per second;
+- RSS and the data dir's bytes per key are read once it has processed everything;
+- it is SIGKILLed and restarted with its data dir, and timed until /readyz answers 200;
+- it is stopped, its data dir removed, and restarted: a full restore from the changelog,
+  timed the same way, and the changelog's records (and keys) per second of the worker's own
+  restore time (its `claimstream_restore_seconds`, without the process's start).
+The field is one without freshness, so N keys never go stale together and re-decide by time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from streams.client import ensure_topics
+from streams.core.contracts import Claim
+from streams.core.keystate import state_key
+from streams.devkit.bench.worker import BenchWorker, worker_env
+from streams.devkit.bench.workload import CODEC
+from streams.devkit.brokers import free_port
+from streams.pipeline.rekey import partition_of
+from streams.settings import Settings, Topics
+
+DEFAULT_KEYS = 1_000_000
+FIELD = "contract.seats"  # freshness none: no key re-decides by time alone
+SUBJECT = "scale-{:010d}"  # fixed width: a key's number replaces the template's bytes in place
+TEMPLATE_NUMBER = 0
+PROBE_CLAIMS = 30_000
+STALL_S = 180.0  # a worker that processes nothing for this long has failed the phase
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What the scale phase was asked for: `only` skips the default phases."""
+
+    keys: int = DEFAULT_KEYS
+    stores: tuple[str, ...] = ("rocksdb",)
+    probe: int = PROBE_CLAIMS
+    only: bool = False
+
+
+def lean_claims(
+    topic: str, round_no: int, numbers: Iterable[int], observed_at: datetime
+) -> Iterator[tuple[bytes, bytes]]:
+    """(key, Avro value) of round `round_no`'s claim for each key number: the same bytes as
+    `CODEC.encode` of that claim, made by rewriting one encoded template."""
+    placeholder = SUBJECT.format(TEMPLATE_NUMBER)
+    template = Claim(
+        claim_id=f"{placeholder}-{round_no}",
+        subject=placeholder,
+        field=FIELD,
+        status="present",
+        value=round_no + 1,
+        source="crm",
+        observed_at=observed_at,
+    )
+    value = CODEC.encode(topic, template)
+    key = state_key(placeholder, FIELD).encode()
+    marker = placeholder.encode()
+    for number in numbers:
+        subject = SUBJECT.format(number).encode()
+        yield key.replace(marker, subject), value.replace(marker, subject)
+
+
+async def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes, bytes]]) -> int:
+    """Produce `records` in per-partition batches (each key on its default partition, where the
+    worker owns it: no re-key hop); the number sent once all are acknowledged."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024, acks=1
+    )
+    await producer.start()
+    sent = 0
+    try:
+        partitions = len(await producer.partitions_for(topic))
+        builders: dict[int, Any] = {}
+        pending: list[asyncio.Future[Any]] = []
+        for key, value in records:
+            partition = partition_of(key, partitions)
+            builder = builders.get(partition)
+            if builder is None or builder.append(key=key, value=value, timestamp=None) is None:
+                if builder is not None:  # full: send it, start the next
+                    pending.append(await producer.send_batch(builder, topic, partition=partition))
+                builder = builders[partition] = producer.create_batch()
+                builder.append(key=key, value=value, timestamp=None)
+            sent += 1
+            if len(pending) >= 64:
+                await asyncio.gather(*pending)
+                pending.clear()
+        for partition, builder in builders.items():
+            pending.append(await producer.send_batch(builder, topic, partition=partition))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def offsets(bootstrap: str, topic: str) -> tuple[int, int]:
+    """The sum over `topic`'s partitions of their first and their end offsets."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap)  # its metadata: `topic`'s
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        first = await consumer.beginning_offsets(partitions)
+        end = await consumer.end_offsets(partitions)
+    finally:
+        await consumer.stop()
+    return sum(first.values()), sum(end.values())
+
+
+async def committed(bootstrap: str, group: str, topic: str) -> int:
+    """The sum of `group`'s committed offsets on `topic`."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        held = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return sum(meta.offset for tp, meta in held.items() if tp.topic == topic and meta.offset > 0)
+
+
+def scale_phase(bootstrap: str, base: Settings, scale: Scale, work_dir: Path) -> dict[str, Any]:
+    """Publish the N keys' claims once, then measure a worker on each store asked for."""
+    claims_topic = f"{base.app_id}.scale-claims"
+    observed_at = datetime.now(UTC) - timedelta(minutes=1)
+    probed = random.Random(7).sample(range(1, scale.keys + 1), min(scale.probe, scale.keys))
+    settings = [_store_settings(base, store, claims_topic, work_dir) for store in scale.stores]
+    for each in settings:
+        asyncio.run(ensure_topics(each))
+    records = itertools.chain(
+        lean_claims(claims_topic, 0, range(1, scale.keys + 1), observed_at),
+        lean_claims(claims_topic, 1, probed, observed_at),
+    )
+    started = time.perf_counter()
+    total = asyncio.run(publish(bootstrap, claims_topic, records))
+    publish_s = time.perf_counter() - started
+    print(f"bench: scale {total:,} claims on {scale.keys:,} keys published in {publish_s:.1f}s")
+    figures: dict[str, Any] = {
+        "keys": scale.keys,
+        "probe_claims": len(probed),
+        "publish_claims_per_s": round(total / max(publish_s, 1e-6)),
+    }
+    for store, each in zip(scale.stores, settings, strict=True):
+        figures[store] = _measure_store(bootstrap, each, scale.keys, len(probed))
+    return figures
+
+
+def _store_settings(base: Settings, store: str, claims_topic: str, work_dir: Path) -> Settings:
+    app_id = f"{base.app_id}-scale-{store}"
+    names = {k: f"{app_id}.{v}" for k, v in Topics().model_dump().items()}
+    return base.model_copy(
+        update={
+            "app_id": app_id,
+            "topics": Topics(**{**names, "claims": claims_topic}),
+            "store": f"{store}://",
+            "data_dir": work_dir / f"scale-{store}",
+            "log_level": "info",  # its log (beside the data dir) tells what each restore read
+            "web_port": free_port(),
+            # Static membership: the restarted worker takes its partitions back at once, as a
+            # StatefulSet pod does, instead of waiting out the killed one's session.
+            "instance_id": f"{app_id}-0",
+        }
+    )
+
+
+def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) -> dict[str, Any]:
+    env = worker_env(settings)
+    worker = BenchWorker(settings, env, worker_log(settings))
+    try:
+        marks = processed_marks(worker, [keys, keys + probe])
+        fill_s, probe_s = marks.at[0] - marks.first, marks.at[1] - marks.at[0]
+        cpu_us = (marks.cpu_last - marks.cpu_first) / (keys + probe) * 1e6
+        group, topic = f"{settings.app_id}-arbiter", settings.topics.claims
+        end = asyncio.run(offsets(bootstrap, topic))[1]
+        until(lambda: asyncio.run(committed(bootstrap, group, topic)) >= end, "input committed")
+        measured: dict[str, Any] = {
+            "fill_claims_per_s": round(keys / max(fill_s, 1e-6)),
+            "claims_per_s": round(probe / max(probe_s, 1e-6)),
+            "cpu_us_per_claim": round(cpu_us, 1),
+            "rss_bytes": worker.rss(),
+            "peak_rss_bytes": worker.peak_rss(),
+            "disk_bytes_per_key": round(disk_bytes(settings.data_dir) / keys, 1),
+        }
+        print(f"bench: scale {settings.store} at size {measured}")
+        worker.kill()
+        worker, measured["restart_ready_s"] = ready_after_start(settings, env)
+        worker.stop()
+        shutil.rmtree(settings.data_dir)
+        first, end = asyncio.run(offsets(bootstrap, settings.changelog_topic))
+        worker, ready_s = ready_after_start(settings, env)
+        restore_s = worker.restore_seconds()  # the restore alone, without the process's start
+        restarts = {
+            "restart_ready_s": measured["restart_ready_s"],
+            "full_restore_ready_s": ready_s,
+            "full_restore_s": round(restore_s, 1),
+            "restore_records": end - first,
+            "restore_records_per_s": round((end - first) / max(restore_s, 1e-6)),
+            "restore_keys_per_s": round(keys / max(restore_s, 1e-6)),
+        }
+        print(f"bench: scale {settings.store} restarts {restarts}")
+        measured |= restarts
+    finally:
+        worker.stop()
+        shutil.rmtree(settings.data_dir, ignore_errors=True)
+    return measured
+
+
+@dataclass(frozen=True)
+class Marks:
+    """When a worker's processed claims first reached each mark, and its CPU time then."""
+
+    first: float  # when the first processed claim showed
+    at: list[float]
+    cpu_first: float
+    cpu_last: float
+
+
+def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
+    """Watch the worker's processed claims up to the last mark; fails when it exits or
+    processes nothing for `STALL_S`."""
+    times: list[float] = []
+    first, cpu_first = 0.0, 0.0
+    done, progressed = 0.0, time.monotonic()
+    while len(times) < len(marks):
+        if worker.proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with {worker.proc.returncode}")
+        now, latest = time.perf_counter(), worker.processed()
+        if latest > done:
+            done, progressed = latest, time.monotonic()
+        elif time.monotonic() - progressed > STALL_S:
+            raise TimeoutError(f"the worker is stuck at {done:.0f} processed claims")
+        if not first and done > 0:
+            first, cpu_first = now, worker.cpu_seconds()
+        while len(times) < len(marks) and done >= marks[len(times)]:
+            times.append(now)
+        time.sleep(0.2)
+    return Marks(first, times, cpu_first, worker.cpu_seconds())
+
+
+def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWorker, float]:
+    """A worker started on `settings`, and the seconds until its /readyz answered 200."""
+    started = shown = time.perf_counter()
+    worker = BenchWorker(settings, env, worker_log(settings))
+
+    def ready() -> bool:
+        nonlocal shown
+        if time.perf_counter() - shown >= 15:  # a long restore shows its progress
+            shown = time.perf_counter()
+            remaining = worker.restore_records_remaining()
+            print(f"bench: scale {settings.store} restoring, {remaining:,} records to read")
+        return worker.ready()
+
+    until(ready, "ready", worker)
+    return worker, round(time.perf_counter() - started, 1)
+
+
+def worker_log(settings: Settings) -> Path:
+    return settings.data_dir.with_suffix(".log")
+
+
+def until(
+    done: Callable[[], bool], what: str, worker: BenchWorker | None = None, timeout_s: float = 1800
+) -> None:
+    """Wait for `done()`, failing when `worker` exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if worker is not None and worker.proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with {worker.proc.returncode} before {what}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not {what} after {timeout_s:.0f}s")
+        time.sleep(0.2)
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes the folder's files occupy on disk (allocated blocks, as `du` counts them)."""
+    return sum(path.stat().st_blocks * 512 for path in folder.rglob("*") if path.is_file())
