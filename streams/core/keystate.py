@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -23,7 +23,6 @@ from streams.core.contracts import (
     OPEN_OUTCOMES,
     ConflictKind,
     Decision,
-    EvidenceRole,
     Outcome,
     RejectReason,
     Resolution,
@@ -35,10 +34,9 @@ from streams.core.errors import ContractError
 from streams.core.incremental import Placement, placement
 from streams.core.intake import AdmittedClaim
 from streams.core.policy import FieldRules
+from streams.core.upkeep import evicted, expiry, latest_resolutions, next_check
 
 KEY_SEPARATOR = "|"
-_TICK = timedelta(microseconds=1)  # the smallest step of a key's clock
-_EVICT_FIRST = (EvidenceRole.STALE, EvidenceRole.SUPERSEDED, EvidenceRole.EXCLUDED)
 
 
 def state_key(subject: str, field: str) -> str:
@@ -253,7 +251,7 @@ def _resolved(
     if stale is not None:
         transition = _decide(state, rules, policy_version, now, "resolution", limits)
         return replace(transition, refused=stale)
-    kept = _latest_resolutions((*state.resolutions, resolution), limits.max_resolutions)
+    kept = latest_resolutions((*state.resolutions, resolution), limits.max_resolutions)
     return _decide(state, rules, policy_version, now, "resolution", limits, resolutions=kept)
 
 
@@ -276,16 +274,6 @@ def stale_view(
         f"key's current decision is {now_is}: the evidence changed since; look again and "
         "resolve the current decision",
     )
-
-
-def _latest_resolutions(resolutions: tuple[Resolution, ...], bound: int) -> tuple[Resolution, ...]:
-    """The `bound` latest by the order the engine chooses in (`decided_at`, then id), kept in
-    arrival order so an existing state stores the same bytes."""
-    if len(resolutions) <= bound:
-        return resolutions
-    ranked = sorted(resolutions, key=lambda r: (r.decided_at, r.resolution_id), reverse=True)
-    kept = {r.resolution_id for r in ranked[:bound]}
-    return tuple(r for r in resolutions if r.resolution_id in kept)
 
 
 def advance(
@@ -364,8 +352,8 @@ def _decide(
     emission = _emission(state, arbitration, trigger, now, limits)
     escalation = _escalation(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
-    kept = _evicted(claims, arbitration.roles, limits)
-    next_check_at = _next_check(kept, emission.conflict_since, escalated, rules, now)
+    kept = evicted(claims, arbitration.roles, limits.max_claims)
+    next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now)
     # Kept (for the shortcut, and to lend its id to the next verdict that does not change) as a
     # copy of its own, without the records built for sending: the evidence records do not stay.
     owned = arbitration.owned(now, None)
@@ -390,7 +378,7 @@ def _placed(
 ) -> Transition:
     """The shortcut's result, placed in the state's own arbitration: nothing the rules look at
     moved, so the belief, history and timers stand, except the new claim's own expiry."""
-    expires = _expiry(added, rules)
+    expires = expiry(added, rules)
     next_check_at = state.next_check_at
     if expires is not None and expires > now and (next_check_at is None or expires < next_check_at):
         next_check_at = expires
@@ -474,13 +462,6 @@ def _placement(
     return placement(previous, added, now)
 
 
-def _expiry(admitted: AdmittedClaim, rules: FieldRules) -> datetime | None:
-    """When a plain claim goes stale: one tick after it is exactly as old as the budget."""
-    if rules.freshness is None:
-        return None
-    return admitted.claim.observed_at + rules.freshness + _TICK
-
-
 def _summarize(arbitration: Arbitration, decided_at: datetime) -> DecisionSummary:
     """Read from the arbitration, not its Decision: the evidence records are built only for
     what is sent."""
@@ -497,41 +478,3 @@ def _summarize(arbitration: Arbitration, decided_at: datetime) -> DecisionSummar
             "supersedes": arbitration.supersedes,
         },
     )
-
-
-def _evicted(
-    claims: tuple[AdmittedClaim, ...], roles: dict[str, EvidenceRole], limits: Limits
-) -> tuple[AdmittedClaim, ...]:
-    """Bound the per-key history: drop claims that no longer count (oldest first), then the oldest.
-
-    Dropped claims stay in the decisions that cited them and in the input topics."""
-    excess = len(claims) - limits.max_claims
-    if excess <= 0:
-        return claims
-    ranked = sorted(
-        claims,
-        key=lambda a: (roles.get(a.claim.claim_id) not in _EVICT_FIRST, a.claim.observed_at),
-    )
-    dropped = {a.claim.claim_id for a in ranked[:excess]}
-    return tuple(a for a in claims if a.claim.claim_id not in dropped)
-
-
-def _next_check(
-    claims: tuple[AdmittedClaim, ...],
-    conflict_since: datetime | None,
-    escalated: bool,
-    rules: FieldRules,
-    now: datetime,
-) -> datetime | None:
-    """The earliest instant at which time alone could change this key's decision."""
-    moments: list[datetime] = []
-    for admitted in claims:
-        claim = admitted.claim
-        expires = _expiry(admitted, rules)
-        if expires is not None:
-            moments.append(expires)
-        moments += [m for m in (claim.valid_from, claim.valid_to) if m is not None]
-    if conflict_since is not None and not escalated:
-        moments.append(conflict_since + rules.escalate_after)
-    future = [m for m in moments if m > now]
-    return min(future, default=None)

@@ -157,11 +157,11 @@ def _arbitration_of(state: KeyState) -> tuple[object, ...] | None:
     return (kept.decision_id, dict(kept.roles), ids, kept.decided_at, kept.supersedes)
 
 
-@pytest.mark.parametrize("failing", ["_next_check", "_expiry"])
+@pytest.mark.parametrize("failing", ["next_check", "expiry"])
 def test_an_attempt_that_fails_before_its_end_leaves_the_state_as_it_was(
     failing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`_next_check` is the rules' path's last step, `_expiry` the shortcut's: a retry of the
+    """`next_check` is the rules' path's last step, `expiry` the shortcut's: a retry of the
     claim then finds the state without it and applies it once."""
     rules = POLICY.rules_for("order.payment_status")
     assert rules is not None
@@ -170,8 +170,8 @@ def test_an_attempt_that_fails_before_its_end_leaves_the_state_as_it_was(
         state = apply_claim(state, admit(c, POLICY, NOW), rules, POLICY.version, NOW).state
     assert state is not None
     # A weaker claim that agrees: the shortcut places it. One that disagrees: the rules run.
-    added = claim(3, source="billing-cache", value="paid" if failing == "_expiry" else "unpaid")
-    added = claim(3, source="crm", value="unpaid") if failing == "_next_check" else added
+    added = claim(3, source="billing-cache", value="paid" if failing == "expiry" else "unpaid")
+    added = claim(3, source="crm", value="unpaid") if failing == "next_check" else added
     snapshot = (encode_state(state), _arbitration_of(state))
     expected = add_claim(state, admit(added, POLICY, NOW), rules, POLICY.version, NOW)
 
