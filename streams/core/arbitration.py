@@ -14,7 +14,6 @@ import hashlib
 from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
 from typing import NamedTuple
 
 from streams.core.agreement import RECENCY
@@ -131,6 +130,9 @@ class Arbitration:
         self._claims, self._verdict, self._rules = claims, verdict, rules
         self._policy_version, self._decided_at = policy_version, decided_at
         self._supersedes, self._shift = supersedes, shift
+        self._decision: Decision | None = None
+        self._events: tuple[EpochChange | None, ReobserveRequest | None] | None = None
+        """The records built on demand, kept until `place` changes the decision."""
         self.action = _action(verdict, rules)
         resolved = verdict.outcome is Outcome.RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
@@ -170,10 +172,16 @@ class Arbitration:
     def decided_at(self) -> datetime:
         return self._decided_at
 
-    @cached_property
+    @property
     def decision(self) -> Decision:
-        """Built without re-validation (`constructed`): every part comes from validated claims
-        and the policy. Tests round-trip decisions through Avro and `model_validate`."""
+        """Built once, without re-validation (`constructed`): every part comes from validated
+        claims and the policy. Tests round-trip decisions through Avro and `model_validate`."""
+        built = self._decision
+        if built is None:
+            built = self._decision = self._built_decision()
+        return built
+
+    def _built_decision(self) -> Decision:
         verdict = self._verdict
         roles = self.roles
         return constructed(
@@ -241,8 +249,7 @@ class Arbitration:
         insort(self._claims, added, key=RECENCY)
         self.belief = belief
         self._decided_at, self._supersedes = decided_at, supersedes
-        for built in _BUILT:
-            self.__dict__.pop(built, None)
+        self._decision = self._events = None
 
     def _decides(
         self, subject: str, field: str, verdict: Verdict, rules: FieldRules, policy_version: str
@@ -261,19 +268,26 @@ class Arbitration:
             and (mine.value is verdict.value or _hashable(mine.value) == _hashable(verdict.value))
         )
 
-    # Each checks first whether there is an event at all: reading `decision` builds it.
-    @cached_property
+    @property
     def epoch_change(self) -> EpochChange | None:
-        return None if self._shift is None else _epoch_event(self.decision, self._shift)
+        return self._built_events()[0]
 
-    @cached_property
+    @property
     def reobserve(self) -> ReobserveRequest | None:
-        if self.outcome is not Outcome.QUARANTINED:
-            return None
-        return _reobserve_request(self.decision, self._claims, self.roles)
+        return self._built_events()[1]
 
-
-_BUILT = ("decision", "epoch_change", "reobserve")  # the records built on demand (cached)
+    def _built_events(self) -> tuple[EpochChange | None, ReobserveRequest | None]:
+        """Each checks first whether there is an event at all: reading `decision` builds it."""
+        events = self._events
+        if events is None:
+            shift = self._shift
+            epoch = None if shift is None else _epoch_event(self.decision, shift)
+            quarantined = self.outcome is Outcome.QUARANTINED
+            reobserve = (
+                _reobserve_request(self.decision, self._claims, self.roles) if quarantined else None
+            )
+            events = self._events = (epoch, reobserve)
+        return events
 
 
 def decision_id(
