@@ -28,8 +28,9 @@ from streams.core.errors import ClaimstreamError, validation_problems
 from streams.packaged import example_path
 
 ENV_PREFIX = "CLAIMSTREAM_"
-# Read by docker-compose.yml and scripts/kafka-assemble.sh (the broker kit), never by a worker:
-# set in a worker's environment they are no mistyped setting.
+# Read by docker-compose.yml and scripts/kafka-assemble.sh (the broker kit), the build (mypyc's
+# switch and module list) and the import switch to interpreted modules, never as a worker's
+# setting: set in a worker's environment they are no mistyped setting.
 DEPLOYMENT_VARIABLES = frozenset(
     {
         "CLAIMSTREAM_BIND_ADDRESS",
@@ -38,6 +39,9 @@ DEPLOYMENT_VARIABLES = frozenset(
         "CLAIMSTREAM_KAFKA_HOME",
         "CLAIMSTREAM_KAFKA_POM",
         "CLAIMSTREAM_KAFKA_VERSION",
+        "CLAIMSTREAM_USE_MYPYC",
+        "CLAIMSTREAM_MYPYC_MODULES",
+        "CLAIMSTREAM_INTERPRETED",
     }
 )
 
