@@ -33,6 +33,7 @@ from streams.pipeline.outputs import Outputs
 from streams.pipeline.records import Incoming
 from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Settings
+from tests.core.conftest import claim
 
 POLICY: Policy = load_policy(example_path("policy.yaml"))
 CODEC = WireCodec(FolderRegistry())
@@ -173,17 +174,8 @@ def test_an_assembled_decision_is_the_codecs_record_of_it(
 
 
 def _claim(n: int, at: datetime = NOW, **fields: Any) -> AdmittedClaim:
-    data: dict[str, Any] = {
-        "claim_id": f"c{n}",
-        "subject": "invoice:42",
-        "field": "order.payment_status",
-        "status": "present",
-        "value": "paid",
-        "source": "billing-api",
-        "observed_at": at - timedelta(seconds=n + 1),
-        **fields,
-    }
-    return admit(Claim.model_validate(data), POLICY, at)
+    fields.setdefault("observed_at", at - timedelta(seconds=n + 1))
+    return admit(claim(n, **fields), POLICY, at)
 
 
 CASES: dict[str, tuple[Outcome, ConflictKind | None, list[AdmittedClaim]]] = {
