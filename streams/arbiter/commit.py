@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -39,9 +40,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TaskBatch:
-    """What one batch did to one task: records to send, offsets to commit."""
+    """What one batch did to one task: records to send, outcome counts to add (summed over the
+    batch's tasks, one record per field|outcome|kind), offsets to commit."""
 
     outputs: list[Outgoing] = field(default_factory=list)
+    tallies: Counter[bytes] = field(default_factory=Counter)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 

@@ -31,7 +31,7 @@ from streams.arbiter.tasks import InputPositions, Task, Tasks
 from streams.client import client_options
 from streams.health import Pulse
 from streams.metrics import Metrics
-from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.pipeline import Handled, Incoming, Outgoing, Processor, TaskCorrupted
 from streams.settings import Settings
 from streams.sources import SourceLedgers
 from streams.state.cache import StateCache
@@ -169,7 +169,7 @@ class Arbiter(Service):
     async def _batch(self, fetched: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
         began = perf_counter()
         work: dict[int, TaskBatch] = {}
-        tallies: Counter[bytes] = Counter()
+        corrupted: set[int] = set()  # tasks whose state no longer matches their changelog
         reached = self.positions.reached
         for tp, messages in fetched.items():
             task = self.tasks.open.get(tp.partition)
@@ -178,6 +178,8 @@ class Arbiter(Service):
                 # under way): read the records again once it is, or let the new owner read them.
                 self.positions.read_again(tp, messages[0].offset)
                 continue
+            if tp.partition in corrupted:
+                continue  # read again with the whole task, from its last commit
             batch = work.setdefault(tp.partition, TaskBatch())
             # A seek on assignment can deliver again records a fetch already returned.
             resume = reached.get(tp, 0)
@@ -185,16 +187,23 @@ class Arbiter(Service):
                 messages = [m for m in messages if m.offset >= resume]
                 if not messages:
                     continue
-            for message in messages:
-                record = incoming(message)
-                handled = self.processor.process(record, task.states.get, self.alias_of)
-                self._apply(task, batch, handled, record.timestamp or 0.0, tallies)
+            try:
+                for message in messages:
+                    record = incoming(message)
+                    handled = self.processor.process(record, task.states.get, self.alias_of)
+                    self._apply(task, batch, handled, record.timestamp or 0.0)
+            except TaskCorrupted as exc:
+                log.warning("arbiter: task %d reloads from its changelog: %s", tp.partition, exc)
+                corrupted.add(tp.partition)
+                del work[tp.partition]  # nothing of it is sent: the task does it all again
+                continue
             batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
-        tally_records = [
-            Outgoing(self.settings.topics.outcomes, key, str(count).encode())
-            for key, count in tallies.items()
-        ]
-        await self._repair(await self.commits.commit(work, tally_records))
+        failed = await self.commits.commit(work, self._tally_records(work))
+        if corrupted:
+            # As after a failed commit: what is in flight settles first, so that the reloaded
+            # tasks read on from a commit past everything sent before.
+            failed |= await self.commits.flush() | Failed(rewind=frozenset(corrupted))
+        await self._repair(failed)
         self.metrics.flush(self.processor.stages)
         count = sum(len(messages) for messages in fetched.values())
         # What a record costs end to end (EWMA): what the expiry ticks' budget is measured in.
@@ -203,14 +212,15 @@ class Arbiter(Service):
         self.metrics.state_keys.set(self.tasks.keys())
         self.metrics.state_bytes.set(self.tasks.encoded_bytes())
 
-    def _apply(
-        self,
-        task: Task,
-        batch: TaskBatch,
-        handled: Handled,
-        received: float,
-        tallies: Counter[bytes],
-    ) -> None:
+    def _tally_records(self, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
+        """The batch's outcome counts: one record per field|outcome|kind, summed over tasks."""
+        tallies: Counter[bytes] = Counter()
+        for batch in work.values():
+            tallies.update(batch.tallies)
+        topic = self.settings.topics.outcomes
+        return [Outgoing(topic, key, str(count).encode()) for key, count in tallies.items()]
+
+    def _apply(self, task: Task, batch: TaskBatch, handled: Handled, received: float) -> None:
         if handled.key is not None and handled.state is not None:
             self.sources.settle(task.states, handled)
             task.states.put(handled.key, handled.state)
@@ -218,7 +228,7 @@ class Arbiter(Service):
         for record in handled.outputs:
             if record.topic == self.settings.topics.outcomes:
                 # Outcome counts are summed per batch: one record per field|outcome|kind.
-                tallies[record.key or b""] += int(record.value or b"1")
+                batch.tallies[record.key or b""] += int(record.value or b"1")
             else:
                 batch.outputs.append(record)
         if handled.emitted:

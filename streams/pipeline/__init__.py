@@ -15,10 +15,11 @@ The rooms, in the order a record goes through them:
   rekeyed topic when a record landed elsewhere; the `claimstream.*` record headers;
 - `outputs`: decision, escalation and outcome records, and dead letters.
 
-This package's face is what the arbiter drives: `Processor` and the three record shapes.
+This package's face is what the arbiter drives: `Processor`, the three record shapes, and
+`TaskCorrupted`, a record that failed after changing its key's state (the task is reloaded).
 """
 
-from streams.pipeline.processor import Processor
+from streams.pipeline.processor import Processor, TaskCorrupted
 from streams.pipeline.records import Handled, Incoming, Outgoing
 
-__all__ = ["Handled", "Incoming", "Outgoing", "Processor"]
+__all__ = ["Handled", "Incoming", "Outgoing", "Processor", "TaskCorrupted"]

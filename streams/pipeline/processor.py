@@ -2,7 +2,10 @@
 
 `Processor.process` retries a record whose handling failed unexpectedly, then dead-letters it;
 `_handle` sends it by kind to the claim, resolution or tick path, each of which runs the rooms in
-order: decode, authenticate, key (and re-key), admit, decide, emit.
+order: decode, authenticate, key (and re-key), admit, decide; then `Outputs.emit` builds what the
+key's transition sends. A claim changes its key's state in place: once decided, a retry builds
+the records again from the same transition and never decides the claim twice; a record whose
+records cannot be built after its state changed is `TaskCorrupted`, for the arbiter to reload.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from time import perf_counter
 
 from streams.core.contracts import (
     EvidenceRole,
+    LeanClaim,
     Outcome,
     Resolution,
     instant,
@@ -25,6 +30,7 @@ from streams.core.intake import admit_micros, admit_resolution, skew_us
 from streams.core.keystate import (
     KeyState,
     Limits,
+    Transition,
     add_resolution,
     advance,
     apply_claim,
@@ -52,6 +58,37 @@ log = logging.getLogger(__package__)
 
 StateOf = Callable[[bytes], KeyState | None]
 AliasOf = Callable[[str], str | None]
+Position = tuple[str, int, int]  # an input record's topic, partition and offset
+
+
+class TaskCorrupted(Exception):
+    """A record's output records could not be built, on any attempt, after its key's state had
+    changed in place: the task's state no longer matches its changelog. The arbiter reloads the
+    task from its changelog and reads on from its last commit; the record, read again, is then
+    dead-lettered without being decided (as Kafka Streams revives a corrupted task)."""
+
+    def __init__(self, record: Incoming, cause: Exception) -> None:
+        super().__init__(
+            f"{record.topic}[{record.partition}]@{record.offset}: building its records failed "
+            f"after its key's state changed ({type(cause).__name__}: {cause})"
+        )
+        self.record = record
+
+
+@dataclass(slots=True)
+class _Decided:
+    """A record's transition, its records not yet built: what a retry starts again from, as the
+    transition holds all the record sends (decision, escalation, dead letter, settlement)."""
+
+    key: bytes
+    step: Transition
+    in_place: bool
+    """The key's stored state is the transition's: it changed, and deciding again would find the
+    record already applied (a redelivery), sending nothing it did not send."""
+    claim: LeanClaim | None = None  # on the claim path, counted once its records are built
+    wall_s: float = 0.0
+    clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    """When the claim's decode started and ended, its admission ended, its arbitration ended."""
 
 
 class Processor:
@@ -81,15 +118,32 @@ class Processor:
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
         self.outputs = Outputs(settings, codec, metrics, group, wall_clock)
+        # Records that failed after changing their key's state, until read again (`_unapplied`).
+        self._unbuildable: dict[Position, tuple[Exception, int]] = {}
 
     def process(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
-        """Handle one record: retried on unexpected failure, dead-lettered when it cannot be."""
+        """Handle one record: retried on unexpected failure, dead-lettered when it cannot be.
+        A record once decided is retried from its transition (`_Decided`)."""
+        if self._unbuildable:
+            failed = self._unbuildable.pop((record.topic, record.partition, record.offset), None)
+            if failed is not None:
+                return Handled(outputs=[self.outputs.dead_letter(record, *failed)])
         attempts = self.settings.retry_attempts
+        decided: _Decided | None = None
+        decided_in = 0  # the attempt that decided the record
         for attempt in range(1, attempts + 1):
             try:
-                return self._handle(record, state_of, alias_of)
+                if decided is None:
+                    handled = self._handle(record, state_of, alias_of)
+                    if isinstance(handled, Handled):
+                        return handled
+                    decided, decided_in = handled, attempt
+                return self._emitted(record, decided, counts_decision=decided_in == attempt)
             except RejectedInput as exc:
-                return Handled(outputs=[self.outputs.dead_letter(record, exc, attempt)])
+                if decided is None:
+                    return Handled(outputs=[self.outputs.dead_letter(record, exc, attempt)])
+                # The record's own fault, met building its records: retrying builds the same.
+                return self._unapplied(record, decided, exc, attempt)
             except Exception as exc:
                 log.warning(
                     "processing %s[%d]@%d failed (attempt %d/%d): %s",
@@ -101,9 +155,19 @@ class Processor:
                     type(exc).__name__,
                 )
                 if attempt == attempts:
-                    return Handled(outputs=[self.outputs.dead_letter(record, exc, attempt)])
+                    return self._unapplied(record, decided, exc, attempt)
                 self.metrics.processing_retries.inc()
         raise AssertionError("unreachable: the last attempt returns")
+
+    def _unapplied(
+        self, record: Incoming, decided: _Decided | None, exc: Exception, attempts: int
+    ) -> Handled:
+        """A record that failed for good: dead-lettered, unless its key's state changed in place
+        already; then it is dead-lettered when read again, once its task has been reloaded."""
+        if decided is not None and decided.in_place:
+            self._unbuildable[(record.topic, record.partition, record.offset)] = (exc, attempts)
+            raise TaskCorrupted(record, exc) from exc
+        return Handled(outputs=[self.outputs.dead_letter(record, exc, attempts)])
 
     def tick(self, key: bytes, due: datetime) -> Outgoing:
         """A self-addressed record that makes the owner of `key` re-decide at `due`."""
@@ -114,7 +178,7 @@ class Processor:
             ((HEADER_KIND, KIND_TICK), (HEADER_DUE, due.isoformat().encode())),
         )
 
-    def _handle(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
+    def _handle(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled | _Decided:
         kind = record.header(HEADER_KIND)
         if record.topic == self.topics.rekeyed and kind == KIND_TICK:
             return self._on_tick(record, state_of)
@@ -122,7 +186,9 @@ class Processor:
             return self._on_resolution(record, state_of, alias_of)
         return self._on_claim(record, state_of, alias_of)
 
-    def _on_claim(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
+    def _on_claim(
+        self, record: Incoming, state_of: StateOf, alias_of: AliasOf
+    ) -> Handled | _Decided:
         # Counted (metrics, stage clocks) only once nothing is left that can fail: an attempt
         # that raises is retried, and must leave no count behind.
         started = perf_counter()
@@ -142,35 +208,50 @@ class Processor:
         rules = self.policy.rules_for(claim.field)
         assert rules is not None  # admit() refused unknown fields
         admitted_at = perf_counter()
+        stored = state_of(key)
         step = apply_claim(
-            state_of(key),
+            stored,
             admitted,
             rules,
             self.policy.version,
             instant(self._now_us(record, wall_us)),
             self.limits,
         )
-        arbitrated = perf_counter()
-        handled = self.outputs.emit(key, step, record)
+        clocks = (started, decoded, admitted_at, perf_counter())
+        return _Decided(key, step, step.state is stored, claim, wall_s, clocks)
+
+    def _emitted(self, record: Incoming, decided: _Decided, counts_decision: bool) -> Handled:
+        """The records `decided` sends; a claim's counts. `counts_decision`: the attempt that
+        builds them also decided the claim (a failed attempt's time is not charged)."""
+        emitting = perf_counter()
+        step = decided.step
+        handled = self.outputs.emit(decided.key, step, record)
+        claim = decided.claim
+        if claim is None:
+            return handled
         stages = self.stages
-        stages.charge(DECODE, started, decoded)
-        stages.charge(ADMIT, decoded, admitted_at)
-        stages.charge(ARBITRATE, admitted_at, arbitrated)
+        if counts_decision:
+            started, decoded, admitted_at, arbitrated = decided.clocks
+            stages.charge(DECODE, started, decoded)
+            stages.charge(ADMIT, decoded, admitted_at)
+            stages.charge(ARBITRATE, admitted_at, arbitrated)
         if step.refused is not None:
             return handled
-        self.metrics.accepted(claim.field, claim.source, wall_s)
-        decided = step.arbitration
+        self.metrics.accepted(claim.field, claim.source, decided.wall_s)
+        arbitration = step.arbitration
         if (
             step.emitted is None
-            and decided.outcome is Outcome.RESOLVED
-            and decided.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
+            and arbitration.outcome is Outcome.RESOLVED
+            and arbitration.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
         ):
             # Arrived late and lost: the decision stands, but the loss is the signal.
             self.metrics.lost(claim.field, claim.source)
-        stages.charge(ENCODE, arbitrated, perf_counter())
+        stages.charge(ENCODE, emitting, perf_counter())
         return handled
 
-    def _on_resolution(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
+    def _on_resolution(
+        self, record: Incoming, state_of: StateOf, alias_of: AliasOf
+    ) -> Handled | _Decided:
         wall_us = micros_from_seconds(self.wall_clock())
         wall = instant(wall_us)
         decoded = self.codec.decode(Resolution, record.value)
@@ -184,17 +265,18 @@ class Processor:
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
         rules = self.policy.rules_for(resolution.field)
         assert rules is not None
+        stored = state_of(key)
         step = add_resolution(
-            state_of(key),
+            stored,
             resolution,
             rules,
             self.policy.version,
             instant(self._now_us(record, wall_us)),
             self.limits,
         )
-        return self.outputs.emit(key, step, record)
+        return _Decided(key, step, step.state is stored)
 
-    def _on_tick(self, record: Incoming, state_of: StateOf) -> Handled:
+    def _on_tick(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         if record.key is None:
             return Handled()
         state = state_of(record.key)
@@ -206,7 +288,7 @@ class Processor:
             return Handled()
         due = datetime.fromisoformat(due_header.decode())
         step = advance(state, rules, self.policy.version, due, self.limits)
-        return self.outputs.emit(record.key, step, record)
+        return _Decided(record.key, step, step.state is state)
 
     def _now_us(self, record: Incoming, wall_us: int) -> int:
         """Decide as of the record's own timestamp, so a redelivered record decides the same."""
