@@ -5,7 +5,9 @@ scripts/setup.sh runs `python -m build_backend.inplace` after the editable insta
 leaves the checkout interpreted; `=1` requires the compile, `=0` removes any extension modules so
 the `.py` files run. A failed compile of a listed module always fails the setup. The extension
 modules shadow the `.py` files beside them (the import system prefers extensions), so they are
-rebuilt whenever a source they were compiled from is newer.
+rebuilt whenever a source they were compiled from is newer; the build records what it compiled
+from (`streams.build_info.SOURCES`), which makes the package, when imported, run its `.py` files
+(with a warning) rather than an extension module its source has changed since.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 import sys
 import sysconfig
+import warnings
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -26,8 +29,10 @@ from build_backend.compiled import (
     modules,
 )
 
-STAMP = ROOT / "build" / "inplace" / "modules.txt"
-"""The module list of the last in-place build: a changed list means a rebuild."""
+with warnings.catch_warnings():
+    # Stale extension modules are what this build replaces: no need to warn of them here.
+    warnings.simplefilter("ignore", RuntimeWarning)
+    from streams.build_info import SOURCES, record_sources, recorded_modules
 
 
 def _log(message: str) -> None:
@@ -53,7 +58,7 @@ def built_extensions() -> list[Path]:
 def remove_extensions() -> None:
     for path in built_extensions():
         path.unlink()
-    STAMP.unlink(missing_ok=True)
+    SOURCES.unlink(missing_ok=True)
 
 
 def _inputs() -> list[Path]:
@@ -70,7 +75,7 @@ def _inputs() -> list[Path]:
 
 def up_to_date() -> bool:
     built = built_extensions()
-    if not built or not STAMP.is_file() or STAMP.read_text() != "\n".join(modules()):
+    if not built or recorded_modules() != modules():  # a changed list means a rebuild
         return False
     oldest = min(path.stat().st_mtime for path in built)
     return all(path.stat().st_mtime <= oldest for path in _inputs() if path.is_file())
@@ -87,9 +92,8 @@ def build() -> None:
     # Its own build folders: a wheel built from this checkout must not pick up stale objects.
     command.build_lib = str(ROOT / "build" / "inplace" / "lib")  # type: ignore[attr-defined]
     command.build_temp = str(ROOT / "build" / "inplace" / "temp")  # type: ignore[attr-defined]
+    record_sources(modules())
     distribution.run_command("build_ext")
-    STAMP.parent.mkdir(parents=True, exist_ok=True)
-    STAMP.write_text("\n".join(modules()))
 
 
 def main() -> int:

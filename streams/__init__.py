@@ -1,7 +1,7 @@
 """claimstream: deterministic, auditable reconciliation of conflicting claims on Kafka."""
 
-from streams.build_info import honour_interpreted_switch
+from streams.build_info import choose_sources
 
 __version__ = "0.1.0"
 
-honour_interpreted_switch()  # before any other module of the package is imported
+choose_sources()  # before any other module of the package is imported

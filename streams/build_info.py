@@ -2,19 +2,26 @@
 
 A wheel built with `CLAIMSTREAM_USE_MYPYC=1` (or a checkout set up with a C compiler) holds
 extension modules beside some `.py` files, and the import system loads the extension. This room
-tells `claimstream --version` and the bench which one a process runs, and honours
-`CLAIMSTREAM_INTERPRETED=1` (streams/__init__.py asks it first): every module of the package is
-then imported from its `.py` file even where an extension module shadows it, to run the
-pure-Python reference on a compiled install (the interpreted test pass does, and subprocesses
-inherit it).
+tells `claimstream --version` and the bench which one a process runs, and decides it first thing
+when the package is imported (`choose_sources`, from streams/__init__.py): every module of the
+package is imported from its `.py` file even where an extension module shadows it when
+`CLAIMSTREAM_INTERPRETED=1` asks (to run the pure-Python reference on a compiled install: the
+interpreted test pass does, and subprocesses inherit it), and, with a warning, when a checkout's
+extension modules were compiled from other sources than its `.py` files now hold (an edit since
+`bash scripts/setup.sh`): a process never runs code older than its sources. The in-place build
+(build_backend/inplace.py) records what it compiled from (`record_sources`); a wheel carries no
+record and is never checked: its files are installed together.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from pathlib import Path
@@ -26,6 +33,12 @@ INTERPRETED = "CLAIMSTREAM_INTERPRETED"
 _PACKAGE = Path(__file__).resolve().parent
 _RUNTIME_LIBRARY = "__mypyc"
 """mypyc's shared library of the compiled group ends with this; it is no module of ours."""
+SOURCES = _PACKAGE.parent / "build" / "inplace" / "sources.json"
+"""A checkout's record of its in-place build: each compiled module -> the size, mtime and
+sha256 of the `.py` file it was compiled from."""
+_CHECKOUT = _PACKAGE.parent / "build_backend" / "inplace.py"
+"""Only a checkout has the in-place build beside the package (a wheel never ships it)."""
+_stale: tuple[str, ...] = ()  # the compiled modules this process ignores, being stale
 
 
 class _SourceFirst(MetaPathFinder):
@@ -44,11 +57,96 @@ class _SourceFirst(MetaPathFinder):
         return None  # a package or a missing module: the default finders decide
 
 
-def honour_interpreted_switch() -> None:
-    if os.environ.get(INTERPRETED) == "1" and not any(
-        isinstance(finder, _SourceFirst) for finder in sys.meta_path
-    ):
-        sys.meta_path.insert(0, _SourceFirst())
+def choose_sources() -> None:
+    """Import the package from its `.py` files when `CLAIMSTREAM_INTERPRETED=1` asks, or when a
+    compiled module is stale. The whole package then: a compiled group's modules expect each
+    other's native classes, so none of them can run beside another's `.py`."""
+    global _stale
+    if any(isinstance(finder, _SourceFirst) for finder in sys.meta_path):
+        return
+    if os.environ.get(INTERPRETED) != "1":
+        _stale = stale_modules()
+        if not _stale:
+            return
+        warnings.warn(_stale_warning(_stale), RuntimeWarning, stacklevel=2)
+    sys.meta_path.insert(0, _SourceFirst())
+
+
+def _stale_warning(stale: Sequence[str]) -> str:
+    return (
+        f"claimstream: compiled modules out of date with their .py files ({', '.join(stale)}): "
+        "edited since `bash scripts/setup.sh` compiled them, or compiled by a build that recorded "
+        "no sources. Every module runs from its .py file instead (slower). Rebuild them with "
+        "`bash scripts/setup.sh`, or remove them with "
+        "`CLAIMSTREAM_USE_MYPYC=0 python -m build_backend.inplace`."
+    )
+
+
+def _source_of(module: str) -> Path:
+    return _PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def _fingerprint(source: Path, digest: bool) -> dict[str, int | str]:
+    stat = source.stat()
+    fingerprint: dict[str, int | str] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if digest:
+        fingerprint["sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
+    return fingerprint
+
+
+def record_sources(modules: Iterable[str]) -> None:
+    """Note what the in-place build compiles `modules` from (build_backend/inplace.py, before
+    it compiles: a source edited during the compile is then stale)."""
+    record = {module: _fingerprint(_source_of(module), digest=True) for module in modules}
+    SOURCES.parent.mkdir(parents=True, exist_ok=True)
+    SOURCES.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def recorded_modules() -> list[str] | None:
+    """The modules the last in-place build compiled, in its order (None: no record)."""
+    try:
+        return list(json.loads(SOURCES.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def stale_modules() -> tuple[str, ...]:
+    """A checkout's compiled modules whose `.py` changed since they were built (all of them if
+    their build recorded nothing), sorted; () outside a checkout. A source whose size and mtime
+    are as recorded is not read; one touched but unchanged (a branch switched back) is not stale."""
+    if not _CHECKOUT.is_file() or not any(_PACKAGE.glob(f"*{_RUNTIME_LIBRARY}.*")):
+        return ()
+    try:
+        recorded: dict[str, dict[str, int | str]] = json.loads(SOURCES.read_text())
+    except (OSError, ValueError):
+        return _compiled_files()  # compiled from sources nobody recorded: trust none of them
+    return tuple(
+        sorted(
+            module
+            for module, built in recorded.items()
+            if _has_extension(module) and _changed(_source_of(module), built)
+        )
+    )
+
+
+def _changed(source: Path, built: dict[str, int | str]) -> bool:
+    if not source.is_file():
+        return True
+    now = _fingerprint(source, digest=False)
+    if now["size"] == built.get("size") and now["mtime_ns"] == built.get("mtime_ns"):
+        return False
+    return _fingerprint(source, digest=True)["sha256"] != built.get("sha256")
+
+
+def _has_extension(module: str) -> bool:
+    source = _source_of(module)
+    return any(source.with_name(source.stem + suffix).is_file() for suffix in EXTENSION_SUFFIXES)
+
+
+def _compiled_files() -> tuple[str, ...]:
+    """The package's modules that have an extension module here (a walk of the package)."""
+    found = (_module_name(path) for path in _PACKAGE.rglob("*"))
+    return tuple(sorted(name for name in found if name is not None))
 
 
 def _module_name(path: Path) -> str | None:
@@ -64,9 +162,8 @@ def _module_name(path: Path) -> str | None:
 
 def compiled_modules() -> tuple[str, ...]:
     """The package's modules that this process imports from extension modules, sorted."""
-    names = {name for path in _PACKAGE.rglob("*") if (name := _module_name(path)) is not None}
     loaded = []
-    for name in sorted(names):
+    for name in _compiled_files():
         spec = importlib.util.find_spec(name)
         origin = spec.origin if spec is not None else None
         if origin is not None and origin.endswith(tuple(EXTENSION_SUFFIXES)):
@@ -75,6 +172,9 @@ def compiled_modules() -> tuple[str, ...]:
 
 
 def describe() -> str:
-    """`compiled: a, b` or `interpreted`, for `claimstream --version`."""
+    """`compiled: a, b` or `interpreted` (saying which compiled modules are ignored as stale),
+    for `claimstream --version`."""
     compiled = compiled_modules()
-    return f"compiled: {', '.join(compiled)}" if compiled else "interpreted"
+    if compiled:
+        return f"compiled: {', '.join(compiled)}"
+    return f"interpreted, stale compiled: {', '.join(_stale)}" if _stale else "interpreted"
