@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.journal import decode_state, encode_state
 from streams.core.keystate import KeyState, state_key
@@ -195,3 +197,59 @@ def test_a_tick_that_fails_for_good_is_dead_lettered_its_key_untouched(policy: P
     handled = worker.process(tick)
     assert [o.topic for o in handled.outputs] == [TOPICS.dead_letters]
     assert encode_state(worker.states[KEY]) == before
+
+
+def _once_failing(emit: Callable[..., Handled], failing_call: int) -> Callable[..., Handled]:
+    calls = [0]
+
+    def failing_once(*args: Any) -> Handled:
+        calls[0] += 1
+        if calls[0] == failing_call:
+            raise RuntimeError("injected: building the records failed")
+        return emit(*args)
+
+    return failing_once
+
+
+ARRIVALS = st.lists(
+    st.tuples(
+        st.sampled_from(["claim", "claim", "claim", "tick"]),
+        st.integers(min_value=0, max_value=3),  # claim_id: repeats are redeliveries or disputes
+        st.sampled_from(["paid", "overdue", "unpaid"]),
+        st.sampled_from(["billing-api", "billing-export", "crm", "reporting-replica"]),
+        st.sampled_from([0, 30, 360]),  # seconds after the previous record
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals=ARRIVALS, failing_call=st.integers(min_value=1, max_value=10))
+def test_a_failure_building_any_records_changes_nothing_of_what_is_sent_or_kept(
+    policy: Policy, arrivals: list[tuple[str, int, str, str, int]], failing_call: int
+) -> None:
+    """Whichever record's records fail to build once, whatever the key's history (conflicts,
+    escalations, redeliveries, disputed ids, ticks), the run sends and keeps exactly what a run
+    without the failure does: the same records per input record, the same state as it stood
+    before each (what a settlement judges) and after."""
+    reference, flaky = Worker(policy), Worker(policy)
+    outputs = flaky.processor.outputs
+    outputs.emit = _once_failing(outputs.emit, failing_call)  # type: ignore[method-assign]
+    at = T0
+    for offset, (kind, n, value, source, later_s) in enumerate(arrivals):
+        at += timedelta(seconds=later_s)
+        if kind == "tick":
+            headers = ((HEADER_KIND, KIND_TICK), (HEADER_DUE, at.isoformat().encode()))
+            record = Incoming(TOPICS.rekeyed, PARTITION, offset, KEY, None, headers, at.timestamp())
+        else:
+            record = arriving(offset, at, claim_id=f"c{n}", value=value, source=source)
+        expected, handled = reference.process(record), flaky.process(record)
+        assert sent(handled) == sent(expected)
+        assert [a.decision_id for a in handled.emitted] == [a.decision_id for a in expected.emitted]
+        assert _encoded(handled.opened) == _encoded(expected.opened)
+        assert _encoded(flaky.states.get(KEY)) == _encoded(reference.states.get(KEY))
+
+
+def _encoded(state: KeyState | None) -> bytes | None:
+    return encode_state(state) if state is not None else None
