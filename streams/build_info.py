@@ -15,12 +15,9 @@ record and is never checked: its files are installed together.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
 import sys
-import warnings
 from collections.abc import Iterable, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
@@ -68,6 +65,8 @@ def choose_sources() -> None:
         _stale = stale_modules()
         if not _stale:
             return
+        import warnings
+
         warnings.warn(_stale_warning(_stale), RuntimeWarning, stacklevel=2)
     sys.meta_path.insert(0, _SourceFirst())
 
@@ -90,6 +89,8 @@ def _fingerprint(source: Path, digest: bool) -> dict[str, int | str]:
     stat = source.stat()
     fingerprint: dict[str, int | str] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     if digest:
+        import hashlib  # read only for a source whose size or mtime is not as recorded
+
         fingerprint["sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
     return fingerprint
 
@@ -97,6 +98,8 @@ def _fingerprint(source: Path, digest: bool) -> dict[str, int | str]:
 def record_sources(modules: Iterable[str]) -> None:
     """Note what the in-place build compiles `modules` from (build_backend/inplace.py, before
     it compiles: a source edited during the compile is then stale)."""
+    import json
+
     record = {module: _fingerprint(_source_of(module), digest=True) for module in modules}
     SOURCES.parent.mkdir(parents=True, exist_ok=True)
     SOURCES.write_text(json.dumps(record, indent=1) + "\n")
@@ -104,6 +107,8 @@ def record_sources(modules: Iterable[str]) -> None:
 
 def recorded_modules() -> list[str] | None:
     """The modules the last in-place build compiled, in its order (None: no record)."""
+    import json
+
     try:
         return list(json.loads(SOURCES.read_text()))
     except (OSError, ValueError):
@@ -116,6 +121,8 @@ def stale_modules() -> tuple[str, ...]:
     are as recorded is not read; one touched but unchanged (a branch switched back) is not stale."""
     if not _CHECKOUT.is_file() or not any(_PACKAGE.glob(f"*{_RUNTIME_LIBRARY}.*")):
         return ()
+    import json  # from here on, only in a compiled checkout
+
     try:
         recorded: dict[str, dict[str, int | str]] = json.loads(SOURCES.read_text())
     except (OSError, ValueError):
