@@ -2,7 +2,8 @@
 
 Each iteration fetches a batch of input records, runs each through `Processor` against its
 task's state, applies what came back (state, schedule, outputs, observers), hands the batch to
-the commit strategy and repairs what it reports failed; then sends the ticks due. Rebalances
+the commit strategy and repairs what it reports failed, and what the processor reported corrupt
+(`TaskCorrupted`: a task's batch dropped, the task rewound); then sends the ticks due. Rebalances
 come through the consumer's listener: a revocation flushes and closes, an assignment pauses the
 new partitions and restores their tasks off the callback. Modelled on Kafka Streams'
 `StreamThread.runOnce` and `TaskManager` (handleRevocation / handleAssignment).

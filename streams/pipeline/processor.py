@@ -72,7 +72,6 @@ class TaskCorrupted(Exception):
             f"{record.topic}[{record.partition}]@{record.offset}: building its records failed "
             f"after its key's state changed ({type(cause).__name__}: {cause})"
         )
-        self.record = record
 
 
 @dataclass(slots=True)
