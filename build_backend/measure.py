@@ -64,7 +64,8 @@ def _worker_loop(count: int) -> float:
     from streams.pipeline.records import Incoming
     from streams.pipeline.rekey import partition_of
     from streams.settings import Settings
-    from streams.statestore import StateCache, TaskStore
+    from streams.state.cache import StateCache
+    from streams.state.task import TaskStore
 
     policy, settings = load_policy(example_path("policy.yaml")), Settings()
     processor = Processor(settings, policy, CODEC, Metrics(policy))
