@@ -4,6 +4,7 @@ its /metrics and /proc (claims processed, CPU, memory, stage times, state keys, 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -12,6 +13,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streams.devkit.bench.workload import Throughput
 from streams.metrics import STAGES
@@ -64,6 +66,28 @@ def stalls_between(before: StallCounts, after: StallCounts) -> dict[str, float]:
     }
 
 
+def stall_capture(
+    before: dict[str, Any], after: dict[str, Any], worker_cpu_s: float
+) -> dict[str, Any]:
+    """What the worker's stall watch saw between two reports: the stalls counted, the watchdog
+    thread's share of the worker's CPU, and the longest stall with what the loop ran in it (its
+    most sampled stack's innermost frames) and the collections that overlapped it."""
+    longest = after.get("longest") or [{}]
+    stall = longest[0]
+    stacks = stall.get("stacks") or [{}]
+    watch_cpu_s = after.get("watchdog_cpu_s", 0.0) - before.get("watchdog_cpu_s", 0.0)
+    return {
+        "stalls_over_threshold": after.get("stalls", 0) - before.get("stalls", 0),
+        "watchdog_cpu_pct": round(watch_cpu_s / max(worker_cpu_s, 1e-9) * 100, 3),
+        "longest_stall": {
+            "lag_ms": stall.get("lag_ms", 0.0),
+            "samples": stall.get("samples", 0),
+            "collections": stall.get("collections", []),
+            "frames": stacks[0].get("frames", []),
+        },
+    }
+
+
 class BenchWorker:
     def __init__(self, settings: Settings, env: dict[str, str], log: Path | None = None) -> None:
         """`log`: a file the worker's output is appended to (none: discarded)."""
@@ -80,8 +104,17 @@ class BenchWorker:
             output.close()  # the worker holds its own
 
     def metrics(self) -> str:
+        return self._get("/metrics")
+
+    def stall_report(self, since: float) -> dict[str, Any]:
+        """The worker's stall watch (`GET /api/stalls`): its longest stalls that began after
+        `since` (seconds since the epoch), how many in all, the watchdog thread's CPU time."""
+        text = self._get(f"/api/stalls?since={since}")
+        return dict(json.loads(text)) if text else {}
+
+    def _get(self, path: str) -> str:
         try:
-            url = f"http://127.0.0.1:{self.settings.web_port}/metrics"
+            url = f"http://127.0.0.1:{self.settings.web_port}{path}"
             with urllib.request.urlopen(url, timeout=10) as response:
                 return str(response.read().decode())
         except OSError:
