@@ -30,7 +30,15 @@ import prometheus_client
 from faust.web import Request, Response, View
 from mode import Service
 
-from streams.stalls import COLLECTOR_HOOKS, Collection, CollectorHooks, fold
+from streams.stalls import (
+    COLLECTOR_HOOKS,
+    Collection,
+    CollectorHooks,
+    Stack,
+    folded,
+    frame_names,
+    stack_of,
+)
 
 HEARTBEAT_S = 0.05
 TOP_FRAMES = 12  # frames of a stack the report shows, innermost first
@@ -44,7 +52,7 @@ class Stall:
     due: float  # perf_counter time the heartbeat was due
     at: float  # the same instant, wall-clock (seconds since the epoch)
     lag_s: float = 0.0
-    stacks: Counter[str] = field(default_factory=Counter)  # folded stack -> samples
+    stacks: Counter[Stack] = field(default_factory=Counter)  # stack -> samples
     collections: list[Collection] = field(default_factory=list)
 
     def json(self) -> dict[str, Any]:
@@ -57,20 +65,19 @@ class Stall:
                     "generation": c.generation,
                     "pause_ms": round(c.pause_s * 1000, 1),
                     "collected": c.collected,
-                    "triggered_in": top_frames(c.stack),
+                    "triggered_in": frame_names(c.stack)[:TOP_FRAMES],
                 }
                 for c in self.collections
             ],
             "stacks": [
-                {"samples": count, "frames": top_frames(stack)}
+                {
+                    "samples": count,
+                    "frames": frame_names(stack)[:TOP_FRAMES],
+                    "folded": folded(stack),
+                }
                 for stack, count in self.stacks.most_common(TOP_STACKS)
             ],
         }
-
-
-def top_frames(folded: str) -> list[str]:
-    """A folded stack's innermost frames, innermost first."""
-    return folded.split(";")[::-1][:TOP_FRAMES] if folded else []
 
 
 class StallWatch(Service):
@@ -140,7 +147,7 @@ class StallWatch(Service):
         while self._ran < due and not self._halt.is_set():
             frame = sys._current_frames().get(self._loop_thread)
             if frame is not None:
-                stall.stacks[fold(frame)] += 1
+                stall.stacks[stack_of(frame)] += 1
             self._halt.wait(sample_s)
         ran = self._ran if self._ran >= due else perf_counter()
         stall.lag_s = ran - due

@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+import sysconfig
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 from mode import Service
@@ -48,6 +49,9 @@ COLLECTOR_THRESHOLDS = (20_000, 50, 20)
 LONG_COLLECTION_S = 0.01
 
 
+Stack = tuple[tuple[CodeType, int], ...]  # (code, line) of each frame, innermost first
+
+
 @dataclass(frozen=True)
 class Collection:
     """One long collection: when (perf_counter), which generation, and where it was triggered."""
@@ -56,38 +60,48 @@ class Collection:
     ended: float
     generation: int
     collected: int
-    stack: str  # folded, outermost first: the allocation that set it off
+    stack: Stack  # the allocation that set it off
 
     @property
     def pause_s(self) -> float:
         return self.ended - self.started
 
 
-_LIBRARY_ROOTS = tuple(str(Path(p)) for p in sys.path if p.endswith("site-packages"))
+def stack_of(frame: FrameType | None) -> Stack:
+    """A frame's stack as plain (code, line) pairs: cheap to take, named only when reported."""
+    frames = []
+    while frame is not None:
+        frames.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(frames)
+
+
+def frame_names(stack: Stack) -> list[str]:
+    """`file:function:line` of each frame, innermost first; files as an import names them."""
+    return [f"{_short(code.co_filename)}:{code.co_name}:{line}" for code, line in stack]
+
+
+def folded(stack: Stack) -> str:
+    """The stack as one folded line, outermost frame first (what flame graph tools read)."""
+    return ";".join(reversed(frame_names(stack)))
+
+
+_ROOTS = (
+    *(str(Path(p)) for p in sys.path if p.endswith("site-packages")),
+    sysconfig.get_paths()["stdlib"],
+    str(Path(__file__).parent.parent),
+)
 _short_names: dict[str, str] = {}
 
 
 def _short(filename: str) -> str:
-    """A frame's file the way an import names it: `faust/app/base.py`, `streams/app.py`."""
+    """A frame's file the way an import names it: `faust/app/base.py`, `asyncio/events.py`."""
     short = _short_names.get(filename)
     if short is None:
-        short = filename
-        for root in (*_LIBRARY_ROOTS, str(Path(__file__).parent.parent)):
-            if filename.startswith(root + "/"):
-                short = filename[len(root) + 1 :]
-                break
+        roots = [root for root in _ROOTS if filename.startswith(root + "/")]
+        short = filename[len(roots[0]) + 1 :] if roots else filename
         _short_names[filename] = short
     return short
-
-
-def fold(frame: FrameType | None) -> str:
-    """A stack as one folded line, outermost frame first: `file:function:line;...`."""
-    frames = []
-    while frame is not None:
-        code = frame.f_code
-        frames.append(f"{_short(code.co_filename)}:{code.co_name}:{frame.f_lineno}")
-        frame = frame.f_back
-    return ";".join(reversed(frames))
 
 
 class CollectorHooks:
@@ -117,7 +131,7 @@ class CollectorHooks:
         self.seconds[generation] += pause
         self.longest[generation] = max(self.longest[generation], pause)
         if pause >= LONG_COLLECTION_S:
-            stack = fold(sys._getframe(1))
+            stack = stack_of(sys._getframe(1))
             collection = Collection(self._started, ended, generation, info["collected"], stack)
             self.long_collections.append(collection)
         if generation == 2:

@@ -29,7 +29,9 @@ from streams.devkit.bench.scale import Scale, scale_phase
 from streams.devkit.bench.worker import (
     BenchWorker,
     claimstream_rate,
+    gc_pauses_between,
     stall_capture,
+    stall_summary,
     stalls_between,
     worker_env,
 )
@@ -134,12 +136,16 @@ def _worker_phases(
         lat, _ = asyncio.run(
             latency(bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
         )
-        stalls: dict[str, Any] = dict(stalls_between(before, worker.stall_counts()))
+        after = worker.stall_counts()
+        stalls: dict[str, Any] = {
+            **stalls_between(before, after),
+            **gc_pauses_between(before, after),
+        }
         report = worker.stall_report(began)
         stalls |= stall_capture(watched, report, worker.cpu_seconds() - cpu)
         print(f"bench: stalls during the latency phase {stalls}")
         for stall in report.get("longest", [])[1:]:
-            print(f"bench: next longest stall {json.dumps(stall)}")
+            print(f"bench: next longest stall {stall_summary(stall)}")
         rss = worker.peak_rss()
         samples = []
         if soak_s > 0:
