@@ -2,15 +2,16 @@
 
 `streams.stalls` measures how long the loop is held (lag, collector pauses); this room says by
 what. A heartbeat task on the loop notes when it is next due; a daemon thread (not the loop: a
-held loop cannot report on itself) checks every quarter of `threshold_s` whether the heartbeat
+held loop cannot report on itself) checks every half of `threshold_s` whether the heartbeat
 is late by more than that, and while it is, samples the loop thread's stack
 (`sys._current_frames()`) every fifth of `threshold_s`. A stall ends when the heartbeat runs;
 it is kept with its folded stacks and the collections (`CollectorHooks.long_collections`) that
 overlapped it: the longest few since the worker started and the most recent, on the web API
 (`GET /api/stalls`, `stall_view`) and counted in `claimstream_loop_stalls_total`.
 
-Nothing here runs per claim: the heartbeat ticks twenty times a second, the thread wakes forty
-times a second and samples only during a stall; `cpu_s` is the thread's own CPU time.
+Nothing here runs per claim: the heartbeat ticks twenty times a second, the thread wakes twenty
+times a second (so a stall shorter than 1.5 `threshold_s` may pass unseen) and samples only
+during a stall; `cpu_s` is the thread's own CPU time.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class StallWatch(Service):
     # -- the watchdog thread ---------------------------------------------------------------------
 
     def _watch(self) -> None:
-        poll_s, sample_s = self.threshold_s / 4, self.threshold_s / 5
+        poll_s, sample_s = self.threshold_s / 2, self.threshold_s / 5
         while not self._halt.wait(poll_s):
             due = self._due
             if perf_counter() - due > self.threshold_s and self._ran < due:
