@@ -39,15 +39,12 @@ from streams.state.local import Checkpoints
 
 log = logging.getLogger(__name__)
 
-# A batch holds the event loop from its first record to its commit: its decisions wait for its
-# last record, and the producer's sends, the web API and Faust's agents wait for the batch. So a
-# batch takes only as many records as this long a turn's work, at the measured cost of deciding
-# a record (measured with `claimstream bench` at half load, 500-record batches: stalls of
-# 0.4-0.7 s sampled inside `_batch`, each one feeding the next batch the claims it held back).
-# The cost is the records' own, not the batch's waits for acknowledgements: with those counted,
-# small batches looked dearer per record and shrank to a few records (measured: 373 claims/s).
-TURN_S = 0.025
-TURN_RECORDS_MIN = 32  # below this, a batch's fixed costs (commit, sends) outweigh its records
+# After a batch, the loop is let go this long before the next fetch: aiokafka's sender puts the
+# batch's records on the wire only when the loop runs it, a few callbacks after they are
+# enqueued. Without it a batch whose predecessor was already acknowledged went out only once the
+# next batch was decided too: under a backlog every decision waited one more batch (captured by
+# the stall watch at half load: stalls of 0.4-0.7 s inside `_batch`, each followed by another).
+SEND_TURN_S = 0.001
 
 
 class Arbiter(Service):
@@ -106,7 +103,6 @@ class Arbiter(Service):
         self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
         self._last_scan = 0.0
         self._record_cost = 0.0  # seconds per input record, averaged over recent batches
-        self._decide_cost = 0.0  # the same, deciding it only (no commit): sizes the batches
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -160,28 +156,22 @@ class Arbiter(Service):
         consumer = self._consumer
         assert consumer is not None
         while not self.should_stop:
-            limit = self._turn_records()
             fetched = await consumer.getmany(
-                timeout_ms=int(self.settings.batch_within_s * 1000), max_records=limit
+                timeout_ms=int(self.settings.batch_within_s * 1000),
+                max_records=self.settings.batch_size,
             )
             async with self.turn:
                 if fetched:
                     await self._batch(fetched)
                 else:
                     await self._repair(await self.commits.idle())
-                await self._tick(sum(len(messages) for messages in fetched.values()), limit)
+                await self._tick(sum(len(messages) for messages in fetched.values()))
                 await self._scan()
             self.pulse.beat()
             if any(tp.partition not in self.tasks.open for tp in fetched):
                 await asyncio.sleep(0.05)  # a rebalance is preparing this worker's tasks
-
-    def _turn_records(self) -> int:
-        """Records for the next batch: a turn's work (`TURN_S`) at the measured cost per
-        record, at most `batch_size` (and at least `TURN_RECORDS_MIN`)."""
-        if not self._decide_cost:
-            return self.settings.batch_size
-        fits = max(TURN_RECORDS_MIN, int(TURN_S / self._decide_cost))
-        return min(self.settings.batch_size, fits)
+            elif fetched:
+                await asyncio.sleep(SEND_TURN_S)
 
     # -- batches ---------------------------------------------------------------------------------
 
@@ -209,10 +199,6 @@ class Arbiter(Service):
                 handled = self.processor.process(record, task.states.get, self.alias_of)
                 self._apply(task, batch, handled, record.timestamp or 0.0, tallies)
             batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
-        decided = (perf_counter() - began) / max(1, sum(len(m) for m in fetched.values()))
-        self._decide_cost = (
-            0.8 * self._decide_cost + 0.2 * decided if self._decide_cost else decided
-        )
         tally_records = [
             Outgoing(self.settings.topics.outcomes, key, str(count).encode())
             for key, count in tallies.items()
@@ -266,17 +252,17 @@ class Arbiter(Service):
         await self.tasks.reload(partitions, self.commits)
         await self.positions.seek_to_committed(set(partitions))
 
-    async def _tick(self, fetched: int, limit: int) -> None:
+    async def _tick(self, fetched: int) -> None:
         """Send ticks to the keys whose decision may change by time alone, a few per batch.
 
         Keys that went stale together (a wave of claims ages out at once) came back as one burst
         of re-decisions that stalled every claim behind it for seconds (measured: claims
         processed fell to 0/s for 3 s while 2-3.6k ticks/s went out; p99 3.8 s). So ticks go out
         earliest first, behind fresh input: one per batch while input is waiting (a full
-        batch, `limit` records), else as many as take half a fetch wait of work at the measured
-        cost per record, at most `expiry_ticks_per_batch`."""
+        batch), else as many as take half a fetch wait of work at the measured cost per
+        record, at most `expiry_ticks_per_batch`."""
         budget = self.settings.expiry_ticks_per_batch
-        if fetched >= limit:
+        if fetched >= self.settings.batch_size:
             budget = 1
         elif self._record_cost > 0:
             affordable = self.settings.batch_within_s / 2 / self._record_cost
