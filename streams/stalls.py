@@ -9,7 +9,8 @@ worker's other metrics on the same registry:
   `claimstream_loop_lag_max_seconds` (the longest over the last 10 to 20 s).
 - **Collector pauses** (`CollectorHooks`): the process's one `gc.callbacks` hook times each
   collection by generation and, after a full one, freezes what survived; `StallCollector`
-  publishes the tallies when Prometheus scrapes.
+  publishes the tallies when Prometheus scrapes. Collections of `LONG_COLLECTION_S` or more are
+  kept with the stack that set them off, for the stall watch (`streams.stall_watch`).
 - **State-cache misses**: decodes of a key's state from its encoded form (`StateCache.misses`),
   published by `StallCollector` too.
 
