@@ -6,7 +6,7 @@ held loop cannot report on itself) checks every half of `threshold_s` whether th
 is late by more than that, and while it is, samples the loop thread's stack
 (`sys._current_frames()`) every fifth of `threshold_s`. A stall ends when the heartbeat runs;
 it is kept with its folded stacks and the collections (`CollectorHooks.long_collections`) that
-overlapped it: the longest few since the worker started and the most recent, on the web API
+overlapped it: the longest few since the worker started and the last 128, on the web API
 (`GET /api/stalls`, `stall_view`) and counted in `claimstream_loop_stalls_total`.
 
 Nothing here runs per claim: the heartbeat ticks twenty times a second, the thread wakes twenty
@@ -89,7 +89,7 @@ class StallWatch(Service):
         registry: prometheus_client.CollectorRegistry,
         threshold_s: float = 0.1,
         keep: int = 5,
-        recent: int = 32,
+        recent: int = 128,
         hooks: CollectorHooks = COLLECTOR_HOOKS,
         **kwargs: Any,
     ) -> None:

@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 
 # After a batch, the loop is let go this long before the next fetch: aiokafka's sender puts the
 # batch's records on the wire only when the loop runs it, a few callbacks after they are
-# enqueued. Without it a batch whose predecessor was already acknowledged went out only once the
-# next batch was decided too: under a backlog every decision waited one more batch (captured by
-# the stall watch at half load: stalls of 0.4-0.7 s inside `_batch`, each followed by another).
+# enqueued, and a fetch that finds records buffered returns without letting the loop run. So
+# under a backlog, a batch whose predecessor was already acknowledged would go out only once the
+# next batch was decided too: its decisions would wait one more batch (0.3-0.7 s a batch held
+# the loop at half load on a loaded machine, by `GET /api/stalls`).
 SEND_TURN_S = 0.001
 
 
