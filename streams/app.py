@@ -37,6 +37,7 @@ from streams.pipeline.records import Incoming
 from streams.registry import WireCodec, registry_for
 from streams.retention import topic_configs
 from streams.settings import Settings
+from streams.stall_watch import StallWatch, stall_view
 from streams.stalls import LoopLagProbe, StallCollector
 
 OUTCOME_WINDOW = timedelta(minutes=1)
@@ -219,12 +220,15 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     report_health(metrics, pulse, arbiter.ownership.open_tasks)
     loop_lag = LoopLagProbe(metrics.registry, loop=app.loop)
     metrics.registry.register(StallCollector(arbiter.tasks.cache))
+    stall_watch = StallWatch(metrics.registry, settings.stall_threshold_s, loop=app.loop)
+    app.page("/api/stalls")(stall_view(stall_watch))
 
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
         await app.add_runtime_dependency(lag_probe)
         await app.add_runtime_dependency(loop_lag)
+        await app.add_runtime_dependency(stall_watch)
 
     register_views(app, pulse, arbiter.ownership, policy, outcome_counts)
     console = register_console(app, arbiter.ownership, alias_of, policy, settings, metrics)
@@ -281,6 +285,8 @@ ENDPOINTS = {
     "GET /healthz": "liveness (the arbiter loop iterating) and the policy version; 503 with "
     "reasons when failing",
     "GET /readyz": "readiness (assigned tasks restored); 503 with reasons when not ready",
+    "GET /api/stalls[?since=epoch_s]": "the event loop's longest stalls (held over "
+    "stall_threshold_s) with what it ran: sampled stacks, overlapping garbage collections",
     "GET /metrics": "Prometheus metrics",
 }
 

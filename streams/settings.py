@@ -188,6 +188,12 @@ class Settings(BaseModel):
     restore_timeout_s: float = Field(
         default=600.0, gt=0, description="/healthz fails when a rebalance restores for this long"
     )
+    stall_threshold_s: float = Field(
+        default=0.1,
+        gt=0,
+        description="an event loop held this long is a stall: what it ran is sampled and kept "
+        "(GET /api/stalls, claimstream_loop_stalls_total)",
+    )
     lag_interval_s: float = Field(
         default=5.0, gt=0, description="how often consumer lag is asked from the broker"
     )

@@ -9,7 +9,8 @@ worker's other metrics on the same registry:
   `claimstream_loop_lag_max_seconds` (the longest over the last 10 to 20 s).
 - **Collector pauses** (`CollectorHooks`): the process's one `gc.callbacks` hook times each
   collection by generation and, after a full one, freezes what survived; `StallCollector`
-  publishes the tallies when Prometheus scrapes.
+  publishes the tallies when Prometheus scrapes. Collections of `LONG_COLLECTION_S` or more are
+  kept with the stack that set them off, for the stall watch (`streams.stall_watch`).
 - **State-cache misses**: decodes of a key's state from its encoded form (`StateCache.misses`),
   published by `StallCollector` too.
 
@@ -20,8 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
+import sysconfig
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
+from types import CodeType, FrameType
 from typing import Any
 
 from mode import Service
@@ -38,6 +45,64 @@ GENERATIONS = (0, 1, 2)
 # hundred short-lived objects, and each young collection also walks whatever the batch still
 # holds. Measured in-process on the bench mix (40k claims): 211 -> 182-190 µs CPU a claim.
 COLLECTOR_THRESHOLDS = (20_000, 50, 20)
+# Collections at least this long are kept with the stack that triggered them (for the stall
+# watch in `streams.stall_watch`); shorter ones, the thousands a minute, only tallied.
+LONG_COLLECTION_S = 0.01
+
+
+Stack = tuple[tuple[CodeType, int], ...]  # (code, line) of each frame, innermost first
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One long collection: when (perf_counter), which generation, and where it was triggered."""
+
+    started: float
+    ended: float
+    generation: int
+    collected: int
+    stack: Stack  # the allocation that set it off
+
+    @property
+    def pause_s(self) -> float:
+        return self.ended - self.started
+
+
+def stack_of(frame: FrameType | None) -> Stack:
+    """A frame's stack as plain (code, line) pairs: cheap to take, named only when reported."""
+    frames = []
+    while frame is not None:
+        frames.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(frames)
+
+
+def frame_names(stack: Stack) -> list[str]:
+    """`file:function:line` of each frame, innermost first; files as an import names them."""
+    return [f"{_short(code.co_filename)}:{code.co_name}:{line}" for code, line in stack]
+
+
+def folded(stack: Stack) -> str:
+    """The stack as one folded line, outermost frame first (what flame graph tools read)."""
+    return ";".join(reversed(frame_names(stack)))
+
+
+_ROOTS = (
+    *(str(Path(p)) for p in sys.path if p.endswith("site-packages")),
+    sysconfig.get_paths()["stdlib"],
+    str(Path(__file__).parent.parent),
+)
+_short_names: dict[str, str] = {}
+
+
+def _short(filename: str) -> str:
+    """A frame's file the way an import names it: `faust/app/base.py`, `asyncio/events.py`."""
+    short = _short_names.get(filename)
+    if short is None:
+        roots = [root for root in _ROOTS if filename.startswith(root + "/")]
+        short = filename[len(roots[0]) + 1 :] if roots else filename
+        _short_names[filename] = short
+    return short
 
 
 class CollectorHooks:
@@ -53,17 +118,23 @@ class CollectorHooks:
         self.pauses = [0] * len(GENERATIONS)
         self.seconds = [0.0] * len(GENERATIONS)
         self.longest = [0.0] * len(GENERATIONS)
+        self.long_collections: deque[Collection] = deque(maxlen=64)
         self._started = 0.0  # collections never nest: one start, then its stop
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = perf_counter()
             return
-        pause = perf_counter() - self._started
+        ended = perf_counter()
+        pause = ended - self._started
         generation = info["generation"]
         self.pauses[generation] += 1
         self.seconds[generation] += pause
         self.longest[generation] = max(self.longest[generation], pause)
+        if pause >= LONG_COLLECTION_S:
+            stack = stack_of(sys._getframe(1))
+            collection = Collection(self._started, ended, generation, info["collected"], stack)
+            self.long_collections.append(collection)
         if generation == 2:
             gc.freeze()
 

@@ -13,6 +13,7 @@ import json
 import shutil
 import statistics
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,15 @@ from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import latency, soak
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
 from streams.devkit.bench.scale import Scale, scale_phase
-from streams.devkit.bench.worker import BenchWorker, claimstream_rate, stalls_between, worker_env
+from streams.devkit.bench.worker import (
+    BenchWorker,
+    claimstream_rate,
+    gc_pauses_between,
+    stall_capture,
+    stall_summary,
+    stalls_between,
+    worker_env,
+)
 from streams.devkit.bench.workload import Throughput, Workload, create_topics, fill, workload
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
@@ -42,7 +51,7 @@ class WorkerFigures:
     latencies: list[float]
     peak_rss: int
     soak_samples: list[tuple[float, int, int]]
-    stalls: dict[str, float]  # what stalled the worker during the latency phase
+    stalls: dict[str, Any]  # what stalled the worker during the latency phase
 
 
 def run(
@@ -122,12 +131,21 @@ def _worker_phases(
         # the saturating rate for the latency phase is measured on new keys first.
         _, saturated = asyncio.run(latency(bootstrap, topics, 1e9, 4000))
         print(f"bench: new-key decisions saturate at {saturated:,.0f}/s")
-        before = worker.stall_counts()
+        before, began = worker.stall_counts(), time.time()
+        watched, cpu = worker.stall_report(began), worker.cpu_seconds()
         lat, _ = asyncio.run(
             latency(bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
         )
-        stalls = stalls_between(before, worker.stall_counts())
+        after = worker.stall_counts()
+        stalls: dict[str, Any] = {
+            **stalls_between(before, after),
+            **gc_pauses_between(before, after),
+        }
+        report = worker.stall_report(began)
+        stalls |= stall_capture(watched, report, worker.cpu_seconds() - cpu)
         print(f"bench: stalls during the latency phase {stalls}")
+        for stall in report.get("longest", [])[1:]:
+            print(f"bench: next longest stall {stall_summary(stall)}")
         rss = worker.peak_rss()
         samples = []
         if soak_s > 0:

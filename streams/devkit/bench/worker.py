@@ -4,6 +4,7 @@ its /metrics and /proc (claims processed, CPU, memory, stage times, state keys, 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -12,11 +13,12 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streams.devkit.bench.workload import Throughput
 from streams.metrics import STAGES
 from streams.settings import Settings
-from streams.stalls import LOOP_LAG_BUCKETS
+from streams.stalls import GENERATIONS, LOOP_LAG_BUCKETS
 
 
 def _metric(text: str, name: str) -> float:
@@ -46,6 +48,7 @@ class StallCounts:
     loop_lag_max_s: float  # the longest over the last 10 to 20 s
     gc_pause_s: float
     state_cache_misses: float
+    gc_pause_s_by_generation: tuple[float, ...] = (0.0, 0.0, 0.0)
 
 
 def stalls_between(before: StallCounts, after: StallCounts) -> dict[str, float]:
@@ -61,6 +64,42 @@ def stalls_between(before: StallCounts, after: StallCounts) -> dict[str, float]:
         "longest_loop_lag_ms": round(longest * 1000, 1),
         "gc_pause_ms_total": round((after.gc_pause_s - before.gc_pause_s) * 1000, 1),
         "state_cache_misses": round(after.state_cache_misses - before.state_cache_misses),
+    }
+
+
+def gc_pauses_between(before: StallCounts, after: StallCounts) -> dict[str, list[float]]:
+    """The collector's pauses between two scrapes by generation (young, middle, full), in ms."""
+    pairs = zip(after.gc_pause_s_by_generation, before.gc_pause_s_by_generation, strict=True)
+    return {"gc_pause_ms_by_generation": [round((a - b) * 1000, 1) for a, b in pairs]}
+
+
+def stall_capture(
+    before: dict[str, Any], after: dict[str, Any], worker_cpu_s: float
+) -> dict[str, Any]:
+    """What the worker's stall watch saw between two reports: the stalls counted, the watchdog
+    thread's share of the worker's CPU, and the longest stall (`stall_summary`)."""
+    longest = after.get("longest") or [{}]
+    watch_cpu_s = after.get("watchdog_cpu_s", 0.0) - before.get("watchdog_cpu_s", 0.0)
+    return {
+        "stalls_over_threshold": after.get("stalls", 0) - before.get("stalls", 0),
+        "watchdog_cpu_pct": round(watch_cpu_s / max(worker_cpu_s, 1e-9) * 100, 3),
+        "longest_stall": stall_summary(longest[0]),
+    }
+
+
+def stall_summary(stall: dict[str, Any]) -> dict[str, Any]:
+    """A stall as `GET /api/stalls` reports it, shortened: how long, the collections that
+    overlapped it (generation, pause), and what the loop ran (its most sampled stack's
+    innermost frames)."""
+    stacks = stall.get("stacks") or [{}]
+    return {
+        "lag_ms": stall.get("lag_ms", 0.0),
+        "samples": stall.get("samples", 0),
+        "collections": [
+            {k: c[k] for k in ("generation", "pause_ms", "collected")}
+            for c in stall.get("collections", [])
+        ],
+        "frames": stacks[0].get("frames", [])[:8],
     }
 
 
@@ -80,8 +119,17 @@ class BenchWorker:
             output.close()  # the worker holds its own
 
     def metrics(self) -> str:
+        return self._get("/metrics")
+
+    def stall_report(self, since: float) -> dict[str, Any]:
+        """The worker's stall watch (`GET /api/stalls`): its longest stalls that began after
+        `since` (seconds since the epoch), how many in all, the watchdog thread's CPU time."""
+        text = self._get(f"/api/stalls?since={since}")
+        return dict(json.loads(text)) if text else {}
+
+    def _get(self, path: str) -> str:
         try:
-            url = f"http://127.0.0.1:{self.settings.web_port}/metrics"
+            url = f"http://127.0.0.1:{self.settings.web_port}{path}"
             with urllib.request.urlopen(url, timeout=10) as response:
                 return str(response.read().decode())
         except OSError:
@@ -128,6 +176,10 @@ class BenchWorker:
             _metric(text, "claimstream_loop_lag_max_seconds"),
             _metric(text, "claimstream_gc_pause_seconds_total"),
             _metric(text, "claimstream_state_cache_misses_total"),
+            tuple(
+                _metric(text, f'claimstream_gc_pause_seconds_total{{generation="{g}"}}')
+                for g in GENERATIONS
+            ),
         )
 
     def _status_bytes(self, field: str) -> int:
