@@ -22,6 +22,7 @@ import fastavro
 from pydantic import BaseModel, ValidationError
 
 from streams.avro_writer import compile_writer
+from streams.claim_reader import LAYOUT, layout, read_claim
 from streams.core.contracts import (
     CLAIM_FIELDS,
     ClaimStatus,
@@ -33,7 +34,7 @@ from streams.core.contracts import (
     instant,
     micros,
 )
-from streams.core.errors import CodecError
+from streams.core.errors import ClaimstreamError, CodecError
 from streams.core.intake import parse_claim
 from streams.packaged import schema_dir
 
@@ -189,9 +190,34 @@ def _raw_claim_schema() -> Any:
 
 def decode_claim(body: bytes, writer_schema: Any | None = None) -> LeanClaim:
     """`decode(Claim, body, writer_schema)` without pydantic (the same claim, or the same
-    error): `writer_schema` None or the current parsed schema reads the instants as longs."""
+    error). A body in the current schema (`writer_schema` None or the current parsed schema) is
+    read by streams.claim_reader, and by fastavro (`fastavro_claim`) only where that reader
+    defers to it; other writer schemas are resolved by fastavro."""
     if writer_schema is not None and writer_schema is not parsed_schema("Claim"):
         return claim_from_avro(decode_dict("Claim", body, writer_schema))
+    return _claim_reader()(body) or fastavro_claim(body)
+
+
+class SchemaLayoutError(ClaimstreamError):
+    """A packaged schema's fields are not in the layout a hand-written reader or writer of its
+    records assumes."""
+
+
+@cache
+def _claim_reader() -> Callable[[bytes], LeanClaim | None]:
+    """`read_claim`, once the Claim schema is checked to be laid out as it reads it."""
+    found = layout(expanded_schema("Claim"))
+    if found != LAYOUT:
+        raise SchemaLayoutError(
+            f"the Claim schema's fields are {list(found)}; streams/claim_reader.py reads "
+            f"{list(LAYOUT)}: change it with the schema"
+        )
+    return read_claim
+
+
+def fastavro_claim(body: bytes) -> LeanClaim:
+    """The claim of a body in the current schema as fastavro reads it, with its timestamps as
+    the longs they are on the wire: the reference `read_claim` is held to."""
     data = _read("Claim", body, _raw_claim_schema(), None)
     observed, start, end = data["observed_at"], data["valid_from"], data["valid_to"]
     try:  # fastavro's own conversion, raising where it would
