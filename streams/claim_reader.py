@@ -3,8 +3,8 @@
 Where it sits: `WireCodec.decode_claim` frames, `codec.decode_claim` hands a body written with
 the current Claim schema to `read_claim` here, and the claim goes on to admission. The reader is
 written for one layout of the schema, `LAYOUT`; codec compares it with the packaged schema's
-`layout` before the first read, so a schema whose fields change stops the worker rather than
-being misread.
+`layout` before the first read, and reads every claim with fastavro (saying so) should a changed
+schema not match it: slower, never misread.
 
 fastavro stays the reference, and the judge of bad bytes: whatever this reader does not read
 cleanly (a short body, invalid UTF-8, an enum or union index out of range, a varint longer than

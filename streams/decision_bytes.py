@@ -23,10 +23,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from streams.avro_writer import Fields, long_bytes, record_fields
-from streams.codec import SchemaLayoutError, expanded_schema, to_avro
+from streams.codec import expanded_schema, to_avro
 from streams.core.arbitration import Arbitration, evidence_fields
 from streams.core.contracts import EvidenceRole, RejectReason
-from streams.core.errors import CodecError
+from streams.core.errors import ClaimstreamError, CodecError
 from streams.core.intake import AdmittedClaim
 
 DECISION = "claimstream.Decision"
@@ -49,6 +49,10 @@ HEADER_FIELDS = (
 DECISION_FIELDS = (*HEADER_FIELDS, "evidence", "decided_at", "supersedes")
 """The order `DecisionWriter` writes a decision's fields in: the schema's, checked at start."""
 ROLE = "role"
+
+
+class SchemaLayoutError(ClaimstreamError):
+    """The Decision schema's fields are not in the order the writer assembles them in."""
 
 
 class DecisionWriter:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from streams.codec import SchemaLayoutError, expanded_schema
+from streams.codec import expanded_schema
 from streams.core.arbitration import Arbitration
 from streams.core.contracts import (
     Claim,
@@ -26,7 +26,7 @@ from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim, admit, admit_resolution
 from streams.core.keystate import KeyState, Limits, add_claim, advance, state_key
 from streams.core.policy import Policy, load_policy
-from streams.decision_bytes import DecisionWriter
+from streams.decision_bytes import DecisionWriter, SchemaLayoutError
 from streams.metrics import Metrics
 from streams.packaged import example_path
 from streams.pipeline.outputs import Outputs
