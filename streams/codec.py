@@ -3,7 +3,8 @@
 In file order: the schemas, expanded and parsed (`expanded_schema`, `parsed_schema`); a record
 to Avro (`to_avro`, `encode`, via the compiled writers of streams.avro_writer); Avro back to a
 record (`decode_dict`, `decode`); and the claim's fast path, Avro to a `LeanClaim` without
-pydantic (`decode_claim`, `claim_from_avro`), which falls back to the contract's validation.
+pydantic (`decode_claim`: streams.claim_reader's reader, fastavro's in `fastavro_claim` and
+`claim_from_avro`), which falls back to the contract's validation.
 The wire framing around these bodies is streams.registry's. fastavro's errors are translated
 into CodecError here, so the rest of the code sees one error tree.
 """
@@ -11,6 +12,7 @@ into CodecError here, so the rest of the code sees one error tree.
 from __future__ import annotations
 
 import io
+import logging
 import struct
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -22,6 +24,7 @@ import fastavro
 from pydantic import BaseModel, ValidationError
 
 from streams.avro_writer import compile_writer
+from streams.claim_reader import LAYOUT, layout, read_claim
 from streams.core.contracts import (
     CLAIM_FIELDS,
     ClaimStatus,
@@ -36,6 +39,8 @@ from streams.core.contracts import (
 from streams.core.errors import CodecError
 from streams.core.intake import parse_claim
 from streams.packaged import schema_dir
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "claimstream"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -189,9 +194,37 @@ def _raw_claim_schema() -> Any:
 
 def decode_claim(body: bytes, writer_schema: Any | None = None) -> LeanClaim:
     """`decode(Claim, body, writer_schema)` without pydantic (the same claim, or the same
-    error): `writer_schema` None or the current parsed schema reads the instants as longs."""
+    error). A body in the current schema (`writer_schema` None or the current parsed schema) is
+    read by streams.claim_reader, and by fastavro (`fastavro_claim`) only where that reader
+    defers to it; other writer schemas are resolved by fastavro."""
     if writer_schema is not None and writer_schema is not parsed_schema("Claim"):
         return claim_from_avro(decode_dict("Claim", body, writer_schema))
+    return _claim_reader()(body) or fastavro_claim(body)
+
+
+@cache
+def _claim_reader() -> Callable[[bytes], LeanClaim | None]:
+    """`read_claim` when the Claim schema is laid out as it reads it; otherwise (said once)
+    a reader that defers every body to fastavro: still right, only slower."""
+    found = layout(expanded_schema("Claim"))
+    if found == LAYOUT:
+        return read_claim
+    log.warning(
+        "the Claim schema's fields are %s; streams/claim_reader.py reads %s: claims are read "
+        "by fastavro until the reader is changed with the schema",
+        list(found),
+        list(LAYOUT),
+    )
+    return _deferred
+
+
+def _deferred(body: bytes) -> None:
+    return None
+
+
+def fastavro_claim(body: bytes) -> LeanClaim:
+    """The claim of a body in the current schema as fastavro reads it, with its timestamps as
+    the longs they are on the wire: the reference `read_claim` is held to."""
     data = _read("Claim", body, _raw_claim_schema(), None)
     observed, start, end = data["observed_at"], data["valid_from"], data["valid_to"]
     try:  # fastavro's own conversion, raising where it would
