@@ -2,7 +2,7 @@
 # Set up a fresh machine and run every check: lint, format, types, and the test suite
 # (unit, property, and integration tests against real brokers this suite starts itself).
 # The suite runs on the core compiled with mypyc (CLAIMSTREAM_USE_MYPYC=1 unless set to 0), then
-# the core's tests run again on its pure-Python modules (CLAIMSTREAM_INTERPRETED=1).
+# the tests of the compiled modules run again on their pure-Python sources (CLAIMSTREAM_INTERPRETED=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CLAIMSTREAM_USE_MYPYC="${CLAIMSTREAM_USE_MYPYC:-1}"
@@ -15,5 +15,5 @@ echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytes
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
     echo "== pytest, the core interpreted"
     CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \
-        tests/core tests/test_compiled.py
+        tests/core tests/test_compiled.py tests/test_codec_reader.py
 fi
