@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a fresh machine and run every check: lint, format, types, and the test suite
 # (unit, property, and integration tests against real brokers this suite starts itself).
-# The suite runs on the core compiled with mypyc (CLAIMSTREAM_USE_MYPYC=1 unless set to 0), then
-# the tests of the compiled modules run again on their pure-Python sources (CLAIMSTREAM_INTERPRETED=1).
+# The suite runs on the modules compiled with mypyc (CLAIMSTREAM_USE_MYPYC=1 unless set to 0),
+# then the compiled modules' tests run again on their pure-Python sources
+# (CLAIMSTREAM_INTERPRETED=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CLAIMSTREAM_USE_MYPYC="${CLAIMSTREAM_USE_MYPYC:-1}"
@@ -13,7 +14,7 @@ echo "== ruff"; .venv/bin/ruff check streams tests grafana
 echo "== mypy"; .venv/bin/mypy streams
 echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytest "$@"
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
-    echo "== pytest, the core interpreted"
+    echo "== pytest, the compiled modules interpreted"
     CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \
         tests/core tests/test_compiled.py tests/test_codec_reader.py
 fi
