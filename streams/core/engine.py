@@ -32,20 +32,20 @@ from streams.core.agreement import (
 )
 from streams.core.arbitration import Arbitration, EpochShift, Roles, Verdict, resolved_by
 from streams.core.contracts import (
+    ASSERTED_RANK,
     NO_EVIDENCE_STATUSES,
     Authority,
     ConflictKind,
     EvidenceRole,
     Outcome,
     Resolution,
+    micros,
 )
 from streams.core.fused import applies, arbitrate_plain
 from streams.core.incremental import extensible_belief
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import values_agree
-from streams.core.policy import EpochChangeRule, FieldRules, OnConflict
-
-_ASSERTED_RANK = Authority.ASSERTED.rank
+from streams.core.policy import EpochChangeRule, FieldRules, OnConflict, freshness_us
 
 
 @dataclass(slots=True, init=False, eq=False, repr=False)
@@ -57,6 +57,8 @@ class Context:
 
     rules: FieldRules
     now: datetime
+    now_us: int
+    """`now` in microseconds since the epoch: the steps compare instants as integers."""
     resolutions: Sequence[Resolution]
     evidence: list[AdmittedClaim]
     """Every claim once: what the decision cites, each with its role."""
@@ -79,7 +81,7 @@ class Context:
     """The verdict so far and every role given: `arbitrate` writes them from the results."""
 
     def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
-        self.rules, self.now, self.resolutions = rules, now, resolutions
+        self.rules, self.now, self.now_us, self.resolutions = rules, now, micros(now), resolutions
         self.evidence, self.plain, self.weaker, self.unanchored = [], False, [], []
         self.shift = self.tiebreak = self.winner = self.verdict = None
         self.roles = {}
@@ -150,10 +152,13 @@ def arbitrate(
     to a verdict that did not change."""
     claims = claims if isinstance(claims, list | tuple) else list(claims)
     resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
-    args = (subject, field, claims, rules, policy_version, now)
     if applies(claims, resolutions):
-        return arbitrate_plain(*args, supersedes, previous)
-    return run_rules(*args, resolutions, supersedes, previous)
+        return arbitrate_plain(
+            subject, field, claims, rules, policy_version, now, supersedes, previous
+        )
+    return run_rules(
+        subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+    )
 
 
 def run_rules(
@@ -219,10 +224,10 @@ def _duplicates(claims: list[AdmittedClaim], context: Context) -> StepResult | N
 def _no_evidence(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """forbidden / unavailable / error say nothing about existence; a period that starts after
     now says nothing about now."""
-    now, kept, roles = context.now, [], {}
+    now, kept, roles = context.now_us, [], {}
     for admitted in claims:
-        claim = admitted.claim
-        if claim.status in NO_EVIDENCE_STATUSES or (claim.valid_from and claim.valid_from > now):
+        claim, start = admitted.claim, admitted.valid_from_us
+        if claim.status in NO_EVIDENCE_STATUSES or (start is not None and start > now):
             roles[claim.claim_id] = EvidenceRole.EXCLUDED
         else:
             kept.append(admitted)
@@ -235,9 +240,9 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
     either period has ended."""
     if context.plain:
         return None
-    latest_start: dict[int, datetime] = {}
+    latest_start: dict[int, int] = {}
     for admitted in claims:
-        start = admitted.claim.valid_from
+        start = admitted.valid_from_us
         if start is not None and (
             admitted.rank not in latest_start or start > latest_start[admitted.rank]
         ):
@@ -245,8 +250,8 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
     if not latest_start:
         return None
     # The latest start among claims at least as strong as each rank.
-    closing: dict[int, datetime] = {}
-    running: datetime | None = None
+    closing: dict[int, int] = {}
+    running: int | None = None
     for rank in range(len(Authority)):
         start = latest_start.get(rank)
         if start is not None and (running is None or start > running):
@@ -255,15 +260,11 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
             closing[rank] = running
     kept, roles = [], {}
     for admitted in claims:
-        claim = admitted.claim
         closed_at = closing.get(admitted.rank)
-        begins = claim.valid_from or claim.observed_at
-        if (
-            closed_at is not None
-            and begins < closed_at
-            and (claim.valid_to is None or claim.valid_to <= closed_at)
-        ):
-            roles[claim.claim_id] = EvidenceRole.SUPERSEDED
+        start, end = admitted.valid_from_us, admitted.valid_to_us
+        begins = admitted.observed_us if start is None else start
+        if closed_at is not None and begins < closed_at and (end is None or end <= closed_at):
+            roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -273,15 +274,15 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     """Older than the field's freshness budget, or past its period's end: stale. A claim
     exactly as old as the budget is still fresh. Nothing fresh: insufficient, never the
     least-stale guess."""
-    rules, now = context.rules, context.now
-    too_old = now - rules.freshness if rules.freshness is not None else None
+    now, budget = context.now_us, freshness_us(context.rules)
+    too_old = now - budget if budget is not None else None
     kept, roles = [], {}
     for admitted in claims:
-        claim = admitted.claim
-        if (too_old is not None and claim.observed_at < too_old) or (
-            claim.valid_to is not None and claim.valid_to <= now
+        end = admitted.valid_to_us
+        if (too_old is not None and admitted.observed_us < too_old) or (
+            end is not None and end <= now
         ):
-            roles[claim.claim_id] = EvidenceRole.STALE
+            roles[admitted.claim.claim_id] = EvidenceRole.STALE
         else:
             kept.append(admitted)
     if kept:
@@ -348,7 +349,7 @@ def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     Assertions and inferences are evidence, never proof of state."""
     ranks = [a.rank for a in claims]
     top_rank = min(ranks)
-    if top_rank >= _ASSERTED_RANK:
+    if top_rank >= ASSERTED_RANK:
         roles = _all_contested(claims + context.weaker)
         return StepResult(claims, roles, Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims"))
     if ranks.count(top_rank) == len(ranks):

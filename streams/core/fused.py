@@ -25,18 +25,18 @@ from streams.core.agreement import (
 )
 from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
 from streams.core.contracts import (
+    ASSERTED_RANK,
     NO_EVIDENCE_STATUSES,
-    Authority,
     ConflictKind,
     EvidenceRole,
     Outcome,
     Resolution,
+    micros,
 )
 from streams.core.incremental import plain_belief
 from streams.core.intake import AdmittedClaim
-from streams.core.policy import FieldRules, OnConflict
+from streams.core.policy import FieldRules, OnConflict, freshness_us
 
-_ASSERTED_RANK = Authority.ASSERTED.rank
 _EXCLUDED, _STALE = EvidenceRole.EXCLUDED, EvidenceRole.STALE
 _CONTESTED, _CORROBORATING = EvidenceRole.CONTESTED, EvidenceRole.CORROBORATING
 _MOST_RECENT = OnConflict.MOST_RECENT
@@ -62,14 +62,15 @@ def arbitrate_plain(
     lineage, existence, value, corroboration."""
     kept, _ = distinct(claims)
     roles: Roles = {}
-    too_old = now - rules.freshness if rules.freshness is not None else None
+    budget = freshness_us(rules)
+    too_old = micros(now) - budget if budget is not None else None
     live: list[AdmittedClaim] = []
-    top_rank, any_stale = _ASSERTED_RANK, False
+    top_rank, any_stale = ASSERTED_RANK, False
     for admitted in kept:
         claim = admitted.claim
         if claim.status in NO_EVIDENCE_STATUSES:
             roles[claim.claim_id] = _EXCLUDED
-        elif too_old is not None and claim.observed_at < too_old:
+        elif too_old is not None and admitted.observed_us < too_old:
             roles[claim.claim_id] = _STALE
             any_stale = True
         else:
@@ -83,7 +84,7 @@ def arbitrate_plain(
     elif not live:
         reason = "no_fresh_claims" if any_stale else "no_usable_claims"
         verdict = Verdict(Outcome.INSUFFICIENT, reason)
-    elif top_rank >= _ASSERTED_RANK:
+    elif top_rank >= ASSERTED_RANK:
         _contest(live, roles)
         verdict = Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims")
     else:

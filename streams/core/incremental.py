@@ -12,7 +12,6 @@ does not follow fails there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
 from typing import NamedTuple, Protocol
 
 from streams.core.agreement import agrees
@@ -27,7 +26,7 @@ from streams.core.contracts import (
 )
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import values_agree
-from streams.core.policy import FieldRules, OnConflict
+from streams.core.policy import FieldRules, OnConflict, freshness_us
 
 _CONTESTED = EvidenceRole.CONTESTED
 
@@ -35,7 +34,7 @@ _EXTENSIBLE_CONFLICTS = frozenset({ConflictKind.VALUE, ConflictKind.EXISTENCE})
 
 
 class Decided(Protocol):
-    """What the rules leave in their `engine.Context` that says whether `extend` may follow."""
+    """What the rules leave in their `engine.Context` that says whether `placement` may follow."""
 
     rules: FieldRules
     resolutions: Sequence[Resolution]
@@ -46,7 +45,7 @@ class Decided(Protocol):
 
 
 def extensible_belief(context: Decided, verdict: Verdict, policy_version: str) -> Belief | None:
-    """What `extend` may build on, after the rules ran: see `plain_belief`."""
+    """What `placement` may build on, after the rules ran: see `plain_belief`."""
     if not context.plain or context.resolutions:
         return None
     conflict_rank = None
@@ -65,7 +64,7 @@ def plain_belief(
     rules: FieldRules,
     policy_version: str,
 ) -> Belief | None:
-    """What `extend` may build on, for plain claims with no resolution in play: a resolved
+    """What `placement` may build on, for plain claims with no resolution in play: a resolved
     precedence decision (`winner`), or a value or existence conflict at authority
     `conflict_rank`, where no independence is counted (one more claim can join two sources into
     one lineage)."""
@@ -86,9 +85,11 @@ class Placement(NamedTuple):
     belief: Belief
 
 
-def placement(previous: Arbitration, added: AdmittedClaim, now: datetime) -> Placement | None:
-    """How `arbitrate` over the previous claims plus `added` assigns roles, without running the
-    rules, where `added` provably cannot change the belief; None where the rules must run again.
+def placement(previous: Arbitration, added: AdmittedClaim, now_us: int) -> Placement | None:
+    """How `arbitrate` over the previous claims plus `added` assigns roles at `now_us`
+    (microseconds since the epoch), without running the rules, where `added` provably cannot
+    change the belief; None where the rules must run again. (A key's state places it in its own
+    arbitration in place, `Arbitration.place`.)
 
     The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
     freshness or period boundary) and that `added` is a new claim_id. Then a plain claim that
@@ -105,7 +106,8 @@ def placement(previous: Arbitration, added: AdmittedClaim, now: datetime) -> Pla
     claim_id = claim.claim_id
     if claim.status in NO_EVIDENCE_STATUSES:
         return Placement({claim_id: EvidenceRole.EXCLUDED}, belief)
-    if rules.freshness is not None and claim.observed_at < now - rules.freshness:
+    budget = freshness_us(rules)
+    if budget is not None and added.observed_us < now_us - budget:
         return Placement({claim_id: EvidenceRole.STALE}, belief)
     if added.rank > belief.rank:
         agreeing = winner is not None and agrees(added, winner, rules.tolerance)
@@ -124,20 +126,6 @@ def placement(previous: Arbitration, added: AdmittedClaim, now: datetime) -> Pla
         roles = {winner.claim.claim_id: EvidenceRole.CORROBORATING, claim_id: EvidenceRole.WINNER}
         return Placement(roles, Belief(belief.rank, added, rules, belief.policy_version))
     return Placement({claim_id: EvidenceRole.CORROBORATING}, belief)
-
-
-def extend(
-    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
-) -> Arbitration | None:
-    """A new arbitration: `previous` with `added` placed (`placement`), `previous` unchanged;
-    None where the rules must run again. (A key's state places claims in its own arbitration
-    in place, `Arbitration.place`.)"""
-    placed = placement(previous, added, now)
-    if placed is None:
-        return None
-    extended = previous.owned(now, supersedes)
-    extended.place(added, placed.roles, placed.belief, now, supersedes)
-    return extended
 
 
 def _same_statement(

@@ -28,6 +28,8 @@ from streams.core.contracts import (
     Resolution,
     Value,
     constructed,
+    instant,
+    micros,
 )
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
@@ -339,11 +341,12 @@ def _decide(
     last = state.current
     if last is not None and now < last.decided_at:
         now = last.decided_at  # a key's clock never runs backwards
-    placed = _placement(state, claims, added, rules, policy_version, now, limits)
+    now_us = micros(now)
+    placed = _placement(state, claims, added, rules, policy_version, now, now_us, limits)
     if placed is not None:
         assert added is not None
         assert last is not None
-        return _placed(state, claims, added, placed, last.decision_id, rules, now)
+        return _placed(state, claims, added, placed, last.decision_id, rules, now, now_us)
     subject, field, previous = state.subject, state.field, state.arbitration
     supersedes = last.decision_id if last else None
     arbitration = arbitrate(
@@ -353,7 +356,7 @@ def _decide(
     escalation = _escalation(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
     kept = evicted(claims, arbitration.roles, limits.max_claims)
-    next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now)
+    next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now_us)
     # Kept (for the shortcut, and to lend its id to the next verdict that does not change) as a
     # copy of its own, without the records built for sending: the evidence records do not stay.
     owned = arbitration.owned(now, None)
@@ -375,13 +378,18 @@ def _placed(
     supersedes: str,
     rules: FieldRules,
     now: datetime,
+    now_us: int,
 ) -> Transition:
     """The shortcut's result, placed in the state's own arbitration: nothing the rules look at
     moved, so the belief, history and timers stand, except the new claim's own expiry."""
     expires = expiry(added, rules)
     next_check_at = state.next_check_at
-    if expires is not None and expires > now and (next_check_at is None or expires < next_check_at):
-        next_check_at = expires
+    if (
+        expires is not None
+        and expires > now_us
+        and (next_check_at is None or expires < micros(next_check_at))
+    ):
+        next_check_at = instant(expires)
     arbitration = state.arbitration
     assert arbitration is not None  # `_placement` found one
     arbitration.place(added, placed.roles, placed.belief, now, supersedes)
@@ -441,6 +449,7 @@ def _placement(
     rules: FieldRules,
     policy_version: str,
     now: datetime,
+    now_us: int,
     limits: Limits,
 ) -> Placement | None:
     """The incremental path (`incremental.placement`), where its preconditions hold: the last
@@ -459,7 +468,7 @@ def _placement(
         or len(claims) > limits.max_claims
     ):
         return None
-    return placement(previous, added, now)
+    return placement(previous, added, now_us)
 
 
 def _summarize(arbitration: Arbitration, decided_at: datetime) -> DecisionSummary:
