@@ -32,6 +32,7 @@ from streams.core.contracts import (
     constructed,
 )
 from streams.core.intake import AdmittedClaim
+from streams.core.members import QUARANTINED, RESOLVED
 from streams.core.policy import FieldRules, OnConflict
 
 Roles = dict[str, EvidenceRole]
@@ -42,6 +43,21 @@ _CONFLICT_ACTIONS = {
     OnConflict.SURFACE: Action.CONTINUE,
     OnConflict.MOST_RECENT: Action.BLOCK,
 }
+
+
+def _action_of(outcome: Outcome, on_conflict: OnConflict) -> Action:
+    if outcome is Outcome.RESOLVED:
+        return Action.CONTINUE
+    if outcome is Outcome.QUARANTINED:
+        return Action.BLOCK
+    if outcome is Outcome.INSUFFICIENT:
+        return Action.BLOCK if on_conflict is OnConflict.BLOCK else Action.DEGRADE
+    return _CONFLICT_ACTIONS[on_conflict]
+
+
+_ACTIONS = {(o, c): _action_of(o, c) for o in Outcome for c in OnConflict}
+"""What a decision asks of its readers, by its outcome and the field's on_conflict: a table
+worked out once (reading enum members per decision is slow, see `members.py`)."""
 
 
 class Verdict:
@@ -121,7 +137,7 @@ property: read once here, not per decision)."""
 def resolved_by(winner: AdmittedClaim, tiebreak: str | None) -> Verdict:
     """The winner's value believed: by its authority's precedence, or by a tiebreak."""
     return Verdict(
-        Outcome.RESOLVED,
+        RESOLVED,
         "most_recent" if tiebreak else _PRECEDENCE[winner.authority],
         None,
         winner.claim.status,
@@ -209,7 +225,7 @@ class Arbitration:
         self._events: tuple[EpochChange | None, ReobserveRequest | None] | None = None
         """The records built on demand, kept until `place` changes the decision."""
         self.action = _action(verdict, rules)
-        resolved = verdict.outcome is Outcome.RESOLVED
+        resolved = verdict.outcome is RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
         if (
             known_id is None
@@ -357,7 +373,7 @@ class Arbitration:
         if events is None:
             shift = self._shift
             epoch = None if shift is None else _epoch_event(self.decision, shift)
-            quarantined = self.outcome is Outcome.QUARANTINED
+            quarantined = self.outcome is QUARANTINED
             reobserve = (
                 _reobserve_request(self.decision, self._claims, self.roles) if quarantined else None
             )
@@ -396,13 +412,7 @@ def _hashable(value: Value) -> str:
 
 
 def _action(verdict: Verdict, rules: FieldRules) -> Action:
-    if verdict.outcome is Outcome.RESOLVED:
-        return Action.CONTINUE
-    if verdict.outcome is Outcome.QUARANTINED:
-        return Action.BLOCK
-    if verdict.outcome is Outcome.INSUFFICIENT:
-        return Action.BLOCK if rules.on_conflict is OnConflict.BLOCK else Action.DEGRADE
-    return _CONFLICT_ACTIONS[rules.on_conflict]
+    return _ACTIONS[verdict.outcome, rules.on_conflict]
 
 
 def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:

@@ -37,15 +37,29 @@ from streams.core.contracts import (
     Authority,
     ConflictKind,
     EvidenceRole,
-    Outcome,
     Resolution,
     micros,
 )
 from streams.core.fused import applies, arbitrate_plain
 from streams.core.incremental import extensible_belief
 from streams.core.intake import AdmittedClaim
+from streams.core.members import (
+    CONFLICT,
+    CONTESTED,
+    CORROBORATING,
+    EXCLUDED,
+    EXISTENCE_CONFLICT,
+    INSUFFICIENT,
+    MOST_RECENT,
+    QUARANTINED,
+    RESOLVED,
+    STALE,
+    SUPERSEDED,
+    VALUE_CONFLICT,
+    WINNER,
+)
 from streams.core.normalize import values_agree
-from streams.core.policy import EpochChangeRule, FieldRules, OnConflict, freshness_us
+from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
 
 
 @dataclass(slots=True, init=False, eq=False, repr=False)
@@ -57,8 +71,6 @@ class Context:
 
     rules: FieldRules
     now: datetime
-    now_us: int
-    """`now` in microseconds since the epoch: the steps compare instants as integers."""
     resolutions: Sequence[Resolution]
     evidence: list[AdmittedClaim]
     """Every claim once: what the decision cites, each with its role."""
@@ -81,7 +93,7 @@ class Context:
     """The verdict so far and every role given: `arbitrate` writes them from the results."""
 
     def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
-        self.rules, self.now, self.now_us, self.resolutions = rules, now, micros(now), resolutions
+        self.rules, self.now, self.resolutions = rules, now, resolutions
         self.evidence, self.plain, self.weaker, self.unanchored = [], False, [], []
         self.shift = self.tiebreak = self.winner = self.verdict = None
         self.roles = {}
@@ -217,18 +229,18 @@ def _duplicates(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     context.evidence = kept
     context.plain = all(a.plain for a in kept)
     if not kept:
-        return StepResult(kept, verdict=Verdict(Outcome.INSUFFICIENT, "no_claims"))
+        return StepResult(kept, verdict=Verdict(INSUFFICIENT, "no_claims"))
     return StepResult(kept)
 
 
 def _no_evidence(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """forbidden / unavailable / error say nothing about existence; a period that starts after
     now says nothing about now."""
-    now, kept, roles = context.now_us, [], {}
+    now, kept, roles = micros(context.now), [], {}
     for admitted in claims:
         claim, start = admitted.claim, admitted.valid_from_us
         if claim.status in NO_EVIDENCE_STATUSES or (start is not None and start > now):
-            roles[claim.claim_id] = EvidenceRole.EXCLUDED
+            roles[claim.claim_id] = EXCLUDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -264,7 +276,7 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
         start, end = admitted.valid_from_us, admitted.valid_to_us
         begins = admitted.observed_us if start is None else start
         if closed_at is not None and begins < closed_at and (end is None or end <= closed_at):
-            roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
+            roles[admitted.claim.claim_id] = SUPERSEDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -274,7 +286,7 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     """Older than the field's freshness budget, or past its period's end: stale. A claim
     exactly as old as the budget is still fresh. Nothing fresh: insufficient, never the
     least-stale guess."""
-    now, budget = context.now_us, freshness_us(context.rules)
+    now, budget = micros(context.now), freshness_us(context.rules)
     too_old = now - budget if budget is not None else None
     kept, roles = [], {}
     for admitted in claims:
@@ -282,14 +294,14 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
         if (too_old is not None and admitted.observed_us < too_old) or (
             end is not None and end <= now
         ):
-            roles[admitted.claim.claim_id] = EvidenceRole.STALE
+            roles[admitted.claim.claim_id] = STALE
         else:
             kept.append(admitted)
     if kept:
         return StepResult(kept, roles) if roles else None
     # Every claim taken out before this step was excluded, or superseded by one stale here.
     reason = "no_fresh_claims" if roles else "no_usable_claims"
-    return StepResult(kept, roles, Verdict(Outcome.INSUFFICIENT, reason))
+    return StepResult(kept, roles, Verdict(INSUFFICIENT, reason))
 
 
 def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -339,9 +351,9 @@ def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult |
         ):
             roles = {a.claim.claim_id: EvidenceRole.QUARANTINED for a in current + older}
             roles.update(_all_contested(context.weaker))
-            verdict = Verdict(Outcome.QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
+            verdict = Verdict(QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
             return StepResult(current, roles, verdict)
-    return StepResult(current, {a.claim.claim_id: EvidenceRole.SUPERSEDED for a in older})
+    return StepResult(current, {a.claim.claim_id: SUPERSEDED for a in older})
 
 
 def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -351,7 +363,7 @@ def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     top_rank = min(ranks)
     if top_rank >= ASSERTED_RANK:
         roles = _all_contested(claims + context.weaker)
-        return StepResult(claims, roles, Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims"))
+        return StepResult(claims, roles, Verdict(INSUFFICIENT, "no_authoritative_claims"))
     if ranks.count(top_rank) == len(ranks):
         return None
     context.weaker = [a for a in claims if a.rank != top_rank] + context.weaker
@@ -364,7 +376,7 @@ def _lineage(claims: list[AdmittedClaim], context: Context) -> StepResult | None
     if split is None:
         return None  # one claim per lineage: nothing to supersede
     kept, superseded = split
-    return StepResult(kept, {a.claim.claim_id: EvidenceRole.SUPERSEDED for a in superseded})
+    return StepResult(kept, {a.claim.claim_id: SUPERSEDED for a in superseded})
 
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -382,7 +394,7 @@ def _existence(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     """present against not_found at the top is an existence conflict, never "prefer present"."""
     first = claims[0].claim.status
     if any(a.claim.status is not first for a in claims):
-        return _conflict(claims, context, ConflictKind.EXISTENCE, "existence_conflict")
+        return _conflict(claims, context, EXISTENCE_CONFLICT, "existence_conflict")
     return None
 
 
@@ -392,14 +404,12 @@ def _value(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     groups = clusters(claims, context.rules.tolerance)
     if len(groups) == 1:
         return None
-    kept = newest_group(groups) if context.rules.on_conflict is OnConflict.MOST_RECENT else None
+    kept = newest_group(groups) if context.rules.on_conflict is MOST_RECENT else None
     if kept is None:
-        return _conflict(claims, context, ConflictKind.VALUE, "authority_conflict")
+        return _conflict(claims, context, VALUE_CONFLICT, "authority_conflict")
     kept_ids = {a.claim.claim_id for a in kept}
-    roles = {
-        a.claim.claim_id: EvidenceRole.CONTESTED for a in claims if a.claim.claim_id not in kept_ids
-    }
-    context.tiebreak = OnConflict.MOST_RECENT.value
+    roles = {a.claim.claim_id: CONTESTED for a in claims if a.claim.claim_id not in kept_ids}
+    context.tiebreak = MOST_RECENT.value
     return StepResult(kept, roles)
 
 
@@ -409,22 +419,20 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> StepResult 
     Claims of one lineage, or of one source, are one observation; assertions are none."""
     winner = max(claims, key=RECENCY)
     tolerance = context.rules.tolerance
-    roles = dict.fromkeys([a.claim.claim_id for a in claims], EvidenceRole.CORROBORATING)
-    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+    roles = dict.fromkeys([a.claim.claim_id for a in claims], CORROBORATING)
+    roles[winner.claim.claim_id] = WINNER
     context.winner = winner
     agreeing_weaker = []
     for admitted in context.weaker:
         if agrees(admitted, winner, tolerance):
-            roles[admitted.claim.claim_id] = EvidenceRole.CORROBORATING
+            roles[admitted.claim.claim_id] = CORROBORATING
             agreeing_weaker.append(admitted)
         else:
-            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+            roles[admitted.claim.claim_id] = CONTESTED
     required = context.rules.min_independent_sources
     if required > 1 and independent(claims + agreeing_weaker) < required:
-        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
-        return StepResult(
-            claims, roles, Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources")
-        )
+        roles[winner.claim.claim_id] = CORROBORATING
+        return StepResult(claims, roles, Verdict(INSUFFICIENT, "too_few_independent_sources"))
     return StepResult(claims, roles, resolved_by(winner, context.tiebreak))
 
 
@@ -435,7 +443,7 @@ def _unanchored(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     assert verdict is not None
     if (
         not context.unanchored
-        or verdict.outcome is not Outcome.RESOLVED
+        or verdict.outcome is not RESOLVED
         or all(
             a.claim.status == verdict.status
             and values_agree(a.value, verdict.value, context.rules.tolerance)
@@ -444,7 +452,7 @@ def _unanchored(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     ):
         return None
     return StepResult(
-        claims, verdict=Verdict(Outcome.QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
+        claims, verdict=Verdict(QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
     )
 
 
@@ -454,7 +462,7 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     disagrees reopens it."""
     verdict = context.verdict
     assert verdict is not None
-    if verdict.outcome not in (Outcome.CONFLICT, Outcome.QUARANTINED) or not context.resolutions:
+    if verdict.outcome not in (CONFLICT, QUARANTINED) or not context.resolutions:
         return None
     chosen = max(context.resolutions, key=lambda r: (r.decided_at, r.resolution_id))
     tolerance = context.rules.tolerance
@@ -469,12 +477,9 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
         a.observes and a.claim.observed_at > chosen.decided_at and not settled(a) for a in in_play
     ):
         return None
-    roles = {
-        a.claim.claim_id: EvidenceRole.CORROBORATING if settled(a) else EvidenceRole.CONTESTED
-        for a in in_play
-    }
+    roles = {a.claim.claim_id: CORROBORATING if settled(a) else CONTESTED for a in in_play}
     manual = Verdict(
-        Outcome.RESOLVED,
+        RESOLVED,
         "manual",
         status=chosen.status,
         value=chosen.value,
@@ -492,8 +497,8 @@ def _conflict(
     claims: list[AdmittedClaim], context: Context, kind: ConflictKind, reason: str
 ) -> StepResult:
     roles = _all_contested(claims + context.weaker)
-    return StepResult(claims, roles, Verdict(Outcome.CONFLICT, reason, kind))
+    return StepResult(claims, roles, Verdict(CONFLICT, reason, kind))
 
 
 def _all_contested(claims: Iterable[AdmittedClaim]) -> Roles:
-    return {a.claim.claim_id: EvidenceRole.CONTESTED for a in claims}
+    return {a.claim.claim_id: CONTESTED for a in claims}

@@ -19,18 +19,24 @@ from streams.core.arbitration import Arbitration, Belief, Roles, Verdict
 from streams.core.contracts import (
     NO_EVIDENCE_STATUSES,
     ClaimStatus,
-    ConflictKind,
-    EvidenceRole,
-    Outcome,
     Resolution,
 )
 from streams.core.intake import AdmittedClaim
+from streams.core.members import (
+    CONFLICT,
+    CONTESTED,
+    CORROBORATING,
+    EXCLUDED,
+    EXISTENCE_CONFLICT,
+    MOST_RECENT,
+    STALE,
+    VALUE_CONFLICT,
+    WINNER,
+)
 from streams.core.normalize import values_agree
-from streams.core.policy import FieldRules, OnConflict, freshness_us
+from streams.core.policy import FieldRules, freshness_us
 
-_CONTESTED = EvidenceRole.CONTESTED
-
-_EXTENSIBLE_CONFLICTS = frozenset({ConflictKind.VALUE, ConflictKind.EXISTENCE})
+_EXTENSIBLE_CONFLICTS = frozenset({VALUE_CONFLICT, EXISTENCE_CONFLICT})
 
 
 class Decided(Protocol):
@@ -49,10 +55,10 @@ def extensible_belief(context: Decided, verdict: Verdict, policy_version: str) -
     if not context.plain or context.resolutions:
         return None
     conflict_rank = None
-    if verdict.outcome is Outcome.CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
+    if verdict.outcome is CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
         roles = context.roles
         conflict_rank = min(
-            a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED
+            a.rank for a in context.evidence if roles[a.claim.claim_id] is CONTESTED
         )
     return plain_belief(verdict, context.winner, conflict_rank, context.rules, policy_version)
 
@@ -72,7 +78,7 @@ def plain_belief(
         return None
     if verdict.by_precedence and winner is not None:
         return Belief(winner.rank, winner, rules, policy_version)
-    if conflict_rank is not None and verdict.outcome is Outcome.CONFLICT:
+    if conflict_rank is not None and verdict.outcome is CONFLICT:
         return Belief(conflict_rank, None, rules, policy_version)
     return None
 
@@ -105,27 +111,27 @@ def placement(previous: Arbitration, added: AdmittedClaim, now_us: int) -> Place
     claim = added.claim
     claim_id = claim.claim_id
     if claim.status in NO_EVIDENCE_STATUSES:
-        return Placement({claim_id: EvidenceRole.EXCLUDED}, belief)
+        return Placement({claim_id: EXCLUDED}, belief)
     budget = freshness_us(rules)
     if budget is not None and added.observed_us < now_us - budget:
-        return Placement({claim_id: EvidenceRole.STALE}, belief)
+        return Placement({claim_id: STALE}, belief)
     if added.rank > belief.rank:
         agreeing = winner is not None and agrees(added, winner, rules.tolerance)
-        return Placement({claim_id: EvidenceRole.CORROBORATING if agreeing else _CONTESTED}, belief)
+        return Placement({claim_id: CORROBORATING if agreeing else CONTESTED}, belief)
     if added.rank < belief.rank:
         return None
     if winner is None:
         if not _joins_conflict(added, previous, rules):
             return None
-        return Placement({claim_id: _CONTESTED}, belief)
+        return Placement({claim_id: CONTESTED}, belief)
     if claim.status is not winner.claim.status or not _same_statement(
         added, winner, previous.claims
     ):
         return None
     if added.recency > winner.recency:
-        roles = {winner.claim.claim_id: EvidenceRole.CORROBORATING, claim_id: EvidenceRole.WINNER}
+        roles = {winner.claim.claim_id: CORROBORATING, claim_id: WINNER}
         return Placement(roles, Belief(belief.rank, added, rules, belief.policy_version))
-    return Placement({claim_id: EvidenceRole.CORROBORATING}, belief)
+    return Placement({claim_id: CORROBORATING}, belief)
 
 
 def _same_statement(
@@ -153,9 +159,6 @@ def _joins_conflict(added: AdmittedClaim, previous: Arbitration, rules: FieldRul
     present claims make) where ties are not broken by recency."""
     if any(_kin(added, previous.claims)):
         return False
-    if previous.verdict.kind is ConflictKind.EXISTENCE:
+    if previous.verdict.kind is EXISTENCE_CONFLICT:
         return True
-    return (
-        added.claim.status is ClaimStatus.PRESENT
-        and rules.on_conflict is not OnConflict.MOST_RECENT
-    )
+    return added.claim.status is ClaimStatus.PRESENT and rules.on_conflict is not MOST_RECENT

@@ -26,6 +26,7 @@ from streams.core.contracts import (
     micros,
 )
 from streams.core.errors import ContractError
+from streams.core.members import PRESENT
 from streams.core.memo import by_identity
 from streams.core.normalize import (
     canonical_value,
@@ -228,7 +229,7 @@ def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> R
 
 
 def _normalized(status: ClaimStatus, value: Value, unit: str | None, rules: FieldRules) -> Value:
-    if status is ClaimStatus.PRESENT:
+    if status is PRESENT:
         return normalizer_for(rules)(value, unit)
     if value is not None:
         raise ContractError(
