@@ -255,9 +255,7 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
     latest_start: dict[int, int] = {}
     for admitted in claims:
         start = admitted.valid_from_us
-        if start is not None and (
-            admitted.rank not in latest_start or start > latest_start[admitted.rank]
-        ):
+        if start is not None and start > latest_start.get(admitted.rank, start - 1):
             latest_start[admitted.rank] = start
     if not latest_start:
         return None
@@ -291,9 +289,8 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     kept, roles = [], {}
     for admitted in claims:
         end = admitted.valid_to_us
-        if (too_old is not None and admitted.observed_us < too_old) or (
-            end is not None and end <= now
-        ):
+        aged = too_old is not None and admitted.observed_us < too_old
+        if aged or (end is not None and end <= now):
             roles[admitted.claim.claim_id] = STALE
         else:
             kept.append(admitted)
@@ -383,8 +380,7 @@ def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """Different declared scopes (compared normalized) at the top are a semantic conflict."""
     if context.plain:
         return None
-    scopes = {a.scope_key for a in claims}
-    scopes.discard(None)
+    scopes = {a.scope_key for a in claims if a.scope_key is not None}
     if len(scopes) > 1:
         return _conflict(claims, context, ConflictKind.SEMANTIC, "scope_conflict")
     return None
