@@ -162,7 +162,7 @@ def arbitrate(
     (`fused.py`) where every claim is plain and no resolution is in play, else by running
     `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its id
     to a verdict that did not change."""
-    claims = claims if isinstance(claims, list | tuple) else list(claims)
+    claims = claims if type(claims) is tuple or isinstance(claims, list) else list(claims)
     resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
     if applies(claims, resolutions):
         return arbitrate_plain(

@@ -12,7 +12,7 @@ does not follow fails there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from streams.core.agreement import agrees
 from streams.core.arbitration import Arbitration, Belief, Roles, Verdict
@@ -83,12 +83,18 @@ def plain_belief(
     return None
 
 
-class Placement(NamedTuple):
+class Placement:
     """Where one more claim goes in a decision it cannot change: the roles to set (its own, and a
-    winner's it takes over from) and the belief after it."""
+    winner's it takes over from) and the belief after it. A plain slotted class: one is built per
+    placed claim, and a NamedTuple's `__new__` is Python code."""
+
+    __slots__ = ("belief", "roles")
 
     roles: Roles
     belief: Belief
+
+    def __init__(self, roles: Roles, belief: Belief) -> None:
+        self.roles, self.belief = roles, belief
 
 
 def placement(previous: Arbitration, added: AdmittedClaim, now_us: int) -> Placement | None:
