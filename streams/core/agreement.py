@@ -69,10 +69,10 @@ def newest_in_lineages(
         if len(members) == 1:
             kept.append(members[0])
             continue
-        latest = max(a.claim.observed_at for a in members)
-        newest = [a for a in members if a.claim.observed_at == latest]
+        latest = max(a.observed_us for a in members)
+        newest = [a for a in members if a.observed_us == latest]
         for admitted in members:
-            if admitted.claim.observed_at == latest or any(
+            if admitted.observed_us == latest or any(
                 agrees(admitted, n, tolerance) for n in newest
             ):
                 kept.append(admitted)
@@ -84,8 +84,8 @@ def newest_in_lineages(
 def newest_group(groups: Sequence[list[AdmittedClaim]]) -> list[AdmittedClaim] | None:
     """The one group of `clusters` holding the newest observations, None where several do:
     how a field that breaks ties by recency settles a conflict."""
-    latest = max(a.claim.observed_at for group in groups for a in group)
-    holding = [g for g in groups if any(a.claim.observed_at == latest for a in g)]
+    latest = max(a.observed_us for group in groups for a in group)
+    holding = [g for g in groups if any(a.observed_us == latest for a in g)]
     return holding[0] if len(holding) == 1 else None
 
 
@@ -95,7 +95,7 @@ def confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
     observed = [a for a in current if a.observes]
     if len(clusters(current, tolerance)) != 1 or len(observed) < 2:
         return False
-    return len({a.claim.observed_at for a in observed}) >= 2 or independent(observed) >= 2
+    return len({a.observed_us for a in observed}) >= 2 or independent(observed) >= 2
 
 
 def independent(claims: Sequence[AdmittedClaim]) -> int:

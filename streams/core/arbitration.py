@@ -14,11 +14,11 @@ import hashlib
 from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
 
 from streams.core.agreement import RECENCY
 from streams.core.contracts import (
     Action,
+    Authority,
     ClaimStatus,
     ConflictKind,
     Decision,
@@ -32,6 +32,7 @@ from streams.core.contracts import (
     constructed,
 )
 from streams.core.intake import AdmittedClaim
+from streams.core.members import QUARANTINED, RESOLVED
 from streams.core.policy import FieldRules, OnConflict
 
 Roles = dict[str, EvidenceRole]
@@ -44,32 +45,106 @@ _CONFLICT_ACTIONS = {
 }
 
 
-class Verdict(NamedTuple):
+def _action_of(outcome: Outcome, on_conflict: OnConflict) -> Action:
+    if outcome is Outcome.RESOLVED:
+        return Action.CONTINUE
+    if outcome is Outcome.QUARANTINED:
+        return Action.BLOCK
+    if outcome is Outcome.INSUFFICIENT:
+        return Action.BLOCK if on_conflict is OnConflict.BLOCK else Action.DEGRADE
+    return _CONFLICT_ACTIONS[on_conflict]
+
+
+_ACTIONS = {(o, c): _action_of(o, c) for o in Outcome for c in OnConflict}
+"""What a decision asks of its readers, by its outcome and the field's on_conflict: a table
+worked out once (reading enum members per decision is slow, see `members.py`)."""
+
+
+class Verdict:
     """What the rules found: the parts of a decision its id is made of, and how it was reached.
 
     `by_precedence` is set by the rule that resolves by authority precedence (corroboration,
     without a tiebreak): the winner's own value decides, so one more claim that agrees with it,
-    or is weaker, leaves the belief standing (see `incremental.extend`)."""
+    or is weaker, leaves the belief standing (see `incremental.placement`).
+
+    A plain slotted class, not a NamedTuple: every arbitration builds one, and a NamedTuple's
+    `__new__` is Python code where this class's `__init__` compiles. Not to be changed once
+    built; equal field by field."""
+
+    __slots__ = (
+        "by_precedence",
+        "kind",
+        "outcome",
+        "reason",
+        "resolution_id",
+        "status",
+        "tiebreak",
+        "value",
+    )
 
     outcome: Outcome
     reason: str
-    kind: ConflictKind | None = None
-    status: ClaimStatus | None = None
-    value: Value = None
-    tiebreak: str | None = None
-    resolution_id: str | None = None
-    by_precedence: bool = False
+    kind: ConflictKind | None
+    status: ClaimStatus | None
+    value: Value
+    tiebreak: str | None
+    resolution_id: str | None
+    by_precedence: bool
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        reason: str,
+        kind: ConflictKind | None = None,
+        status: ClaimStatus | None = None,
+        value: Value = None,
+        tiebreak: str | None = None,
+        resolution_id: str | None = None,
+        by_precedence: bool = False,
+    ) -> None:
+        self.outcome, self.reason, self.kind, self.status = outcome, reason, kind, status
+        self.value, self.tiebreak, self.resolution_id = value, tiebreak, resolution_id
+        self.by_precedence = by_precedence
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.outcome,
+            self.reason,
+            self.kind,
+            self.status,
+            self.value,
+            self.tiebreak,
+            self.resolution_id,
+            self.by_precedence,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Verdict:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # a money value is a model
+
+    def __repr__(self) -> str:
+        return f"Verdict{self._fields()!r}"
+
+
+_PRECEDENCE = {authority: f"{authority.value}_precedence" for authority in Authority}
+"""The reason of a verdict resolved by each authority's precedence (`.value` is a Python
+property: read once here, not per decision)."""
 
 
 def resolved_by(winner: AdmittedClaim, tiebreak: str | None) -> Verdict:
     """The winner's value believed: by its authority's precedence, or by a tiebreak."""
     return Verdict(
-        Outcome.RESOLVED,
-        "most_recent" if tiebreak else f"{winner.authority.value}_precedence",
-        status=winner.claim.status,
-        value=winner.value,
-        tiebreak=tiebreak,
-        by_precedence=tiebreak is None,
+        RESOLVED,
+        "most_recent" if tiebreak else _PRECEDENCE[winner.authority],
+        None,
+        winner.claim.status,
+        winner.value,
+        tiebreak,
+        None,
+        tiebreak is None,
     )
 
 
@@ -84,15 +159,30 @@ class EpochShift:
     claim_ids: list[str]
 
 
-@dataclass(frozen=True, slots=True)
 class Belief:
     """A decision over plain claims (no epoch, period or scope) that one more plain claim may
-    leave standing: resolved by precedence (`winner` set), or a conflict at authority `rank`."""
+    leave standing: resolved by precedence (`winner` set), or a conflict at authority `rank`.
+    A plain slotted class (a frozen dataclass sets each field through `object.__setattr__`, and
+    one is built per arbitration); not to be changed once built."""
+
+    __slots__ = ("policy_version", "rank", "rules", "winner")
 
     rank: int
     winner: AdmittedClaim | None
     rules: FieldRules
     policy_version: str
+
+    def __init__(
+        self, rank: int, winner: AdmittedClaim | None, rules: FieldRules, policy_version: str
+    ) -> None:
+        self.rank, self.winner = rank, winner
+        self.rules, self.policy_version = rules, policy_version
+
+    def __repr__(self) -> str:
+        return (
+            f"Belief(rank={self.rank!r}, winner={self.winner!r}, rules={self.rules.name!r}, "
+            f"policy_version={self.policy_version!r})"
+        )
 
 
 class Arbitration:
@@ -124,7 +214,8 @@ class Arbitration:
         this one decided the same (`_decides`)."""
         self.subject, self.field = subject, field
         self.belief = belief
-        """Set when a new claim may be added without arbitrating again (see `extend`)."""
+        """Set when a new claim may be added without arbitrating again (see
+        `incremental.placement`)."""
         self.roles = roles
         self.outcome = verdict.outcome
         self._claims, self._verdict, self._rules = claims, verdict, rules
@@ -134,7 +225,7 @@ class Arbitration:
         self._events: tuple[EpochChange | None, ReobserveRequest | None] | None = None
         """The records built on demand, kept until `place` changes the decision."""
         self.action = _action(verdict, rules)
-        resolved = verdict.outcome is Outcome.RESOLVED
+        resolved = verdict.outcome is RESOLVED
         self.unit = rules.unit or rules.currency if resolved and verdict.value is not None else None
         if (
             known_id is None
@@ -282,7 +373,7 @@ class Arbitration:
         if events is None:
             shift = self._shift
             epoch = None if shift is None else _epoch_event(self.decision, shift)
-            quarantined = self.outcome is Outcome.QUARANTINED
+            quarantined = self.outcome is QUARANTINED
             reobserve = (
                 _reobserve_request(self.decision, self._claims, self.roles) if quarantined else None
             )
@@ -321,13 +412,7 @@ def _hashable(value: Value) -> str:
 
 
 def _action(verdict: Verdict, rules: FieldRules) -> Action:
-    if verdict.outcome is Outcome.RESOLVED:
-        return Action.CONTINUE
-    if verdict.outcome is Outcome.QUARANTINED:
-        return Action.BLOCK
-    if verdict.outcome is Outcome.INSUFFICIENT:
-        return Action.BLOCK if rules.on_conflict is OnConflict.BLOCK else Action.DEGRADE
-    return _CONFLICT_ACTIONS[rules.on_conflict]
+    return _ACTIONS[verdict.outcome, rules.on_conflict]
 
 
 def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:

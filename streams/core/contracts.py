@@ -60,6 +60,8 @@ class Authority(StrEnum):
 
 AUTHORITY_RANKS = {authority: rank for rank, authority in enumerate(Authority)}
 """`Authority.rank` as a dict: the hot path reads it per claim, and the property is Python."""
+ASSERTED_RANK = AUTHORITY_RANKS[Authority.ASSERTED]
+"""Ranks below it are observations of the world, the only claims that prove state."""
 
 
 class Outcome(StrEnum):

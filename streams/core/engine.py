@@ -32,20 +32,34 @@ from streams.core.agreement import (
 )
 from streams.core.arbitration import Arbitration, EpochShift, Roles, Verdict, resolved_by
 from streams.core.contracts import (
+    ASSERTED_RANK,
     NO_EVIDENCE_STATUSES,
     Authority,
     ConflictKind,
     EvidenceRole,
-    Outcome,
     Resolution,
+    micros,
 )
 from streams.core.fused import applies, arbitrate_plain
 from streams.core.incremental import extensible_belief
 from streams.core.intake import AdmittedClaim
+from streams.core.members import (
+    CONFLICT,
+    CONTESTED,
+    CORROBORATING,
+    EXCLUDED,
+    EXISTENCE_CONFLICT,
+    INSUFFICIENT,
+    MOST_RECENT,
+    QUARANTINED,
+    RESOLVED,
+    STALE,
+    SUPERSEDED,
+    VALUE_CONFLICT,
+    WINNER,
+)
 from streams.core.normalize import values_agree
-from streams.core.policy import EpochChangeRule, FieldRules, OnConflict
-
-_ASSERTED_RANK = Authority.ASSERTED.rank
+from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
 
 
 @dataclass(slots=True, init=False, eq=False, repr=False)
@@ -148,12 +162,15 @@ def arbitrate(
     (`fused.py`) where every claim is plain and no resolution is in play, else by running
     `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its id
     to a verdict that did not change."""
-    claims = claims if isinstance(claims, list | tuple) else list(claims)
+    claims = claims if type(claims) is tuple or isinstance(claims, list) else list(claims)
     resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
-    args = (subject, field, claims, rules, policy_version, now)
     if applies(claims, resolutions):
-        return arbitrate_plain(*args, supersedes, previous)
-    return run_rules(*args, resolutions, supersedes, previous)
+        return arbitrate_plain(
+            subject, field, claims, rules, policy_version, now, supersedes, previous
+        )
+    return run_rules(
+        subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+    )
 
 
 def run_rules(
@@ -212,18 +229,18 @@ def _duplicates(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     context.evidence = kept
     context.plain = all(a.plain for a in kept)
     if not kept:
-        return StepResult(kept, verdict=Verdict(Outcome.INSUFFICIENT, "no_claims"))
+        return StepResult(kept, verdict=Verdict(INSUFFICIENT, "no_claims"))
     return StepResult(kept)
 
 
 def _no_evidence(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """forbidden / unavailable / error say nothing about existence; a period that starts after
     now says nothing about now."""
-    now, kept, roles = context.now, [], {}
+    now, kept, roles = micros(context.now), [], {}
     for admitted in claims:
-        claim = admitted.claim
-        if claim.status in NO_EVIDENCE_STATUSES or (claim.valid_from and claim.valid_from > now):
-            roles[claim.claim_id] = EvidenceRole.EXCLUDED
+        claim, start = admitted.claim, admitted.valid_from_us
+        if claim.status in NO_EVIDENCE_STATUSES or (start is not None and start > now):
+            roles[claim.claim_id] = EXCLUDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -235,18 +252,16 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
     either period has ended."""
     if context.plain:
         return None
-    latest_start: dict[int, datetime] = {}
+    latest_start: dict[int, int] = {}
     for admitted in claims:
-        start = admitted.claim.valid_from
-        if start is not None and (
-            admitted.rank not in latest_start or start > latest_start[admitted.rank]
-        ):
+        start = admitted.valid_from_us
+        if start is not None and start > latest_start.get(admitted.rank, start - 1):
             latest_start[admitted.rank] = start
     if not latest_start:
         return None
     # The latest start among claims at least as strong as each rank.
-    closing: dict[int, datetime] = {}
-    running: datetime | None = None
+    closing: dict[int, int] = {}
+    running: int | None = None
     for rank in range(len(Authority)):
         start = latest_start.get(rank)
         if start is not None and (running is None or start > running):
@@ -255,15 +270,11 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
             closing[rank] = running
     kept, roles = [], {}
     for admitted in claims:
-        claim = admitted.claim
         closed_at = closing.get(admitted.rank)
-        begins = claim.valid_from or claim.observed_at
-        if (
-            closed_at is not None
-            and begins < closed_at
-            and (claim.valid_to is None or claim.valid_to <= closed_at)
-        ):
-            roles[claim.claim_id] = EvidenceRole.SUPERSEDED
+        start, end = admitted.valid_from_us, admitted.valid_to_us
+        begins = admitted.observed_us if start is None else start
+        if closed_at is not None and begins < closed_at and (end is None or end <= closed_at):
+            roles[admitted.claim.claim_id] = SUPERSEDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -273,22 +284,21 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     """Older than the field's freshness budget, or past its period's end: stale. A claim
     exactly as old as the budget is still fresh. Nothing fresh: insufficient, never the
     least-stale guess."""
-    rules, now = context.rules, context.now
-    too_old = now - rules.freshness if rules.freshness is not None else None
+    now, budget = micros(context.now), freshness_us(context.rules)
+    too_old = now - budget if budget is not None else None
     kept, roles = [], {}
     for admitted in claims:
-        claim = admitted.claim
-        if (too_old is not None and claim.observed_at < too_old) or (
-            claim.valid_to is not None and claim.valid_to <= now
-        ):
-            roles[claim.claim_id] = EvidenceRole.STALE
+        end = admitted.valid_to_us
+        aged = too_old is not None and admitted.observed_us < too_old
+        if aged or (end is not None and end <= now):
+            roles[admitted.claim.claim_id] = STALE
         else:
             kept.append(admitted)
     if kept:
         return StepResult(kept, roles) if roles else None
     # Every claim taken out before this step was excluded, or superseded by one stale here.
     reason = "no_fresh_claims" if roles else "no_usable_claims"
-    return StepResult(kept, roles, Verdict(Outcome.INSUFFICIENT, reason))
+    return StepResult(kept, roles, Verdict(INSUFFICIENT, reason))
 
 
 def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -338,9 +348,9 @@ def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult |
         ):
             roles = {a.claim.claim_id: EvidenceRole.QUARANTINED for a in current + older}
             roles.update(_all_contested(context.weaker))
-            verdict = Verdict(Outcome.QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
+            verdict = Verdict(QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
             return StepResult(current, roles, verdict)
-    return StepResult(current, {a.claim.claim_id: EvidenceRole.SUPERSEDED for a in older})
+    return StepResult(current, {a.claim.claim_id: SUPERSEDED for a in older})
 
 
 def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -348,9 +358,9 @@ def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     Assertions and inferences are evidence, never proof of state."""
     ranks = [a.rank for a in claims]
     top_rank = min(ranks)
-    if top_rank >= _ASSERTED_RANK:
+    if top_rank >= ASSERTED_RANK:
         roles = _all_contested(claims + context.weaker)
-        return StepResult(claims, roles, Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims"))
+        return StepResult(claims, roles, Verdict(INSUFFICIENT, "no_authoritative_claims"))
     if ranks.count(top_rank) == len(ranks):
         return None
     context.weaker = [a for a in claims if a.rank != top_rank] + context.weaker
@@ -363,15 +373,14 @@ def _lineage(claims: list[AdmittedClaim], context: Context) -> StepResult | None
     if split is None:
         return None  # one claim per lineage: nothing to supersede
     kept, superseded = split
-    return StepResult(kept, {a.claim.claim_id: EvidenceRole.SUPERSEDED for a in superseded})
+    return StepResult(kept, {a.claim.claim_id: SUPERSEDED for a in superseded})
 
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """Different declared scopes (compared normalized) at the top are a semantic conflict."""
     if context.plain:
         return None
-    scopes = {a.scope_key for a in claims}
-    scopes.discard(None)
+    scopes = {a.scope_key for a in claims if a.scope_key is not None}
     if len(scopes) > 1:
         return _conflict(claims, context, ConflictKind.SEMANTIC, "scope_conflict")
     return None
@@ -381,7 +390,7 @@ def _existence(claims: list[AdmittedClaim], context: Context) -> StepResult | No
     """present against not_found at the top is an existence conflict, never "prefer present"."""
     first = claims[0].claim.status
     if any(a.claim.status is not first for a in claims):
-        return _conflict(claims, context, ConflictKind.EXISTENCE, "existence_conflict")
+        return _conflict(claims, context, EXISTENCE_CONFLICT, "existence_conflict")
     return None
 
 
@@ -391,14 +400,12 @@ def _value(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     groups = clusters(claims, context.rules.tolerance)
     if len(groups) == 1:
         return None
-    kept = newest_group(groups) if context.rules.on_conflict is OnConflict.MOST_RECENT else None
+    kept = newest_group(groups) if context.rules.on_conflict is MOST_RECENT else None
     if kept is None:
-        return _conflict(claims, context, ConflictKind.VALUE, "authority_conflict")
+        return _conflict(claims, context, VALUE_CONFLICT, "authority_conflict")
     kept_ids = {a.claim.claim_id for a in kept}
-    roles = {
-        a.claim.claim_id: EvidenceRole.CONTESTED for a in claims if a.claim.claim_id not in kept_ids
-    }
-    context.tiebreak = OnConflict.MOST_RECENT.value
+    roles = {a.claim.claim_id: CONTESTED for a in claims if a.claim.claim_id not in kept_ids}
+    context.tiebreak = MOST_RECENT.value
     return StepResult(kept, roles)
 
 
@@ -408,22 +415,20 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> StepResult 
     Claims of one lineage, or of one source, are one observation; assertions are none."""
     winner = max(claims, key=RECENCY)
     tolerance = context.rules.tolerance
-    roles = dict.fromkeys([a.claim.claim_id for a in claims], EvidenceRole.CORROBORATING)
-    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+    roles = dict.fromkeys([a.claim.claim_id for a in claims], CORROBORATING)
+    roles[winner.claim.claim_id] = WINNER
     context.winner = winner
     agreeing_weaker = []
     for admitted in context.weaker:
         if agrees(admitted, winner, tolerance):
-            roles[admitted.claim.claim_id] = EvidenceRole.CORROBORATING
+            roles[admitted.claim.claim_id] = CORROBORATING
             agreeing_weaker.append(admitted)
         else:
-            roles[admitted.claim.claim_id] = EvidenceRole.CONTESTED
+            roles[admitted.claim.claim_id] = CONTESTED
     required = context.rules.min_independent_sources
     if required > 1 and independent(claims + agreeing_weaker) < required:
-        roles[winner.claim.claim_id] = EvidenceRole.CORROBORATING
-        return StepResult(
-            claims, roles, Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources")
-        )
+        roles[winner.claim.claim_id] = CORROBORATING
+        return StepResult(claims, roles, Verdict(INSUFFICIENT, "too_few_independent_sources"))
     return StepResult(claims, roles, resolved_by(winner, context.tiebreak))
 
 
@@ -434,7 +439,7 @@ def _unanchored(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     assert verdict is not None
     if (
         not context.unanchored
-        or verdict.outcome is not Outcome.RESOLVED
+        or verdict.outcome is not RESOLVED
         or all(
             a.claim.status == verdict.status
             and values_agree(a.value, verdict.value, context.rules.tolerance)
@@ -443,7 +448,7 @@ def _unanchored(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     ):
         return None
     return StepResult(
-        claims, verdict=Verdict(Outcome.QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
+        claims, verdict=Verdict(QUARANTINED, "missing_epoch", ConflictKind.PROVENANCE)
     )
 
 
@@ -453,7 +458,7 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     disagrees reopens it."""
     verdict = context.verdict
     assert verdict is not None
-    if verdict.outcome not in (Outcome.CONFLICT, Outcome.QUARANTINED) or not context.resolutions:
+    if verdict.outcome not in (CONFLICT, QUARANTINED) or not context.resolutions:
         return None
     chosen = max(context.resolutions, key=lambda r: (r.decided_at, r.resolution_id))
     tolerance = context.rules.tolerance
@@ -468,12 +473,9 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
         a.observes and a.claim.observed_at > chosen.decided_at and not settled(a) for a in in_play
     ):
         return None
-    roles = {
-        a.claim.claim_id: EvidenceRole.CORROBORATING if settled(a) else EvidenceRole.CONTESTED
-        for a in in_play
-    }
+    roles = {a.claim.claim_id: CORROBORATING if settled(a) else CONTESTED for a in in_play}
     manual = Verdict(
-        Outcome.RESOLVED,
+        RESOLVED,
         "manual",
         status=chosen.status,
         value=chosen.value,
@@ -491,8 +493,8 @@ def _conflict(
     claims: list[AdmittedClaim], context: Context, kind: ConflictKind, reason: str
 ) -> StepResult:
     roles = _all_contested(claims + context.weaker)
-    return StepResult(claims, roles, Verdict(Outcome.CONFLICT, reason, kind))
+    return StepResult(claims, roles, Verdict(CONFLICT, reason, kind))
 
 
 def _all_contested(claims: Iterable[AdmittedClaim]) -> Roles:
-    return {a.claim.claim_id: EvidenceRole.CONTESTED for a in claims}
+    return {a.claim.claim_id: CONTESTED for a in claims}

@@ -25,21 +25,27 @@ from streams.core.agreement import (
 )
 from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
 from streams.core.contracts import (
+    ASSERTED_RANK,
     NO_EVIDENCE_STATUSES,
-    Authority,
-    ConflictKind,
-    EvidenceRole,
-    Outcome,
     Resolution,
+    micros,
 )
 from streams.core.incremental import plain_belief
 from streams.core.intake import AdmittedClaim
-from streams.core.policy import FieldRules, OnConflict
-
-_ASSERTED_RANK = Authority.ASSERTED.rank
-_EXCLUDED, _STALE = EvidenceRole.EXCLUDED, EvidenceRole.STALE
-_CONTESTED, _CORROBORATING = EvidenceRole.CONTESTED, EvidenceRole.CORROBORATING
-_MOST_RECENT = OnConflict.MOST_RECENT
+from streams.core.members import (
+    CONFLICT,
+    CONTESTED,
+    CORROBORATING,
+    EXCLUDED,
+    EXISTENCE_CONFLICT,
+    INSUFFICIENT,
+    MOST_RECENT,
+    STALE,
+    SUPERSEDED,
+    VALUE_CONFLICT,
+    WINNER,
+)
+from streams.core.policy import FieldRules, freshness_us
 
 
 def applies(claims: Sequence[AdmittedClaim], resolutions: Sequence[Resolution]) -> bool:
@@ -62,15 +68,16 @@ def arbitrate_plain(
     lineage, existence, value, corroboration."""
     kept, _ = distinct(claims)
     roles: Roles = {}
-    too_old = now - rules.freshness if rules.freshness is not None else None
+    budget = freshness_us(rules)
+    too_old = micros(now) - budget if budget is not None else None
     live: list[AdmittedClaim] = []
-    top_rank, any_stale = _ASSERTED_RANK, False
+    top_rank, any_stale = ASSERTED_RANK, False
     for admitted in kept:
         claim = admitted.claim
         if claim.status in NO_EVIDENCE_STATUSES:
-            roles[claim.claim_id] = _EXCLUDED
-        elif too_old is not None and claim.observed_at < too_old:
-            roles[claim.claim_id] = _STALE
+            roles[claim.claim_id] = EXCLUDED
+        elif too_old is not None and admitted.observed_us < too_old:
+            roles[claim.claim_id] = STALE
             any_stale = True
         else:
             live.append(admitted)
@@ -79,18 +86,18 @@ def arbitrate_plain(
     winner: AdmittedClaim | None = None
     conflict_rank: int | None = None
     if not kept:
-        verdict = Verdict(Outcome.INSUFFICIENT, "no_claims")
+        verdict = Verdict(INSUFFICIENT, "no_claims")
     elif not live:
         reason = "no_fresh_claims" if any_stale else "no_usable_claims"
-        verdict = Verdict(Outcome.INSUFFICIENT, reason)
-    elif top_rank >= _ASSERTED_RANK:
+        verdict = Verdict(INSUFFICIENT, reason)
+    elif top_rank >= ASSERTED_RANK:
         _contest(live, roles)
-        verdict = Verdict(Outcome.INSUFFICIENT, "no_authoritative_claims")
+        verdict = Verdict(INSUFFICIENT, "no_authoritative_claims")
     else:
         top = [a for a in live if a.rank == top_rank]
         weaker = [a for a in live if a.rank != top_rank] if len(top) < len(live) else []
         verdict, winner = _decide_top(top, weaker, rules, roles)
-        if verdict.outcome is Outcome.CONFLICT:
+        if verdict.outcome is CONFLICT:
             conflict_rank = top_rank
     return Arbitration(
         subject=subject,
@@ -119,41 +126,41 @@ def _decide_top(
         if split is not None:
             top, superseded = split
             for admitted in superseded:
-                roles[admitted.claim.claim_id] = EvidenceRole.SUPERSEDED
+                roles[admitted.claim.claim_id] = SUPERSEDED
         first = top[0].claim.status
         for admitted in top:
             if admitted.claim.status is not first:
                 _contest(top, roles)
                 _contest(weaker, roles)
-                return Verdict(Outcome.CONFLICT, "existence_conflict", ConflictKind.EXISTENCE), None
+                return Verdict(CONFLICT, "existence_conflict", EXISTENCE_CONFLICT), None
         groups = clusters(top, tolerance)
         if len(groups) > 1:
-            newest = newest_group(groups) if rules.on_conflict is _MOST_RECENT else None
+            newest = newest_group(groups) if rules.on_conflict is MOST_RECENT else None
             if newest is None:
                 _contest(top, roles)
                 _contest(weaker, roles)
-                return Verdict(Outcome.CONFLICT, "authority_conflict", ConflictKind.VALUE), None
+                return Verdict(CONFLICT, "authority_conflict", VALUE_CONFLICT), None
             _contest(top, roles)
             top = newest
-            tiebreak = _MOST_RECENT.value
+            tiebreak = MOST_RECENT.value
     winner = max(top, key=RECENCY) if len(top) > 1 else top[0]
     for admitted in top:
-        roles[admitted.claim.claim_id] = _CORROBORATING
-    roles[winner.claim.claim_id] = EvidenceRole.WINNER
+        roles[admitted.claim.claim_id] = CORROBORATING
+    roles[winner.claim.claim_id] = WINNER
     agreeing_weaker = []
     for admitted in weaker:
         if agrees(admitted, winner, tolerance):
-            roles[admitted.claim.claim_id] = _CORROBORATING
+            roles[admitted.claim.claim_id] = CORROBORATING
             agreeing_weaker.append(admitted)
         else:
-            roles[admitted.claim.claim_id] = _CONTESTED
+            roles[admitted.claim.claim_id] = CONTESTED
     required = rules.min_independent_sources
     if required > 1 and independent(top + agreeing_weaker) < required:
-        roles[winner.claim.claim_id] = _CORROBORATING
-        return Verdict(Outcome.INSUFFICIENT, "too_few_independent_sources"), winner
+        roles[winner.claim.claim_id] = CORROBORATING
+        return Verdict(INSUFFICIENT, "too_few_independent_sources"), winner
     return resolved_by(winner, tiebreak), winner
 
 
 def _contest(claims: list[AdmittedClaim], roles: Roles) -> None:
     for admitted in claims:
-        roles[admitted.claim.claim_id] = _CONTESTED
+        roles[admitted.claim.claim_id] = CONTESTED

@@ -12,30 +12,35 @@ does not follow fails there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from streams.core.agreement import agrees
 from streams.core.arbitration import Arbitration, Belief, Roles, Verdict
 from streams.core.contracts import (
     NO_EVIDENCE_STATUSES,
     ClaimStatus,
-    ConflictKind,
-    EvidenceRole,
-    Outcome,
     Resolution,
 )
 from streams.core.intake import AdmittedClaim
+from streams.core.members import (
+    CONFLICT,
+    CONTESTED,
+    CORROBORATING,
+    EXCLUDED,
+    EXISTENCE_CONFLICT,
+    MOST_RECENT,
+    STALE,
+    VALUE_CONFLICT,
+    WINNER,
+)
 from streams.core.normalize import values_agree
-from streams.core.policy import FieldRules, OnConflict
+from streams.core.policy import FieldRules, freshness_us
 
-_CONTESTED = EvidenceRole.CONTESTED
-
-_EXTENSIBLE_CONFLICTS = frozenset({ConflictKind.VALUE, ConflictKind.EXISTENCE})
+_EXTENSIBLE_CONFLICTS = frozenset({VALUE_CONFLICT, EXISTENCE_CONFLICT})
 
 
 class Decided(Protocol):
-    """What the rules leave in their `engine.Context` that says whether `extend` may follow."""
+    """What the rules leave in their `engine.Context` that says whether `placement` may follow."""
 
     rules: FieldRules
     resolutions: Sequence[Resolution]
@@ -46,14 +51,14 @@ class Decided(Protocol):
 
 
 def extensible_belief(context: Decided, verdict: Verdict, policy_version: str) -> Belief | None:
-    """What `extend` may build on, after the rules ran: see `plain_belief`."""
+    """What `placement` may build on, after the rules ran: see `plain_belief`."""
     if not context.plain or context.resolutions:
         return None
     conflict_rank = None
-    if verdict.outcome is Outcome.CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
+    if verdict.outcome is CONFLICT and verdict.kind in _EXTENSIBLE_CONFLICTS:
         roles = context.roles
         conflict_rank = min(
-            a.rank for a in context.evidence if roles[a.claim.claim_id] is _CONTESTED
+            a.rank for a in context.evidence if roles[a.claim.claim_id] is CONTESTED
         )
     return plain_belief(verdict, context.winner, conflict_rank, context.rules, policy_version)
 
@@ -65,7 +70,7 @@ def plain_belief(
     rules: FieldRules,
     policy_version: str,
 ) -> Belief | None:
-    """What `extend` may build on, for plain claims with no resolution in play: a resolved
+    """What `placement` may build on, for plain claims with no resolution in play: a resolved
     precedence decision (`winner`), or a value or existence conflict at authority
     `conflict_rank`, where no independence is counted (one more claim can join two sources into
     one lineage)."""
@@ -73,22 +78,30 @@ def plain_belief(
         return None
     if verdict.by_precedence and winner is not None:
         return Belief(winner.rank, winner, rules, policy_version)
-    if conflict_rank is not None and verdict.outcome is Outcome.CONFLICT:
+    if conflict_rank is not None and verdict.outcome is CONFLICT:
         return Belief(conflict_rank, None, rules, policy_version)
     return None
 
 
-class Placement(NamedTuple):
+class Placement:
     """Where one more claim goes in a decision it cannot change: the roles to set (its own, and a
-    winner's it takes over from) and the belief after it."""
+    winner's it takes over from) and the belief after it. A plain slotted class: one is built per
+    placed claim, and a NamedTuple's `__new__` is Python code."""
+
+    __slots__ = ("belief", "roles")
 
     roles: Roles
     belief: Belief
 
+    def __init__(self, roles: Roles, belief: Belief) -> None:
+        self.roles, self.belief = roles, belief
 
-def placement(previous: Arbitration, added: AdmittedClaim, now: datetime) -> Placement | None:
-    """How `arbitrate` over the previous claims plus `added` assigns roles, without running the
-    rules, where `added` provably cannot change the belief; None where the rules must run again.
+
+def placement(previous: Arbitration, added: AdmittedClaim, now_us: int) -> Placement | None:
+    """How `arbitrate` over the previous claims plus `added` assigns roles at `now_us`
+    (microseconds since the epoch), without running the rules, where `added` provably cannot
+    change the belief; None where the rules must run again. (A key's state places it in its own
+    arbitration in place, `Arbitration.place`.)
 
     The caller guarantees that time alone changed nothing since `previous` (no claim crossed a
     freshness or period boundary) and that `added` is a new claim_id. Then a plain claim that
@@ -104,40 +117,27 @@ def placement(previous: Arbitration, added: AdmittedClaim, now: datetime) -> Pla
     claim = added.claim
     claim_id = claim.claim_id
     if claim.status in NO_EVIDENCE_STATUSES:
-        return Placement({claim_id: EvidenceRole.EXCLUDED}, belief)
-    if rules.freshness is not None and claim.observed_at < now - rules.freshness:
-        return Placement({claim_id: EvidenceRole.STALE}, belief)
+        return Placement({claim_id: EXCLUDED}, belief)
+    budget = freshness_us(rules)
+    if budget is not None and added.observed_us < now_us - budget:
+        return Placement({claim_id: STALE}, belief)
     if added.rank > belief.rank:
         agreeing = winner is not None and agrees(added, winner, rules.tolerance)
-        return Placement({claim_id: EvidenceRole.CORROBORATING if agreeing else _CONTESTED}, belief)
+        return Placement({claim_id: CORROBORATING if agreeing else CONTESTED}, belief)
     if added.rank < belief.rank:
         return None
     if winner is None:
         if not _joins_conflict(added, previous, rules):
             return None
-        return Placement({claim_id: _CONTESTED}, belief)
+        return Placement({claim_id: CONTESTED}, belief)
     if claim.status is not winner.claim.status or not _same_statement(
         added, winner, previous.claims
     ):
         return None
     if added.recency > winner.recency:
-        roles = {winner.claim.claim_id: EvidenceRole.CORROBORATING, claim_id: EvidenceRole.WINNER}
+        roles = {winner.claim.claim_id: CORROBORATING, claim_id: WINNER}
         return Placement(roles, Belief(belief.rank, added, rules, belief.policy_version))
-    return Placement({claim_id: EvidenceRole.CORROBORATING}, belief)
-
-
-def extend(
-    previous: Arbitration, added: AdmittedClaim, now: datetime, supersedes: str | None
-) -> Arbitration | None:
-    """A new arbitration: `previous` with `added` placed (`placement`), `previous` unchanged;
-    None where the rules must run again. (A key's state places claims in its own arbitration
-    in place, `Arbitration.place`.)"""
-    placed = placement(previous, added, now)
-    if placed is None:
-        return None
-    extended = previous.owned(now, supersedes)
-    extended.place(added, placed.roles, placed.belief, now, supersedes)
-    return extended
+    return Placement({claim_id: CORROBORATING}, belief)
 
 
 def _same_statement(
@@ -165,9 +165,6 @@ def _joins_conflict(added: AdmittedClaim, previous: Arbitration, rules: FieldRul
     present claims make) where ties are not broken by recency."""
     if any(_kin(added, previous.claims)):
         return False
-    if previous.verdict.kind is ConflictKind.EXISTENCE:
+    if previous.verdict.kind is EXISTENCE_CONFLICT:
         return True
-    return (
-        added.claim.status is ClaimStatus.PRESENT
-        and rules.on_conflict is not OnConflict.MOST_RECENT
-    )
+    return added.claim.status is ClaimStatus.PRESENT and rules.on_conflict is not MOST_RECENT

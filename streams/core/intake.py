@@ -11,6 +11,7 @@ from msgspec import Raw
 from pydantic import ValidationError
 
 from streams.core.contracts import (
+    ASSERTED_RANK,
     AUTHORITY_RANKS,
     CLAIM_FIELDS,
     Authority,
@@ -25,6 +26,7 @@ from streams.core.contracts import (
     micros,
 )
 from streams.core.errors import ContractError
+from streams.core.members import PRESENT
 from streams.core.memo import by_identity
 from streams.core.normalize import (
     canonical_value,
@@ -35,7 +37,6 @@ from streams.core.normalize import (
 from streams.core.policy import Defaults, FieldRules, Policy, SourcePolicy
 
 _CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE: Authority.INFERRED}
-_ASSERTED_RANK = Authority.ASSERTED.rank
 _STATUS_TEXT = {status: status.value for status in ClaimStatus}  # `.value` is a Python property
 # What a claim says beyond its value: compared as received (value and unit are compared
 # normalized, scope as normalized).
@@ -108,7 +109,7 @@ class AdmittedClaim:
         self.valid_to_us = end = claim.valid_to_us
         self.recency = (observed, claim_id)
         self.statement = (statement_order(_STATUS_TEXT[claim.status], value), claim_id)
-        self.observes = rank < _ASSERTED_RANK
+        self.observes = rank < ASSERTED_RANK
         scope = claim.scope
         self.scope_key = None if scope is None else normalize_scope(scope)
         self.plain = claim.epoch is None and start is None and end is None and scope is None
@@ -228,7 +229,7 @@ def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> R
 
 
 def _normalized(status: ClaimStatus, value: Value, unit: str | None, rules: FieldRules) -> Value:
-    if status is ClaimStatus.PRESENT:
+    if status is PRESENT:
         return normalizer_for(rules)(value, unit)
     if value is not None:
         raise ContractError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +29,8 @@ from streams.core.contracts import (
     Resolution,
     Value,
     constructed,
+    instant,
+    micros,
 )
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
@@ -197,7 +200,7 @@ def _copied(state: KeyState) -> KeyState:
     arbitration = state.arbitration
     if arbitration is not None:
         arbitration = arbitration.owned(arbitration.decided_at, arbitration.supersedes)
-    return replace(state, arbitration=arbitration)
+    return _with_arbitration(state, arbitration)
 
 
 def _opened(state: KeyState) -> KeyState | None:
@@ -206,7 +209,17 @@ def _opened(state: KeyState) -> KeyState | None:
     current = state.current
     if current is None or current.outcome not in OPEN_OUTCOMES:
         return None
-    return replace(state, arbitration=None)
+    return _with_arbitration(state, None)
+
+
+_STATE_FIELDS = attrgetter(*(field.name for field in dataclasses.fields(KeyState)))
+
+
+def _with_arbitration(state: KeyState, arbitration: Arbitration | None) -> KeyState:
+    """`replace(state, arbitration=...)` at a sixth of its cost: made on every transition."""
+    copy = KeyState(*_STATE_FIELDS(state))
+    copy.arbitration = arbitration
+    return copy
 
 
 def _conflicting_duplicate(claim_id: str) -> ContractError:
@@ -339,11 +352,12 @@ def _decide(
     last = state.current
     if last is not None and now < last.decided_at:
         now = last.decided_at  # a key's clock never runs backwards
-    placed = _placement(state, claims, added, rules, policy_version, now, limits)
+    now_us = micros(now)
+    placed = _placement(state, claims, added, rules, policy_version, now, now_us, limits)
     if placed is not None:
         assert added is not None
         assert last is not None
-        return _placed(state, claims, added, placed, last.decision_id, rules, now)
+        return _placed(state, claims, added, placed, last.decision_id, rules, now, now_us)
     subject, field, previous = state.subject, state.field, state.arbitration
     supersedes = last.decision_id if last else None
     arbitration = arbitrate(
@@ -353,7 +367,7 @@ def _decide(
     escalation = _escalation(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
     kept = evicted(claims, arbitration.roles, limits.max_claims)
-    next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now)
+    next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now_us)
     # Kept (for the shortcut, and to lend its id to the next verdict that does not change) as a
     # copy of its own, without the records built for sending: the evidence records do not stay.
     owned = arbitration.owned(now, None)
@@ -375,13 +389,18 @@ def _placed(
     supersedes: str,
     rules: FieldRules,
     now: datetime,
+    now_us: int,
 ) -> Transition:
     """The shortcut's result, placed in the state's own arbitration: nothing the rules look at
     moved, so the belief, history and timers stand, except the new claim's own expiry."""
     expires = expiry(added, rules)
     next_check_at = state.next_check_at
-    if expires is not None and expires > now and (next_check_at is None or expires < next_check_at):
-        next_check_at = expires
+    if (
+        expires is not None
+        and expires > now_us
+        and (next_check_at is None or expires < micros(next_check_at))
+    ):
+        next_check_at = instant(expires)
     arbitration = state.arbitration
     assert arbitration is not None  # `_placement` found one
     arbitration.place(added, placed.roles, placed.belief, now, supersedes)
@@ -441,6 +460,7 @@ def _placement(
     rules: FieldRules,
     policy_version: str,
     now: datetime,
+    now_us: int,
     limits: Limits,
 ) -> Placement | None:
     """The incremental path (`incremental.placement`), where its preconditions hold: the last
@@ -459,7 +479,7 @@ def _placement(
         or len(claims) > limits.max_claims
     ):
         return None
-    return placement(previous, added, now)
+    return placement(previous, added, now_us)
 
 
 def _summarize(arbitration: Arbitration, decided_at: datetime) -> DecisionSummary:

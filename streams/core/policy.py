@@ -7,7 +7,7 @@ problem. `Policy.rules_for(field)` returns the effective, fully defaulted rules 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from streams.core.contracts import Authority
 from streams.core.errors import PolicyError, validation_problems
+from streams.core.memo import by_identity
 
 CATCH_ALL = "*"
 
@@ -186,6 +187,25 @@ class FieldRules(_Strict):
     epoch_change: EpochChangeRule
     escalate_after: timedelta
     authorities: dict[str, Authority]
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _freshness_us(rules: FieldRules) -> int | None:
+    return None if rules.freshness is None else rules.freshness // _MICROSECOND
+
+
+def _escalate_after_us(rules: FieldRules) -> int:
+    return rules.escalate_after // _MICROSECOND
+
+
+freshness_us: Callable[[FieldRules], int | None] = by_identity(_freshness_us)
+"""The field's freshness budget in microseconds (None: never stale), worked out once per rules:
+the engine compares instants as integer microseconds (a duration is whole microseconds, so
+the comparison is exact)."""
+escalate_after_us: Callable[[FieldRules], int] = by_identity(_escalate_after_us)
+"""How long a key may stay open before it escalates, in microseconds, once per rules."""
 
 
 class Policy(_Strict):

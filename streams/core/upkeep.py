@@ -6,13 +6,13 @@ Where it sits: keystate's transitions call these after deciding, before they cha
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from streams.core.contracts import EvidenceRole, Resolution
+from streams.core.contracts import EvidenceRole, Resolution, instant, micros
 from streams.core.intake import AdmittedClaim
-from streams.core.policy import FieldRules
+from streams.core.policy import FieldRules, escalate_after_us, freshness_us
 
-_TICK = timedelta(microseconds=1)  # the smallest step of a key's clock
+_TICK = 1  # the smallest step of a key's clock, in microseconds
 _EVICT_FIRST = (EvidenceRole.STALE, EvidenceRole.SUPERSEDED, EvidenceRole.EXCLUDED)
 
 
@@ -26,11 +26,13 @@ def latest_resolutions(resolutions: tuple[Resolution, ...], bound: int) -> tuple
     return tuple(r for r in resolutions if r.resolution_id in kept)
 
 
-def expiry(admitted: AdmittedClaim, rules: FieldRules) -> datetime | None:
-    """When a plain claim goes stale: one tick after it is exactly as old as the budget."""
-    if rules.freshness is None:
+def expiry(admitted: AdmittedClaim, rules: FieldRules) -> int | None:
+    """When a plain claim goes stale, in microseconds since the epoch: one tick after it is
+    exactly as old as the budget."""
+    budget = freshness_us(rules)
+    if budget is None:
         return None
-    return admitted.claim.observed_at + rules.freshness + _TICK
+    return admitted.observed_us + budget + _TICK
 
 
 def evicted(
@@ -44,7 +46,7 @@ def evicted(
         return claims
     ranked = sorted(
         claims,
-        key=lambda a: (roles.get(a.claim.claim_id) not in _EVICT_FIRST, a.claim.observed_at),
+        key=lambda a: (roles.get(a.claim.claim_id) not in _EVICT_FIRST, a.observed_us),
     )
     dropped = {a.claim.claim_id for a in ranked[:excess]}
     return tuple(a for a in claims if a.claim.claim_id not in dropped)
@@ -55,17 +57,22 @@ def next_check(
     conflict_since: datetime | None,
     escalated: bool,
     rules: FieldRules,
-    now: datetime,
+    now_us: int,
 ) -> datetime | None:
-    """The earliest instant at which time alone could change this key's decision."""
-    moments: list[datetime] = []
+    """The earliest instant after `now_us` (microseconds since the epoch) at which time alone
+    could change this key's decision."""
+    earliest: int | None = None
+    budget = freshness_us(rules)
     for admitted in claims:
-        claim = admitted.claim
-        expires = expiry(admitted, rules)
-        if expires is not None:
-            moments.append(expires)
-        moments += [m for m in (claim.valid_from, claim.valid_to) if m is not None]
+        for moment in (
+            None if budget is None else admitted.observed_us + budget + _TICK,
+            admitted.valid_from_us,
+            admitted.valid_to_us,
+        ):
+            if moment is not None and moment > now_us and (earliest is None or moment < earliest):
+                earliest = moment
     if conflict_since is not None and not escalated:
-        moments.append(conflict_since + rules.escalate_after)
-    future = [m for m in moments if m > now]
-    return min(future, default=None)
+        moment = micros(conflict_since) + escalate_after_us(rules)
+        if moment > now_us and (earliest is None or moment < earliest):
+            earliest = moment
+    return None if earliest is None else instant(earliest)

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from streams.core.arbitration import Arbitration
 from streams.core.contracts import Claim, Money, RejectReason, Resolution
 from streams.core.engine import arbitrate
-from streams.core.incremental import extend
-from streams.core.intake import admit
+from streams.core.intake import AdmittedClaim, admit
 from streams.core.journal import decode_state, encode_state, stored_summary
 from streams.core.keystate import (
     KeyState,
@@ -299,16 +299,26 @@ def test_a_claim_that_cannot_change_the_belief_skips_the_rules() -> None:
     weaker = admit(claim(3, source="billing-cache"), POLICY, NOW)
     newer_same = admit(claim(4, source="crm", observed_at=NOW), POLICY, NOW)
     stronger_disagreeing = admit(claim(5, source="crm", value="unpaid"), POLICY, NOW)
-    placed = extend(state.arbitration, weaker, NOW, None)
+    placed = _shortcut(state, weaker)
     assert placed is not None
     assert placed.roles["c3"] == "corroborating"
-    won = extend(state.arbitration, newer_same, NOW, None)
+    won = _shortcut(state, newer_same)
     assert won is not None
     assert (won.roles["c4"], won.roles["c1"]) == ("winner", "corroborating")
     assert won.decision_id == state.arbitration.decision_id
-    assert extend(state.arbitration, stronger_disagreeing, NOW, None) is None
+    assert _shortcut(state, stronger_disagreeing) is None
     # A state read back from the changelog has no arbitration: the rules run again.
     assert decode_state(encode_state(state)).arbitration is None
+
+
+def _shortcut(state: KeyState, added: AdmittedClaim) -> Arbitration | None:
+    """What `add_claim` decides with `added`, where it placed the claim in the key's own
+    arbitration without running the rules (`Transition.arbitration` is then the state's own);
+    None where the rules ran."""
+    rules = POLICY.rules_for(state.field)
+    assert rules is not None
+    step = add_claim(state, added, rules, POLICY.version, NOW)
+    return step.arbitration if step.arbitration is step.state.arbitration else None
 
 
 def placed(policy: Policy, *claims: Claim) -> list[tuple[str, bool]]:
@@ -320,7 +330,6 @@ def placed(policy: Policy, *claims: Claim) -> list[tuple[str, bool]]:
     state: KeyState | None = None
     steps = []
     for c in claims:
-        previous = state.arbitration if state is not None else None
         step = add_claim(state, admit(c, policy, NOW), rules, policy.version, NOW, Limits())
         state = step.state
         full = arbitrate("invoice:42", field, state.claims, rules, policy.version, NOW)
@@ -328,11 +337,9 @@ def placed(policy: Policy, *claims: Claim) -> list[tuple[str, bool]]:
             full.decision_id,
             full.roles,
         )
-        skipped = (
-            previous is not None
-            and step.arbitration.belief is not None
-            and (extend(previous, admit(c, policy, NOW), NOW, None) is not None)
-        )
+        # The shortcut places the claim in the state's own arbitration; the rules' result is
+        # a new one, of which the state keeps a copy.
+        skipped = step.arbitration is state.arbitration
         steps.append((f"{full.outcome.value}/{full.verdict.reason}", skipped))
     return steps
 
