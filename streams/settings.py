@@ -136,7 +136,7 @@ class Settings(BaseModel):
         "in memory or on disk as `store` says",
     )
     state_cache_mb: int = Field(
-        default=144,
+        default=128,
         ge=1,
         description="the decoded key states' memory, estimated from their claims, decisions, "
         "resolutions and disputed ids (MiB): a key with 10 claims takes about 13 KB decoded; "
