@@ -135,6 +135,13 @@ class Settings(BaseModel):
         description="decoded key states a worker keeps in memory; others stay encoded (~1 KB), "
         "in memory or on disk as `store` says",
     )
+    state_cache_mb: int = Field(
+        default=128,
+        ge=1,
+        description="the decoded key states' memory, estimated from their claims, decisions, "
+        "resolutions and disputed ids (MiB): a key with 10 claims takes about 13 KB decoded; "
+        "the least recently used leave first, by this bound or `state_cache_keys`",
+    )
     retry_attempts: int = Field(default=3, ge=1)
     audit_retention_days: int = Field(
         default=30,

@@ -73,7 +73,7 @@ class Arbiter(Service):
         self.schedule = Schedule()
         self.sources = SourceLedgers(processor.policy, metrics)
         self.positions = InputPositions()
-        cache = StateCache(settings.state_cache_keys)
+        cache = StateCache(settings.state_cache_keys, settings.state_cache_mb * 2**20)
         self.tasks = Tasks(
             settings.changelog_topic,
             cache,
