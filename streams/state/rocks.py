@@ -57,6 +57,10 @@ def _options(budget: Budget) -> Options:
     options.set_max_write_buffer_number(2)
     options.set_write_buffer_manager(budget.write_buffers)
     options.set_max_open_files(256)
+    # A bloom filter over the memtable's whole keys too: a key not stored costs no memtable
+    # search (most keys read for their old timer have none).
+    options.set_memtable_prefix_bloom_ratio(0.02)
+    options.set_memtable_whole_key_filtering(True)
     table = BlockBasedOptions()
     table.set_block_cache(budget.cache)
     table.set_cache_index_and_filter_blocks(True)
@@ -102,8 +106,11 @@ class RocksKeyStore:
             keys: list[str | int | float | bytes | bool] = list(changes.timers)
             dues = cast(list[bytes | None], self._due_of.get(keys))
             opens = cast(list[bytes | None], self._open_cf.get(keys))
-            for key, old, was_open in zip(changes.timers, dues, opens, strict=True):
-                self._plan(batch, key, changes.timers[key], old, was_open is not None)
+            for (key, timer), old, was_open in zip(
+                changes.timers.items(), dues, opens, strict=True
+            ):
+                if timer is not None or old is not None or was_open is not None:
+                    self._plan(batch, key, timer, old, was_open is not None)
         self._db.write(batch)
 
     def _plan(

@@ -22,7 +22,7 @@ from typing import Literal
 
 import msgspec
 
-from streams.core.contracts import OPEN_OUTCOMES, Outcome
+from streams.core.contracts import OPEN_OUTCOMES
 from streams.core.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keystate import KeyState
 from streams.state.cache import StateCache
@@ -48,25 +48,24 @@ def timer_of(state: KeyState) -> Timer | None:
     return Timer(due) if due is not None else None
 
 
+class _Decided(msgspec.Struct, rename={"outcome": "o"}):
+    """A stored decision summary (`streams.core.stored.StoredSummary`): its outcome alone."""
+
+    outcome: str
+
+
 class _Timing(msgspec.Struct):
     """The fields of a stored state (`streams.core.stored.StoredState`, journal version 3) that
     say its timer; the rest of the record is skipped unread."""
 
     version: Literal[3]
     field: str
-    history: tuple[msgspec.Raw, ...] = ()
+    history: tuple[_Decided, ...] = ()
     conflict_since: int | None = None
     next_check_at: int | None = None
 
 
-class _Outcome(msgspec.Struct, rename={"outcome": "o"}):
-    """A stored decision summary's outcome (`streams.core.stored.StoredSummary`)."""
-
-    outcome: Outcome
-
-
 _TIMING = msgspec.json.Decoder(_Timing)
-_OUTCOME = msgspec.json.Decoder(_Outcome)
 
 
 def encoded_timer(data: bytes) -> Timer | None:
@@ -74,12 +73,10 @@ def encoded_timer(data: bytes) -> Timer | None:
     version is decoded; one this release does not read raises `UnknownStateFormat`)."""
     try:
         timing = _TIMING.decode(data)
-        history = timing.history
-        current = _OUTCOME.decode(history[-1]).outcome if history else None
     except msgspec.DecodeError:
         return timer_of(decode_state(data))
-    due, since = timing.next_check_at, timing.conflict_since
-    if since is not None and current in OPEN_OUTCOMES:
+    due, since, history = timing.next_check_at, timing.conflict_since, timing.history
+    if since is not None and history and history[-1].outcome in OPEN_OUTCOMES:
         return Timer(due, timing.field, since)
     return Timer(due) if due is not None else None
 
