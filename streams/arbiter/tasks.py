@@ -3,7 +3,7 @@
 Sits between the loop (which asks for tasks to be opened, reloaded and closed) and the stores
 (`streams.state`): a task is restored from its changelog partition off the rebalance callback,
 from its local checkpoint when it has a usable one (`streams.state.local`), else from the
-beginning; installed (its restored keys' timers derived, its input partitions fetched again);
+beginning, each record's timer with it; installed (its input partitions fetched again);
 checkpointed after commits as the guarantee says; and closed (off the schedule, out of the shared
 cache) when revoked, rewound or fenced. What the processing
 guarantee adds to opening a task (fencing its previous owner, re-reading the committed offsets)
@@ -26,7 +26,6 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 from streams.arbiter.schedule import Schedule
-from streams.core.journal import UnknownStateFormat
 from streams.metrics import Metrics
 from streams.state.cache import StateCache
 from streams.state.local import Checkpoints
@@ -36,7 +35,6 @@ log = logging.getLogger(__name__)
 
 RESTORE_FETCH_MS = 500  # getmany returns as soon as records arrive; this only bounds an idle wait
 RESTORE_RETRY_S = 1.0
-SCHEDULE_YIELD_KEYS = 500  # keys scheduled between yields, so restoring never starves heartbeats
 PROGRESS_S = 5.0  # how often a long restore logs how far it is
 
 
@@ -197,10 +195,7 @@ class Tasks:
 
     def _opened(self, partition: int) -> Task:
         store, offset = self.checkpoints.open(partition)
-        task = Task(partition, TaskStore(self.cache, store), offset, offset, offset)
-        if offset == 0:
-            task.states.restoring_in_full()
-        return task
+        return Task(partition, TaskStore(self.cache, store), offset, offset, offset)
 
     def _rebuild(self, task: Task, why: str) -> None:
         """Wipe the task's store: it restores in full."""
@@ -210,7 +205,6 @@ class Tasks:
         task.states.forget_pending()
         task.states.store.wipe()
         self.checkpoints.remove(task.partition)
-        task.states.restoring_in_full()
         task.changelog_offset = task.applied = task.checkpointed = 0
 
     async def restore_assigned(self, tasks: list[Task], opening: Opening) -> None:
@@ -291,30 +285,16 @@ class Tasks:
             )
             for tp, messages in fetched.items():
                 task = restoring[tp]
-                task.states.load_all((message.key, message.value) for message in messages)
+                # A record of a state format this release does not read stops the restore (and
+                # the worker) before any input is consumed.
+                where = f"{self.changelog} partition {task.partition}, "
+                task.states.load_all(((m.key, m.value) for m in messages), where)
                 task.changelog_offset = messages[-1].offset + 1
             progress.read(fetched)
 
     async def _install(self, task: Task, opening: Opening) -> None:
-        """Put a restored task in service and let its partitions be fetched again.
-
-        Every restored key is decoded here, before its partitions resume (every key after a full
-        restore; those of the changelog's tail after a restore from a checkpoint), and its timers
-        derived again: a record in a state format this release does not read stops the restore
-        (and the worker) before any input is consumed."""
+        """Put a restored task in service and let its partitions be fetched again."""
         states = task.states
-        chunk: list[tuple[bytes, Any]] = []
-        for key in states.restored():
-            try:
-                chunk.append((key, states.get(key)))
-            except UnknownStateFormat as exc:
-                where = f"{self.changelog} partition {task.partition}, key {key!r}"
-                raise UnknownStateFormat(exc.version, where) from None
-            if len(chunk) == SCHEDULE_YIELD_KEYS:
-                states.retime(chunk)
-                chunk = []
-                await asyncio.sleep(0)
-        states.retime(chunk)
         task.applied = task.checkpointed = task.changelog_offset
         self.checkpoints.installed(task.partition, states.store, task.changelog_offset)
         self.open[task.partition] = task

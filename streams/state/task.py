@@ -7,6 +7,9 @@ encoded, until the commit strategy says the changelog holds them (`journaled`: a
 committed with its transaction), and only then reach the key store, with their timers, in one
 write. So a key store holds nothing its changelog does not: a failed batch is forgotten
 (`forget_pending`) and the task reads its changelog on from where its store stands.
+
+A restore writes the changelog's records as they are, with each key's timer read from the
+record's few fields that say it (`encoded_timer`): no restored key is decoded until it is used.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Literal
+
+import msgspec
 
 from streams.core.contracts import OPEN_OUTCOMES
-from streams.core.journal import decode_state, encode_state
+from streams.core.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keystate import KeyState
 from streams.state.cache import StateCache
 from streams.state.keystore import RESERVED, Changes, KeyStore, MemoryKeyStore, Timer, micros
@@ -42,6 +48,39 @@ def timer_of(state: KeyState) -> Timer | None:
     return Timer(due) if due is not None else None
 
 
+class _Decided(msgspec.Struct, rename={"outcome": "o"}):
+    """A stored decision summary (`streams.core.stored.StoredSummary`): its outcome alone."""
+
+    outcome: str
+
+
+class _Timing(msgspec.Struct):
+    """The fields of a stored state (`streams.core.stored.StoredState`, journal version 3) that
+    say its timer; the rest of the record is skipped unread."""
+
+    version: Literal[3]
+    field: str
+    history: tuple[_Decided, ...] = ()
+    conflict_since: int | None = None
+    next_check_at: int | None = None
+
+
+_TIMING = msgspec.json.Decoder(_Timing)
+
+
+def encoded_timer(data: bytes) -> Timer | None:
+    """`timer_of` the state `data` encodes, read without decoding the state (an earlier journal
+    version is decoded; one this release does not read raises `UnknownStateFormat`)."""
+    try:
+        timing = _TIMING.decode(data)
+    except msgspec.DecodeError:
+        return timer_of(decode_state(data))
+    due, since, history = timing.next_check_at, timing.conflict_since, timing.history
+    if since is not None and history and history[-1].outcome in OPEN_OUTCOMES:
+        return Timer(due, timing.field, since)
+    return Timer(due) if due is not None else None
+
+
 class TaskStore:
     """One task's keys: each key's encoded state in `store`, decoded through the shared cache."""
 
@@ -53,7 +92,6 @@ class TaskStore:
         self._records: dict[bytes, bytes] = {}  # task-level records put since the last journal
         self._pending: deque[Changes] = deque()  # journaled, not yet known to be in the changelog
         self._handed: dict[bytes, int] = {}  # due keys handed out, until their timer is rewritten
-        self._restored: set[bytes] | None = set()  # keys loaded since installed; None: every key
 
     def get(self, key: bytes) -> KeyState | None:
         state = self._unjournaled.get(key) or self.cache.get(key)
@@ -121,31 +159,22 @@ class TaskStore:
         """Take a key's state as the changelog has it (None: the key was deleted)."""
         self.load_all([(key, data)])
 
-    def load_all(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Take changelog records, in their order, in one write."""
+    def load_all(self, records: Iterable[tuple[bytes, bytes | None]], where: str = "") -> None:
+        """Take changelog records, in their order, in one write, each key's timer with its
+        state; `where` names the records' place should one be of an unknown format."""
         changes = Changes()
+        states, timers = changes.states, changes.timers
         for key, data in records:
             self.cache.discard(key)
             self._unjournaled.pop(key, None)
-            changes.states[key] = data
+            states[key] = data
+            if key.startswith(RESERVED):
+                continue
+            try:
+                timers[key] = encoded_timer(data) if data is not None else None
+            except UnknownStateFormat as exc:
+                raise UnknownStateFormat(exc.version, f"{where}key {key!r}") from None
         self.store.write(changes)
-        if self._restored is not None:
-            self._restored.update(key for key in changes.states if not key.startswith(RESERVED))
-
-    def restoring_in_full(self) -> None:
-        """The store is empty and reads its whole changelog: every key is a restored one."""
-        self._restored = None
-
-    def restored(self) -> Iterator[bytes]:
-        """The keys loaded since the store was last installed (all of them after a full
-        restore), once: their timers are derived again from their state."""
-        restored, self._restored = self._restored, set()
-        return iter(restored) if restored is not None else self.store.state_keys()
-
-    def retime(self, states: Iterable[tuple[bytes, KeyState | None]]) -> None:
-        """Derive the timers of restored keys from their state."""
-        timers = {key: timer_of(state) if state else None for key, state in states}
-        self.store.write(Changes(timers=timers))
 
     def due(self, until: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to `limit` (due, key) pairs due by `until`, earliest first, not yet handed out;

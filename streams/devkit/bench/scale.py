@@ -216,6 +216,7 @@ def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) ->
             "restore_keys_per_s": round(keys / max(restore_s, 1e-6)),
         }
         print(f"bench: scale {settings.store} restarts {restarts}")
+        print(f"bench: scale {settings.store} full restore: {restore_log(settings)}")
         measured |= restarts
     finally:
         worker.stop()
@@ -274,6 +275,12 @@ def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWor
 
 def worker_log(settings: Settings) -> Path:
     return settings.data_dir.with_suffix(".log")
+
+
+def restore_log(settings: Settings) -> str:
+    """The worker's last log line on its tasks' restore (how many keys, in how long)."""
+    lines = worker_log(settings).read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((line for line in reversed(lines) if "arbiter: tasks" in line), "(none)")
 
 
 def until(

@@ -1,0 +1,87 @@
+"""A restore takes each key's timer from its changelog record without decoding the state: the
+timer read so equals the one the decoded state gives, for every stored form, in either store."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.core.journal import UnknownStateFormat, decode_state, encode_state
+from streams.core.keystate import KeyState
+from streams.state.cache import StateCache
+from streams.state.keystore import EPOCH, MemoryKeyStore
+from streams.state.rocks import Budget, RocksKeyStore
+from streams.state.task import TaskStore, encoded_timer, timer_of
+from tests.core.test_journal_properties import _states, _written
+
+LATEST = 2**63 - 2  # every timer is due by then
+# The disk store keeps instants as unsigned micros: the engine's timers are never before 1970.
+TIMED_STATES = _states().filter(
+    lambda s: all(t is None or t >= EPOCH for t in (s.next_check_at, s.conflict_since))
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(state=_states())
+def test_a_records_timer_is_the_one_its_decoded_state_gives(state: KeyState) -> None:
+    expected = timer_of(state)
+    assert encoded_timer(encode_state(state)) == expected
+    for version in (1, 2, 3):
+        data = _written(state, version)
+        assert encoded_timer(data) == expected == timer_of(decode_state(data)), version
+
+
+@pytest.mark.parametrize("version", [4, 0, "3", 3.0, True])
+def test_a_record_of_a_format_this_release_does_not_read_stops_the_load(version: object) -> None:
+    data = json.dumps({"version": version, "subject": "s", "field": "f"}).encode()
+    store = TaskStore(StateCache(2))
+    with pytest.raises(UnknownStateFormat) as refused:
+        store.load_all([(b"s|f", data)], "changelog partition 0, ")
+    assert refused.value.version == version
+    assert "(changelog partition 0, key b's|f')" in str(refused.value)
+
+
+def _observed(store: TaskStore) -> tuple[object, ...]:
+    return store.due(LATEST, 100), sorted(store.open_conflicts())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 3), st.none() | TIMED_STATES), min_size=1, max_size=4),
+        max_size=5,
+    )
+)
+def test_loaded_records_time_their_keys_as_their_journaled_states_do(
+    batches: list[list[tuple[int, KeyState | None]]],
+) -> None:
+    """Changelog records loaded in batches (a restore) leave the timers and open conflicts that
+    journaling the same states leaves, in the memory and the disk store alike."""
+    with tempfile.TemporaryDirectory() as directory:
+        disk = RocksKeyStore(Path(directory) / "rocksdb", Budget(1 << 20))
+        loaded = [TaskStore(StateCache(2)), TaskStore(StateCache(2), disk)]
+        journaled = TaskStore(StateCache(2), MemoryKeyStore())
+        try:
+            for batch in batches:
+                records = [
+                    (f"k{n}".encode(), None if state is None else encode_state(state))
+                    for n, state in batch
+                ]
+                for store in loaded:
+                    store.load_all(records)
+                for key, data in records:  # the same states, as the loop would journal them
+                    if data is None:
+                        journaled.load(key, None)
+                    else:
+                        journaled.put(key, decode_state(data))
+                journaled.journal()
+                journaled.journaled()
+                expected = _observed(journaled)
+                assert [_observed(store) for store in loaded] == [expected, expected]
+        finally:
+            disk.close()
