@@ -132,7 +132,9 @@ class CollectorHooks:
         self.seconds[generation] += pause
         self.longest[generation] = max(self.longest[generation], pause)
         if pause >= LONG_COLLECTION_S:
-            stack = stack_of(sys._getframe(1))
+            # The frame that set the collection off; none when it ran with no Python frame
+            # below this hook (at interpreter shutdown, for one).
+            stack = stack_of(sys._getframe().f_back)
             collection = Collection(self._started, ended, generation, info["collected"], stack)
             self.long_collections.append(collection)
         if generation == 2:

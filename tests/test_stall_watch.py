@@ -3,10 +3,13 @@ an idle loop gives no stall; a long collection is kept with where it was trigger
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import gc
+import sys
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from streams.stall_watch import StallWatch
@@ -68,3 +71,22 @@ def test_a_long_collection_is_kept_with_the_frame_that_set_it_off() -> None:
     assert collection.pause_s >= 0.02
     innermost = frame_names(collection.stack)[0]
     assert innermost.startswith("tests/test_stall_watch.py:test_a_long_collection_is_kept_")
+
+
+def test_a_long_collection_with_no_python_frame_below_is_kept_with_an_empty_stack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A collection can run with no Python frame under the hook (at interpreter shutdown, say):
+    # called straight from C in a new thread, the hook still keeps it and raises nothing.
+    hooks = CollectorHooks()
+    unraised: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda failure: unraised.append(failure.exc_value))
+    hooks("start", {"generation": 0})
+    time.sleep(0.02)
+    _thread.start_new_thread(hooks, ("stop", {"generation": 0, "collected": 0}))
+    deadline = time.monotonic() + 5
+    while not (hooks.long_collections or unraised) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert unraised == []
+    (collection,) = hooks.long_collections
+    assert (collection.generation, collection.stack) == (0, ())
