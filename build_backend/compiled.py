@@ -39,6 +39,7 @@ COMPILED: dict[str, str] = {
     "streams.core.intake": f"admit, once per claim: {_CLAIM}",
     "streams.core.journal": f"the state's stored form, once per changed key: {_CLAIM}",
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
+    "streams.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
     "streams.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
 }
 """Module -> where it sits on the hot path and the measurement that justifies compiling it."""

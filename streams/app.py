@@ -18,7 +18,7 @@ from typing import Any
 
 import faust
 from faust.sensors.prometheus import setup_prometheus_sensors
-from faust.types import StreamT
+from faust.types import TP, StreamT
 from faust.web import Request, Response, View
 
 from streams.arbiter.loop import Arbiter
@@ -49,39 +49,47 @@ def alias_key(subject: str) -> str:
 
 
 class AliasTable(faust.GlobalTable):
-    """The subject-alias table, with its lookups remembered: the arbiter looks up every claim's
-    subject, and a Faust table read runs its sensors each time (about as much as admitting the
-    claim). Any change to the table, a local write or a changelog batch applied, forgets them."""
-
-    MEMO_LIMIT = 100_000
+    """The subject-alias table, mirrored whole in memory. The arbiter looks up every claim's
+    subject, and a Faust table read runs its sensors and, on RocksDB, a store read (about as
+    much as admitting the claim); with more subjects than any memo holds, every claim would pay
+    it. Aliases are declared by stewards, so they are few: the mirror holds them all. It is read
+    from the table at the first lookup after the table's partitions were assigned or a changelog
+    batch was applied (a restore), and kept in step with each local write."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._memo: dict[str, str | None] = {}
+        self._mirror: dict[str, str] | None = None
 
     def canonical(self, subject: str) -> str | None:
         """The canonical subject `subject` is an alias of, if any."""
-        try:
-            return self._memo[subject]
-        except KeyError:
-            pass
-        if len(self._memo) >= self.MEMO_LIMIT:
-            self._memo.clear()
-        found: str | None = self.get(alias_key(subject))
-        self._memo[subject] = found
-        return found
+        mirror = self._mirror
+        if mirror is None:
+            mirror = self._mirror = dict(self.data.items())
+        return mirror.get(alias_key(subject)) if mirror else None
 
     def on_key_set(self, key: Any, value: Any) -> None:
         super().on_key_set(key, value)
-        self._memo.clear()
+        if self._mirror is not None:
+            self._mirror[key] = value
 
     def on_key_del(self, key: Any) -> None:
         super().on_key_del(key)
-        self._memo.clear()
+        if self._mirror is not None:
+            self._mirror.pop(key, None)
 
     def apply_changelog_batch(self, batch: Any) -> None:
         super().apply_changelog_batch(batch)
-        self._memo.clear()
+        self._mirror = None
+
+    async def on_rebalance(
+        self,
+        assigned: set[TP],
+        revoked: set[TP],
+        newly_assigned: set[TP],
+        generation_id: int = 0,
+    ) -> None:
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        self._mirror = None
 
 
 @dataclass
