@@ -19,7 +19,6 @@ A value that cannot be normalized raises ContractError with a reason; it is neve
 
 from __future__ import annotations
 
-import json
 import math
 import unicodedata
 from collections.abc import Callable
@@ -301,18 +300,23 @@ def canonical_value(value: Value) -> object:
     return value
 
 
-_SORTED_JSON = json.JSONEncoder(sort_keys=True)  # what json.dumps(..., sort_keys=True) writes
-# Its text for the constants, which it would otherwise build an encoder for on every call.
+# JSON's text for the constants.
 _CONSTANT_TEXT: dict[object, str] = {None: "null", True: "true", False: "false"}
 
 
 def statement_order(status: str, value: Value) -> tuple[str, str, float, str]:
     """A total order on (status, value) statements that puts numbers in numeric order, so that
-    values within a tolerance of each other sort next to each other."""
-    if type(value) is str:  # what `_SORTED_JSON.encode` does for a str, without its dispatch
+    values within a tolerance of each other sort next to each other. Other values sort by
+    their canonical value's JSON text, as `json.dumps(..., sort_keys=True)` spells it, written
+    here without the encoder's dispatch."""
+    if type(value) is str:
         return (status, "str", 0.0, encode_basestring_ascii(value))
     if isinstance(value, int | float) and not isinstance(value, bool):
         return (status, "number", float(value), "")
     if value is None or isinstance(value, bool):
         return (status, type(value).__name__, 0.0, _CONSTANT_TEXT[value])
-    return (status, type(value).__name__, 0.0, _SORTED_JSON.encode(canonical_value(value)))
+    if isinstance(value, Money):
+        currency = encode_basestring_ascii(value.currency)
+        money = f'{{"amount_minor": {value.amount_minor}, "currency": {currency}}}'
+        return (status, "Money", 0.0, money)
+    return (status, type(value).__name__, 0.0, encode_basestring_ascii(value))  # a str subclass

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.contracts import Money, RejectReason, Value
 from streams.core.errors import ContractError
-from streams.core.normalize import normalize_string, normalize_value, values_agree
+from streams.core.normalize import (
+    canonical_value,
+    normalize_string,
+    normalize_value,
+    statement_order,
+    values_agree,
+)
 from streams.core.policy import FieldRules, Policy, StringCase, load_policy
 from tests.core.conftest import REPO
 
@@ -138,3 +146,32 @@ def test_a_compiled_enum_accepts_and_spells_as_comparing_every_allowed_value(
         assert rejected(raw, None, enum_rules) is RejectReason.INVALID_VALUE
     else:
         assert normalize_value(raw, None, enum_rules) == expected
+
+
+class _Label(str):
+    """A str subclass, as a value may be."""
+
+
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(),
+    st.text().map(_Label),
+    st.builds(Money, amount_minor=st.integers(), currency=st.text()),
+)
+
+
+@given(st.sampled_from(["present", "absent", "unknown"]), _ANY_VALUE)
+def test_statement_order_spells_a_value_as_the_sorted_json_encoder_does(
+    status: str, value: Value
+) -> None:
+    """The order's text is the canonical value's `json.dumps(..., sort_keys=True)`, written
+    without the encoder; numbers sort by their float instead."""
+    order = statement_order(status, value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        assert order == (status, "number", float(value), "")
+    else:
+        text = json.dumps(canonical_value(value), sort_keys=True)
+        assert order == (status, type(value).__name__, 0.0, text)
