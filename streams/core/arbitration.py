@@ -55,9 +55,10 @@ def _action_of(outcome: Outcome, on_conflict: OnConflict) -> Action:
     return _CONFLICT_ACTIONS[on_conflict]
 
 
-_ACTIONS = {(o, c): _action_of(o, c) for o in Outcome for c in OnConflict}
-"""What a decision asks of its readers, by its outcome and the field's on_conflict: a table
-worked out once (reading enum members per decision is slow, see `members.py`)."""
+_ACTIONS = {c: {o: _action_of(o, c) for o in Outcome} for c in OnConflict}
+"""What a decision asks of its readers, by the field's on_conflict and then its outcome: a table
+worked out once (reading enum members per decision is slow, see `members.py`), nested so that
+a lookup builds no key tuple."""
 
 
 class Verdict:
@@ -428,7 +429,7 @@ def _hashable(value: Value) -> str:
 
 
 def _action(verdict: Verdict, rules: FieldRules) -> Action:
-    return _ACTIONS[verdict.outcome, rules.on_conflict]
+    return _ACTIONS[rules.on_conflict][verdict.outcome]
 
 
 def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:

@@ -20,12 +20,12 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from streams.core.agreement import (
-    RECENCY,
     agrees,
     clusters,
     confirmed,
     distinct,
     independent,
+    newest_claim,
     newest_group,
     newest_in_lineages,
     same_statements,
@@ -339,8 +339,8 @@ def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult |
         context.shift = EpochShift(
             from_epoch=previous,
             to_epoch=newest,
-            previous_value=max(before, key=RECENCY).value,
-            new_value=max(current, key=RECENCY).value,
+            previous_value=newest_claim(before).value,
+            new_value=newest_claim(current).value,
             claim_ids=[a.claim.claim_id for a in before + current],
         )
         if rules.epoch_change is EpochChangeRule.REOBSERVE and not confirmed(
@@ -413,7 +413,7 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> StepResult 
     """The newest of the agreeing claims wins; the others, and weaker claims that agree,
     corroborate it. Fewer independent observations than the field requires: insufficient.
     Claims of one lineage, or of one source, are one observation; assertions are none."""
-    winner = max(claims, key=RECENCY)
+    winner = newest_claim(claims)
     tolerance = context.rules.tolerance
     roles = dict.fromkeys([a.claim.claim_id for a in claims], CORROBORATING)
     roles[winner.claim.claim_id] = WINNER
