@@ -397,9 +397,9 @@ def decision_id(
     fixed vocabulary, is length-prefixed). Every path computes it here."""
     text = (
         f"{len(subject)}:{subject}\x1f{field}\x1f{_TEXT[verdict.outcome]}\x1f{_TEXT[verdict.kind]}"
-        f"\x1f{_TEXT[verdict.status]}\x1f{_hashable(verdict.value)}\x1f{unit}\x1f{_TEXT[action]}"
-        f"\x1f{policy_version}\x1f{verdict.reason}\x1f{verdict.tiebreak}"
-        f"\x1f{verdict.resolution_id}"
+        f"\x1f{_TEXT[verdict.status]}\x1f{_hashable(verdict.value)}\x1f{_or_none(unit)}"
+        f"\x1f{_TEXT[action]}\x1f{policy_version}\x1f{verdict.reason}"
+        f"\x1f{_or_none(verdict.tiebreak)}\x1f{_or_none(verdict.resolution_id)}"
     )
     hasher = _BLAKE2B.copy()
     hasher.update(text.encode())
@@ -417,6 +417,11 @@ _TEXT: dict[Outcome | ConflictKind | ClaimStatus | Action | None, str] = {
 formatted per decision (formatting a member looks its `__str__` up on the enum class, which
 costs about as much as the hash)."""
 _TEXT[None] = "None"
+
+
+def _or_none(part: str | None) -> str:
+    """An optional part as the id formats it: itself, or `None` (without `str(None)`)."""
+    return "None" if part is None else part
 
 
 def _hashable(value: Value) -> str:
