@@ -31,6 +31,7 @@ COMPILED: dict[str, str] = {
     # .records, .outputs, statestore) added nothing above the noise (2.87k interpreted ->
     # 2.87k/3.41k/2.69k): they stay interpreted. pipeline.rekey fails the strict type check.
     "streams.core.engine": f"the rules table and its steps: {_ENGINE}",
+    "streams.core.rulebook": f"the table's context and step results, split from engine: {_ENGINE}",
     "streams.core.agreement": f"the steps' value comparisons: {_ENGINE}",
     "streams.core.arbitration": f"the decision record and its id: {_ENGINE}",
     "streams.core.fused": f"the rules in one pass for plain keys: {_ENGINE}",

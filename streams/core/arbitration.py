@@ -55,9 +55,10 @@ def _action_of(outcome: Outcome, on_conflict: OnConflict) -> Action:
     return _CONFLICT_ACTIONS[on_conflict]
 
 
-_ACTIONS = {(o, c): _action_of(o, c) for o in Outcome for c in OnConflict}
-"""What a decision asks of its readers, by its outcome and the field's on_conflict: a table
-worked out once (reading enum members per decision is slow, see `members.py`)."""
+_ACTIONS = {c: {o: _action_of(o, c) for o in Outcome} for c in OnConflict}
+"""What a decision asks of its readers, by the field's on_conflict and then its outcome: a table
+worked out once (reading enum members per decision is slow, see `members.py`), nested so that
+a lookup builds no key tuple."""
 
 
 class Verdict:
@@ -392,27 +393,48 @@ def decision_id(
 ) -> str:
     """Hash of what was decided (not when, nor the evidence list, which grows as claims agree,
     nor how the rules got there): blake2b over its parts joined by a unit separator (enum members
-    format as their values; the subject, the only free text before parts of fixed vocabulary, is
-    length-prefixed). Every path computes it here."""
+    as their values, an absent part as `None`; the subject, the only free text before parts of
+    fixed vocabulary, is length-prefixed). Every path computes it here."""
     text = (
-        f"{len(subject)}:{subject}\x1f{field}\x1f{verdict.outcome}\x1f{verdict.kind}"
-        f"\x1f{verdict.status}\x1f{_hashable(verdict.value)}\x1f{unit}\x1f{action}"
-        f"\x1f{policy_version}\x1f{verdict.reason}\x1f{verdict.tiebreak}"
-        f"\x1f{verdict.resolution_id}"
+        f"{len(subject)}:{subject}\x1f{field}\x1f{_TEXT[verdict.outcome]}\x1f{_TEXT[verdict.kind]}"
+        f"\x1f{_TEXT[verdict.status]}\x1f{_hashable(verdict.value)}\x1f{_or_none(unit)}"
+        f"\x1f{_TEXT[action]}\x1f{policy_version}\x1f{verdict.reason}"
+        f"\x1f{_or_none(verdict.tiebreak)}\x1f{_or_none(verdict.resolution_id)}"
     )
-    return f"dec_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}"
+    hasher = _BLAKE2B.copy()
+    hasher.update(text.encode())
+    return f"dec_{hasher.hexdigest()}"
+
+
+_BLAKE2B = hashlib.blake2b(digest_size=12)
+"""The empty hasher every id starts from: a copy costs less than a new one (whose keyword
+arguments are parsed on every call)."""
+
+_TEXT: dict[Outcome | ConflictKind | ClaimStatus | Action | None, str] = {
+    member: member.value for kind in (Outcome, ConflictKind, ClaimStatus, Action) for member in kind
+}
+"""Each enum member as the id formats it (its value), and None as `None`: read here, not
+formatted per decision (formatting a member looks its `__str__` up on the enum class, which
+costs about as much as the hash)."""
+_TEXT[None] = "None"
+
+
+def _or_none(part: str | None) -> str:
+    """An optional part as the id formats it: itself, or `None` (without `str(None)`)."""
+    return "None" if part is None else part
 
 
 def _hashable(value: Value) -> str:
     """A normalized value as text for the decision id: its repr (floats exactly), money as
-    amount and currency."""
-    if isinstance(value, Money):
-        return f"money:{value.amount_minor}:{value.currency}"
-    return repr(value)
+    amount and currency. (A str, the common value, is told apart before the isinstance check:
+    the model's metaclass runs Python code for it.)"""
+    if type(value) is str or not isinstance(value, Money):
+        return repr(value)
+    return f"money:{value.amount_minor}:{value.currency}"
 
 
 def _action(verdict: Verdict, rules: FieldRules) -> Action:
-    return _ACTIONS[verdict.outcome, rules.on_conflict]
+    return _ACTIONS[rules.on_conflict][verdict.outcome]
 
 
 def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:

@@ -2,8 +2,9 @@
 
 Where it sits: keystate hands it a key's admitted claims (after trying the shortcut in
 `incremental.py`); the verdict and roles found here become an `Arbitration` (`arbitration.py`).
-Read top-down: `Context` (what the steps share), `Rule`, the table (`_rules`: the README's "How a
-decision is made", same names and order, held by a test), `arbitrate` (which hands plain keys to
+Read top-down: the table (`_rules`: the README's "How a decision is made", same names and order,
+held by a test; its `Rule`s, the `Context` the steps share and their `StepResult` are in
+`rulebook.py`), `arbitrate` (which hands plain keys to
 the table's single pass, `fused.py`), `run_rules`, then the steps in table order. A step takes
 the claims still in play and returns the roles it gave and, once the belief is known, the
 verdict; what else it leaves for later steps it writes to the `Context` fields its rule names
@@ -13,19 +14,16 @@ claims. How claims agree and count as independent is in `agreement.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from types import MappingProxyType
-from typing import NamedTuple
 
 from streams.core.agreement import (
-    RECENCY,
     agrees,
     clusters,
     confirmed,
     distinct,
     independent,
+    newest_claim,
     newest_group,
     newest_in_lineages,
     same_statements,
@@ -60,70 +58,7 @@ from streams.core.members import (
 )
 from streams.core.normalize import values_agree
 from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
-
-
-@dataclass(slots=True, init=False, eq=False, repr=False)
-class Context:
-    """What the steps share beside the claims in play: the inputs, and what earlier steps set
-    aside to be judged against the result (which step sets which: the table's `sets`). Built by
-    hand, not by the dataclass: one is built per arbitration, and default factories cost more
-    than the fields."""
-
-    rules: FieldRules
-    now: datetime
-    resolutions: Sequence[Resolution]
-    evidence: list[AdmittedClaim]
-    """Every claim once: what the decision cites, each with its role."""
-    plain: bool
-    """No claim carries an epoch, a period or a scope."""
-    weaker: list[AdmittedClaim]
-    """Live claims below the deciding authority (and epoch-less assertions): they agree with the
-    result or are contested, never decide."""
-    unanchored: list[AdmittedClaim]
-    """Observations without an epoch where others carry one: quarantined, checked against the
-    result."""
-    shift: EpochShift | None
-    """A value that changed across the epoch boundary."""
-    tiebreak: str | None
-    """How a tie at the top was broken."""
-    winner: AdmittedClaim | None
-    """The claim whose value is believed."""
-    verdict: Verdict | None
-    roles: Roles
-    """The verdict so far and every role given: `arbitrate` writes them from the results."""
-
-    def __init__(self, rules: FieldRules, now: datetime, resolutions: Sequence[Resolution]):
-        self.rules, self.now, self.resolutions = rules, now, resolutions
-        self.evidence, self.plain, self.weaker, self.unanchored = [], False, [], []
-        self.shift = self.tiebreak = self.winner = self.verdict = None
-        self.roles = {}
-
-
-class StepResult(NamedTuple):
-    """A step's result: the claims still in play, the roles it gave, the verdict if it found one.
-    (A tuple: every step of every arbitration builds one.)"""
-
-    remaining: list[AdmittedClaim]
-    roles: Mapping[str, EvidenceRole] = MappingProxyType({})
-    verdict: Verdict | None = None
-
-
-Step = Callable[[list[AdmittedClaim], Context], StepResult | None]  # None: no role given
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    name: str
-    apply: Step
-    sets: tuple[str, ...] = ()
-    """The `Context` fields the step writes beside what it returns: what later steps read."""
-    revises: bool = False
-    """Runs only once a verdict exists, and may replace it (the deciding steps stop there)."""
-
-    def __post_init__(self) -> None:
-        unknown = set(self.sets).difference(field.name for field in fields(Context))
-        if unknown:
-            raise TypeError(f"rule {self.name} sets unknown context fields {sorted(unknown)}")
+from streams.core.rulebook import Context, Rule, StepResult
 
 
 def _rules() -> tuple[Rule, ...]:
@@ -339,8 +274,8 @@ def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult |
         context.shift = EpochShift(
             from_epoch=previous,
             to_epoch=newest,
-            previous_value=max(before, key=RECENCY).value,
-            new_value=max(current, key=RECENCY).value,
+            previous_value=newest_claim(before).value,
+            new_value=newest_claim(current).value,
             claim_ids=[a.claim.claim_id for a in before + current],
         )
         if rules.epoch_change is EpochChangeRule.REOBSERVE and not confirmed(
@@ -413,7 +348,7 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> StepResult 
     """The newest of the agreeing claims wins; the others, and weaker claims that agree,
     corroborate it. Fewer independent observations than the field requires: insufficient.
     Claims of one lineage, or of one source, are one observation; assertions are none."""
-    winner = max(claims, key=RECENCY)
+    winner = newest_claim(claims)
     tolerance = context.rules.tolerance
     roles = dict.fromkeys([a.claim.claim_id for a in claims], CORROBORATING)
     roles[winner.claim.claim_id] = WINNER

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from streams.core.agreement import (
-    RECENCY,
     agrees,
     clusters,
     distinct,
     independent,
+    newest_claim,
     newest_group,
     newest_in_lineages,
 )
@@ -143,7 +143,7 @@ def _decide_top(
             _contest(top, roles)
             top = newest
             tiebreak = MOST_RECENT.value
-    winner = max(top, key=RECENCY) if len(top) > 1 else top[0]
+    winner = newest_claim(top)
     for admitted in top:
         roles[admitted.claim.claim_id] = CORROBORATING
     roles[winner.claim.claim_id] = WINNER

@@ -40,7 +40,7 @@ _EXTENSIBLE_CONFLICTS = frozenset({VALUE_CONFLICT, EXISTENCE_CONFLICT})
 
 
 class Decided(Protocol):
-    """What the rules leave in their `engine.Context` that says whether `placement` may follow."""
+    """What the rules leave in their `rulebook.Context` that says whether `placement` may follow."""
 
     rules: FieldRules
     resolutions: Sequence[Resolution]

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from streams.core import engine
 from streams.core.contracts import Claim, Resolution
-from streams.core.engine import RULES, Context, Rule, StepResult, run_rules
+from streams.core.engine import RULES, run_rules
 from streams.core.intake import AdmittedClaim, admit, admit_resolution
+from streams.core.rulebook import Context, Rule, Step, StepResult
 from tests.core.conftest import NOW, claim
 from tests.core.test_properties import POLICY, payment_claims
 
@@ -33,7 +34,7 @@ def _snapshot(context: Context) -> Snapshot:
     return {f.name: _contents(getattr(context, f.name)) for f in dataclasses.fields(Context)}
 
 
-def _watched(rule: Rule, written: dict[str, set[str]]) -> engine.Step:
+def _watched(rule: Rule, written: dict[str, set[str]]) -> Step:
     def step(remaining: list[AdmittedClaim], context: Context) -> StepResult | None:
         before = _snapshot(context)
         result = rule.apply(remaining, context)
@@ -66,7 +67,7 @@ def _writes(field: str, claims: list[Claim], resolved: bool = False) -> dict[str
     admitted = [admit(c.model_copy(update={"field": field}), POLICY, NOW) for c in claims]
     written: dict[str, set[str]] = {}
 
-    def watch(revises: bool) -> tuple[engine.Step, ...]:
+    def watch(revises: bool) -> tuple[Step, ...]:
         return tuple(_watched(rule, written) for rule in RULES if rule.revises is revises)
 
     with pytest.MonkeyPatch.context() as patch:
