@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -171,7 +172,9 @@ def test_statement_order_spells_a_value_as_the_sorted_json_encoder_does(
     without the encoder; numbers sort by their float instead."""
     order = statement_order(status, value)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        assert order == (status, "number", float(value), "")
+        status_of, kind, number, text = order
+        assert (status_of, kind, text) == (status, "number", "")
+        assert number == float(value) or (math.isnan(number) and math.isnan(value))
     else:
         text = json.dumps(canonical_value(value), sort_keys=True)
         assert order == (status, type(value).__name__, 0.0, text)
