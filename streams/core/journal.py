@@ -16,7 +16,6 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
-from types import MemberDescriptorType
 from typing import Any, Final
 
 import msgspec
@@ -33,9 +32,10 @@ from streams.core.contracts import (
 )
 from streams.core.errors import ClaimstreamError
 from streams.core.intake import AdmittedClaim
-from streams.core.keystate import DecisionSummary, KeyState
+from streams.core.keystate import KeyState
 from streams.core.normalize import canonical_value
 from streams.core.stored import (
+    EarlierSummary,
     StoredClaim,
     StoredMoney,
     StoredNumber,
@@ -44,6 +44,7 @@ from streams.core.stored import (
     StoredSummary,
     StoredValue,
 )
+from streams.core.summary import DecisionSummary
 
 # Version 3 (stored.py) stores each record under short names, without the subject and field
 # that the key already holds and without the fields at their defaults, times in microseconds
@@ -53,10 +54,6 @@ _VERSION: Final = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ENCODER = msgspec.json.Encoder()
-# `DecisionSummary.journaled`, the slot itself: read through the model while unset, it runs
-# pydantic's `__getattr__`, which costs more than making the stored form; set through it, past
-# the frozen model's guard.
-_KEPT_SUMMARY_FORM: MemberDescriptorType = vars(DecisionSummary)["journaled"]
 _DECODER = msgspec.json.Decoder(StoredState)
 _CLAIM_DECODER = msgspec.json.Decoder(StoredClaim)
 _SUMMARY_DECODER = msgspec.json.Decoder(StoredSummary)
@@ -129,9 +126,8 @@ def decode_state(data: bytes) -> KeyState:
 def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
     """A decision summary's stored form (its JSON), kept on it once made (as a claim's): a key's
     state is journaled again on every change, and the decisions in its history never change."""
-    try:
-        kept: msgspec.Raw = _KEPT_SUMMARY_FORM.__get__(summary)
-    except AttributeError:  # not made yet
+    kept = summary.journaled
+    if kept is None:
         stored = StoredSummary(
             decision_id=summary.decision_id,
             outcome=summary.outcome,
@@ -142,7 +138,7 @@ def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
             supersedes=summary.supersedes,
         )
         kept = msgspec.Raw(_ENCODER.encode(stored))
-        _KEPT_SUMMARY_FORM.__set__(summary, kept)
+        summary.journaled = kept
     return kept
 
 
@@ -236,9 +232,18 @@ def _read_claim(raw: msgspec.Raw, subject: str, field: str) -> AdmittedClaim:
 
 
 def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
-    summary = _summary(_SUMMARY_DECODER.decode(raw))
-    _KEPT_SUMMARY_FORM.__set__(summary, raw.copy())
-    return summary
+    """A decision summary read, its stored form kept on it as read (a copy, as a claim's)."""
+    stored = _SUMMARY_DECODER.decode(raw)
+    return DecisionSummary(
+        stored.decision_id,
+        stored.outcome,
+        stored.conflict_kind,
+        _value(stored.value),
+        stored.reason,
+        _EPOCH + stored.decided_at * _MICROSECOND,
+        stored.supersedes,
+        raw.copy(),
+    )
 
 
 def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
@@ -299,21 +304,6 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
     )
 
 
-def _summary(stored: StoredSummary) -> DecisionSummary:
-    return constructed(
-        DecisionSummary,
-        {
-            "decision_id": stored.decision_id,
-            "outcome": stored.outcome,
-            "conflict_kind": stored.conflict_kind,
-            "value": _value(stored.value),
-            "reason": stored.reason,
-            "decided_at": _EPOCH + stored.decided_at * _MICROSECOND,
-            "supersedes": stored.supersedes,
-        },
-    )
-
-
 def _value(stored: StoredValue) -> Value:
     if isinstance(stored, StoredMoney):
         return constructed(
@@ -344,7 +334,7 @@ def _earlier_state(raw: dict[str, Any], unread: msgspec.DecodeError) -> KeyState
             Resolution.model_validate({**r, "subject": subject, "field": field})
             for r in raw.get("resolutions", ())
         ),
-        history=tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ())),
+        history=tuple(_earlier_summary(s) for s in raw.get("history", ())),
         conflict_since=_iso_time(raw.get("conflict_since")),
         escalated=raw.get("escalated", False),
         next_check_at=_iso_time(raw.get("next_check_at")),
@@ -359,6 +349,20 @@ def _decode_v1_claim(stored: dict[str, Any], subject: str, field: str) -> Admitt
         Authority(stored["authority"]),
         _decoded_value(stored.get("value")),
         stored["lineage"],
+    )
+
+
+def _earlier_summary(stored: object) -> DecisionSummary:
+    """A decision summary as versions 1 and 2 stored it, validated as they were read."""
+    valid = EarlierSummary.model_validate(stored)
+    return DecisionSummary(
+        valid.decision_id,
+        valid.outcome,
+        valid.conflict_kind,
+        valid.value,
+        valid.reason,
+        valid.decided_at,
+        valid.supersedes,
     )
 
 

@@ -13,11 +13,20 @@ the epoch; the subject and field are the key's and stored once, on the state.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 import msgspec
+from pydantic import BaseModel, ConfigDict
 
-from streams.core.contracts import Authority, ClaimStatus, ConflictKind, Outcome, SourceClass
+from streams.core.contracts import (
+    Authority,
+    ClaimStatus,
+    ConflictKind,
+    Outcome,
+    SourceClass,
+    Value,
+)
 
 
 class StoredMoney(msgspec.Struct, gc=False):
@@ -151,3 +160,18 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     claims: tuple[msgspec.Raw, ...] = ()
     """Each a `StoredClaim`'s bytes, kept on the claim once written (`AdmittedClaim.journaled`):
     a key's state is written again on every change, and its older claims never change."""
+
+
+class EarlierSummary(BaseModel):
+    """A decision summary as versions 1 and 2 stored it (pydantic's JSON dump of the model the
+    summary then was), validated as that model validated it: the same errors, under its name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", title="DecisionSummary")
+
+    decision_id: str
+    outcome: Outcome
+    conflict_kind: ConflictKind | None = None
+    value: Value = None
+    reason: str
+    decided_at: datetime
+    supersedes: str | None = None

@@ -31,8 +31,9 @@ from streams.core.contracts import (
 )
 from streams.core.intake import AdmittedClaim
 from streams.core.journal import decode_state, encode_state
-from streams.core.keystate import DecisionSummary, KeyState
+from streams.core.keystate import KeyState
 from streams.core.normalize import canonical_value
+from streams.core.summary import DecisionSummary
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TEXT = st.text(max_size=12)  # any script, controls, DEL, astral characters
@@ -135,7 +136,18 @@ def _copy(state: KeyState) -> KeyState:
         state.field,
         tuple(AdmittedClaim(a.claim, a.authority, a.value, a.lineage) for a in state.claims),
         state.resolutions,
-        tuple(s.model_copy() for s in state.history),
+        tuple(
+            DecisionSummary(
+                s.decision_id,
+                s.outcome,
+                s.conflict_kind,
+                s.value,
+                s.reason,
+                s.decided_at,
+                s.supersedes,
+            )
+            for s in state.history
+        ),
         state.conflict_since,
         state.escalated,
         state.next_check_at,
@@ -175,7 +187,10 @@ def _written(state: KeyState, version: int = 3) -> bytes:
         times: Any = _micros
     else:
         resolutions = [_dumped(r) for r in state.resolutions]
-        history = [_dumped(s) for s in state.history]
+        history = [
+            {name: value for name, value in s.as_json().items() if value is not None}
+            for s in state.history
+        ]
         times = datetime.isoformat
     written: dict[str, Any] = {"version": version, "subject": state.subject, "field": state.field}
     if version == 1:
@@ -253,10 +268,13 @@ def _claim_form(admitted: AdmittedClaim, version: int) -> dict[str, Any]:
 
 
 def _form(
-    record: BaseModel, names: dict[str, str], usual: dict[str, object] | None = None
+    record: BaseModel | DecisionSummary,
+    names: dict[str, str],
+    usual: dict[str, object] | None = None,
 ) -> dict[str, Any]:
-    """A record's short-named form: fields at None or their default left out, times in µs."""
-    model = type(record).model_fields
+    """A record's short-named form: fields at None or their default left out, times in µs (a
+    decision summary's defaults are all None)."""
+    model = type(record).model_fields if isinstance(record, BaseModel) else {}
     left_out = {
         name: info.get_default(call_default_factory=True)
         for name, info in model.items()
