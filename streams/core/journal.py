@@ -16,6 +16,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
+from sys import intern
 from typing import Any, Final
 
 import msgspec
@@ -239,7 +240,7 @@ def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
         stored.outcome,
         stored.conflict_kind,
         _value(stored.value),
-        stored.reason,
+        intern(stored.reason),  # one of the engine's few reasons
         _EPOCH + stored.decided_at * _MICROSECOND,
         stored.supersedes,
         raw.copy(),
@@ -249,41 +250,46 @@ def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
 def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
     """The claim as admitted, built without validation (the typed decoder checked each field's
     type) as the hot path holds it: a LeanClaim, its instants kept as the microseconds read."""
-    value = _value(stored.value)
-    claim = LeanClaim(
-        {
-            "claim_id": stored.claim_id,
-            "subject": subject,
-            "field": field,
-            "status": stored.status,
-            "value": value,
-            "unit": stored.unit,
-            "source": stored.source,
-            "replica": stored.replica,
-            "source_class": stored.source_class,
-            "observed_at": _EPOCH + stored.observed_at * _MICROSECOND,
-            "valid_from": _time(stored.valid_from),
-            "valid_to": _time(stored.valid_to),
-            "epoch": stored.epoch,
-            "lineage": stored.lineage,
-            "scope": stored.scope,
-            "confidence": stored.confidence,
-            "trace_id": stored.trace_id,
-            "producer": stored.producer,
-            "attributes": stored.attributes,
-        },
-        stored.observed_at,
-        stored.valid_from,
-        stored.valid_to,
-    )
+    claim = _lean_claim(stored, subject, field)
     admitted_value = stored.admitted_value
     admitted_lineage = stored.admitted_lineage
     return AdmittedClaim(
         claim,
         stored.authority,
-        value if admitted_value is msgspec.UNSET else _value(admitted_value),
-        _default_lineage(claim) if admitted_lineage is msgspec.UNSET else admitted_lineage,
+        claim.value if admitted_value is msgspec.UNSET else _value(admitted_value),
+        _default_lineage(claim) if admitted_lineage is msgspec.UNSET else intern(admitted_lineage),
     )
+
+
+def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
+    """`LeanClaim(fields, ...)` without the dict of fields, which its `__init__` reads (a cache
+    miss builds one per claim of the key). Names a policy or a source repeats (the source, the
+    lineage) are interned: held once in memory, not once per decoded claim."""
+    claim: LeanClaim = LeanClaim.__new__(LeanClaim)
+    claim.claim_id = stored.claim_id
+    claim.subject = subject
+    claim.field = field
+    claim.status = stored.status
+    claim.value = _value(stored.value)
+    claim.unit = stored.unit
+    claim.source = intern(stored.source)
+    claim.replica = stored.replica
+    claim.source_class = stored.source_class
+    claim.observed_us = observed = stored.observed_at
+    claim.observed_at = _EPOCH + observed * _MICROSECOND
+    claim.valid_from_us = start = stored.valid_from
+    claim.valid_from = _time(start)
+    claim.valid_to_us = end = stored.valid_to
+    claim.valid_to = _time(end)
+    claim.epoch = stored.epoch
+    lineage = stored.lineage
+    claim.lineage = None if lineage is None else intern(lineage)
+    claim.scope = stored.scope
+    claim.confidence = stored.confidence  # type: ignore[assignment]  # decoded: a float
+    claim.trace_id = stored.trace_id
+    claim.producer = stored.producer
+    claim.attributes = stored.attributes
+    return claim
 
 
 def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolution:
@@ -367,8 +373,9 @@ def _earlier_summary(stored: object) -> DecisionSummary:
 
 
 def _default_lineage(claim: ClaimFields) -> str:
-    """The lineage a claim has unless the policy names one for its source."""
-    return claim.lineage or f"source:{claim.source}"
+    """The lineage a claim has unless the policy names one for its source (interned, as
+    `_lean_claim` interns the source)."""
+    return claim.lineage or intern(f"source:{claim.source}")
 
 
 def _same_value(a: Value, b: Value) -> bool:
