@@ -17,10 +17,10 @@ from streams.core.keystate import KeyState
 # What each part of a decoded state retains, measured with tracemalloc on each state decoded
 # from the journal (5,400 keys of three generated workloads, 3,000-20,000 claims over 200-5,000
 # subjects) and fitted by least squares: a state's size follows from its counts within
-# -25%/+20% for 82% of the keys and within 30% for 91%, where its encoded length times a factor would not (a disputed
-# id takes 2 times its encoded bytes, a resolution 11 times). KEY_BYTES is this cache's own
-# entry (the key, its place in the order, its owner and size: 230) and the state's own object
-# with its tuples (320).
+# -25%/+20% for 82% of the keys and within 30% for 91%, where its encoded length times a factor
+# would not (a disputed id takes 2 times its encoded bytes, a resolution 11 times). KEY_BYTES is
+# this cache's own entry (the key, its place in the order, its owner and size: 230) and the
+# state's own object with its tuples (320).
 KEY_BYTES = 550
 CLAIM_BYTES = 850
 SUMMARY_BYTES = 750
