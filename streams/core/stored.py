@@ -1,10 +1,12 @@
 """The stored forms of a key's state (version 3) as msgspec Structs: what the journal writes to
-the changelog and the state store, field by field, in the order written.
+the changelog and the state store, field by field, in the order written; and `EarlierSummary`,
+which validates a decision summary as versions 1 and 2 stored it.
 
 Where it sits: journal.py turns a `KeyState` into a `StoredState` and one msgspec encoder writes
 it; a typed decoder reads the bytes back into these Structs, and journal.py rebuilds the state.
-This module holds only the Structs: msgspec's Struct has a metaclass, which mypyc cannot compile,
-so a compiled core leaves this module interpreted and the journal's code around it native.
+This module holds only these classes: msgspec's Struct and pydantic's model have a metaclass,
+which mypyc cannot compile, so a compiled core leaves this module interpreted and the journal's
+code around it native.
 
 Each field is the record model's own under its stored short name, left out at its default (None,
 a model default, or UNSET for what is stored only when it differs), times in microseconds since

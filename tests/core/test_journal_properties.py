@@ -23,6 +23,7 @@ from streams.core.contracts import (
     Claim,
     ClaimStatus,
     ConflictKind,
+    LeanClaim,
     Money,
     Outcome,
     Resolution,
@@ -300,3 +301,38 @@ def _plain(value: Any) -> Any:
 
 def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(state=_states())
+def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
+    state: KeyState,
+) -> None:
+    """The journal builds each claim read without LeanClaim's `__init__` (and the admitted
+    claim around it without re-admitting it): every slot as the constructor fills it."""
+    read = decode_state(encode_state(state))
+    for admitted, again in zip(state.claims, read.claims, strict=True):
+        assert isinstance(admitted.claim, Claim)
+        lean = LeanClaim.of(admitted.claim)
+        assert [getattr(again.claim, name) for name in LeanClaim.__slots__] == [
+            getattr(lean, name) for name in LeanClaim.__slots__
+        ]
+        assert [getattr(again, name) for name in _ORDERINGS] == [
+            getattr(admitted, name) for name in _ORDERINGS
+        ]
+
+
+_ORDERINGS = (
+    "authority",
+    "value",
+    "lineage",
+    "rank",
+    "recency",
+    "statement",
+    "observes",
+    "scope_key",
+    "plain",
+    "observed_us",
+    "valid_from_us",
+    "valid_to_us",
+)
