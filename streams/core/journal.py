@@ -25,6 +25,7 @@ from streams.core.contracts import (
     Authority,
     Claim,
     ClaimFields,
+    LeanClaim,
     Money,
     Resolution,
     Value,
@@ -43,7 +44,6 @@ from streams.core.stored import (
     StoredState,
     StoredSummary,
     StoredValue,
-    read_value,
 )
 from streams.core.summary import DecisionSummary
 
@@ -234,21 +234,62 @@ def _read_claim(raw: msgspec.Raw, subject: str, field: str) -> AdmittedClaim:
 
 def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
     """A decision summary read, its stored form kept on it as read (a copy, as a claim's)."""
-    return _SUMMARY_DECODER.decode(raw).summary(raw.copy())
+    stored = _SUMMARY_DECODER.decode(raw)
+    return DecisionSummary(
+        stored.decision_id,
+        stored.outcome,
+        stored.conflict_kind,
+        _value(stored.value),
+        intern(stored.reason),  # one of the engine's few reasons
+        _EPOCH + stored.decided_at * _MICROSECOND,
+        stored.supersedes,
+        raw.copy(),
+    )
 
 
 def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
     """The claim as admitted, built without validation (the typed decoder checked each field's
     type) as the hot path holds it: a LeanClaim, its instants kept as the microseconds read."""
-    claim = stored.lean_claim(subject, field)
+    claim = _lean_claim(stored, subject, field)
     admitted_value = stored.admitted_value
     admitted_lineage = stored.admitted_lineage
     return AdmittedClaim(
         claim,
         stored.authority,
-        claim.value if admitted_value is msgspec.UNSET else read_value(admitted_value),
+        claim.value if admitted_value is msgspec.UNSET else _value(admitted_value),
         _default_lineage(claim) if admitted_lineage is msgspec.UNSET else intern(admitted_lineage),
     )
+
+
+def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
+    """`LeanClaim(fields, ...)` without the dict of fields, which its `__init__` reads (a cache
+    miss builds one per claim of the key). Names a policy or a source repeats (the source, the
+    lineage) are interned: held once in memory, not once per decoded claim."""
+    claim: LeanClaim = LeanClaim.__new__(LeanClaim)
+    claim.claim_id = stored.claim_id
+    claim.subject = subject
+    claim.field = field
+    claim.status = stored.status
+    claim.value = _value(stored.value)
+    claim.unit = stored.unit
+    claim.source = intern(stored.source)
+    claim.replica = stored.replica
+    claim.source_class = stored.source_class
+    claim.observed_us = observed = stored.observed_at
+    claim.observed_at = _EPOCH + observed * _MICROSECOND
+    claim.valid_from_us = start = stored.valid_from
+    claim.valid_from = _time(start)
+    claim.valid_to_us = end = stored.valid_to
+    claim.valid_to = _time(end)
+    claim.epoch = stored.epoch
+    lineage = stored.lineage
+    claim.lineage = None if lineage is None else intern(lineage)
+    claim.scope = stored.scope
+    claim.confidence = stored.confidence  # type: ignore[assignment]  # decoded: a float
+    claim.trace_id = stored.trace_id
+    claim.producer = stored.producer
+    claim.attributes = stored.attributes
+    return claim
 
 
 def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolution:
@@ -259,7 +300,7 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
             "subject": subject,
             "field": field,
             "status": stored.status,
-            "value": read_value(stored.value),
+            "value": _value(stored.value),
             "unit": stored.unit,
             "decided_by": stored.decided_by,
             "note": stored.note,
@@ -267,6 +308,15 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
             "resolves_decision_id": stored.resolves_decision_id,
         },
     )
+
+
+def _value(stored: StoredValue) -> Value:
+    if isinstance(stored, StoredMoney):
+        return constructed(
+            Money, {"amount_minor": stored.amount_minor, "currency": stored.currency}
+        )
+    assert not isinstance(stored, msgspec.Raw)  # decoded, a number is an int or a float
+    return stored
 
 
 def _earlier_state(raw: dict[str, Any], unread: msgspec.DecodeError) -> KeyState:
@@ -324,7 +374,7 @@ def _earlier_summary(stored: object) -> DecisionSummary:
 
 def _default_lineage(claim: ClaimFields) -> str:
     """The lineage a claim has unless the policy names one for its source (interned, as
-    `StoredClaim.lean_claim` interns the source)."""
+    `_lean_claim` interns the source)."""
     return claim.lineage or intern(f"source:{claim.source}")
 
 

@@ -4,12 +4,9 @@ which validates a decision summary as versions 1 and 2 stored it.
 
 Where it sits: journal.py turns a `KeyState` into a `StoredState` and one msgspec encoder writes
 it; a typed decoder reads the bytes back into these Structs, and journal.py rebuilds the state.
-msgspec's Struct and pydantic's model have a metaclass, which mypyc cannot compile, so a compiled
-core leaves this module interpreted and the journal's code around it native. What turns a read
-Struct into the hot path's objects (`StoredClaim.lean_claim`, `StoredSummary.summary`) sits here
-too, interpreted: it is all attribute reads and writes on classes that are not native, which
-CPython specializes and mypyc's generic attribute access does not (2.7 µs a claim interpreted,
-3.8 µs compiled).
+This module holds only these classes: msgspec's Struct and pydantic's model have a metaclass,
+which mypyc cannot compile, so a compiled core leaves this module interpreted and the journal's
+code around it native.
 
 Each field is the record model's own under its stored short name, left out at its default (None,
 a model default, or UNSET for what is stored only when it differs), times in microseconds since
@@ -19,7 +16,6 @@ the epoch; the subject and field are the key's and stored once, on the state.
 from __future__ import annotations
 
 from datetime import datetime
-from sys import intern
 from typing import Literal
 
 import msgspec
@@ -29,15 +25,10 @@ from streams.core.contracts import (
     Authority,
     ClaimStatus,
     ConflictKind,
-    LeanClaim,
-    Money,
     Outcome,
     SourceClass,
     Value,
-    constructed,
-    instant,
 )
-from streams.core.summary import DecisionSummary
 
 
 class StoredMoney(msgspec.Struct, gc=False):
@@ -49,16 +40,6 @@ class StoredMoney(msgspec.Struct, gc=False):
 # journal.py), so the bytes stay those `json` wrote; decoded, every number is an int or a float.
 StoredValue = None | bool | int | float | str | StoredMoney | msgspec.Raw
 StoredNumber = float | msgspec.Raw
-
-
-def read_value(stored: StoredValue) -> Value:
-    """A value as the records hold it: money as the model, built without validating again."""
-    if isinstance(stored, StoredMoney):
-        return constructed(
-            Money, {"amount_minor": stored.amount_minor, "currency": stored.currency}
-        )
-    assert not isinstance(stored, msgspec.Raw)  # decoded, a number is an int or a float
-    return stored
 
 
 class StoredClaim(
@@ -114,37 +95,6 @@ class StoredClaim(
     admitted_value: StoredValue | msgspec.UnsetType = msgspec.UNSET
     admitted_lineage: str | msgspec.UnsetType = msgspec.UNSET
 
-    def lean_claim(self, subject: str, field: str) -> LeanClaim:
-        """The claim as the hot path holds it, without the dict of fields LeanClaim's `__init__`
-        reads (a cache miss builds one per claim of its key), its instants kept as read. Names
-        a policy or a source repeats (the source, the lineage) are interned: held once in
-        memory, not once per decoded claim."""
-        claim = LeanClaim.__new__(LeanClaim)
-        claim.claim_id = self.claim_id
-        claim.subject = subject
-        claim.field = field
-        claim.status = self.status
-        claim.value = read_value(self.value)
-        claim.unit = self.unit
-        claim.source = intern(self.source)
-        claim.replica = self.replica
-        claim.source_class = self.source_class
-        claim.observed_us = observed = self.observed_at
-        claim.observed_at = instant(observed)
-        claim.valid_from_us = start = self.valid_from
-        claim.valid_from = None if start is None else instant(start)
-        claim.valid_to_us = end = self.valid_to
-        claim.valid_to = None if end is None else instant(end)
-        claim.epoch = self.epoch
-        lineage = self.lineage
-        claim.lineage = None if lineage is None else intern(lineage)
-        claim.scope = self.scope
-        claim.confidence = self.confidence  # type: ignore[assignment]  # decoded: a float
-        claim.trace_id = self.trace_id
-        claim.producer = self.producer
-        claim.attributes = self.attributes
-        return claim
-
 
 class StoredResolution(
     msgspec.Struct,
@@ -194,19 +144,6 @@ class StoredSummary(
     reason: str
     decided_at: int
     supersedes: str | None = None
-
-    def summary(self, journaled: msgspec.Raw) -> DecisionSummary:
-        """The decision summary, keeping `journaled`, its stored form."""
-        return DecisionSummary(
-            self.decision_id,
-            self.outcome,
-            self.conflict_kind,
-            read_value(self.value),
-            intern(self.reason),  # one of the engine's few reasons
-            instant(self.decided_at),
-            self.supersedes,
-            journaled,
-        )
 
 
 class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
