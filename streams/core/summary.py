@@ -98,9 +98,7 @@ class DecisionSummary:
     def as_json(self) -> dict[str, Any]:
         """Its fields as JSON values, as the console shows a decision (and the state formats
         before version 3 stored one): enums as their values, times in ISO form."""
-        fields: dict[str, Any] = to_jsonable_python(
-            dict(zip(_NAMES, self._fields(), strict=True)), inf_nan_mode="null"
-        )
+        fields: dict[str, Any] = to_jsonable_python(dict(zip(_NAMES, self._fields(), strict=True)))
         return fields
 
 

@@ -89,6 +89,9 @@ def test_a_summary_is_equal_whatever_stored_form_it_keeps() -> None:
     assert read.history[0].journaled is not None
     assert read == state
     assert read.history[0] != ModelSummary(**fields)  # another type, as two models differ
+    for value in (float("inf"), float("-inf"), Money(amount_minor=1, currency="USD")):
+        dumped = ModelSummary(**(fields | {"value": value})).model_dump(mode="json")
+        assert DecisionSummary(**(fields | {"value": value})).as_json() == dumped
 
 
 @settings(max_examples=200, deadline=None)
