@@ -197,7 +197,7 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
                 "worker": ownership.url,
                 "decision": current.model_dump(mode="json"),
                 "explain": explain(current, state.resolutions),
-                "last_emitted": state.current.model_dump(mode="json") if state.current else None,
+                "last_emitted": state.current.as_json() if state.current else None,
                 "open_since": state.conflict_since.isoformat() if state.conflict_since else None,
                 "rules": rules_json(rules),
             }
@@ -219,7 +219,7 @@ async def decision_history(console: Console, web: View, request: Request, key: s
         return web.json(
             {
                 "key": key,
-                "decisions": [s.model_dump(mode="json") for s in state.history],
+                "decisions": [s.as_json() for s in state.history],
                 "claims": [
                     {
                         **s.claim.as_claim().model_dump(mode="json"),
@@ -247,7 +247,7 @@ def _as_of_answer(
         {
             "key": key,
             "as_of": at.isoformat(),
-            "belief": found.belief.model_dump(mode="json"),
+            "belief": found.belief.as_json(),
             "evidence_basis": found.basis.value,
             "decision": found.decision.model_dump(mode="json") if found.decision else None,
             "explain": explain(found.decision, state.resolutions) if found.decision else None,

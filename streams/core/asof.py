@@ -21,8 +21,9 @@ from enum import StrEnum
 
 from streams.core.contracts import Decision
 from streams.core.engine import arbitrate
-from streams.core.keystate import DecisionSummary, KeyState
+from streams.core.keystate import KeyState
 from streams.core.policy import FieldRules
+from streams.core.summary import DecisionSummary
 
 
 class Basis(StrEnum):

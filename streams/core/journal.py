@@ -16,7 +16,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii
-from types import MemberDescriptorType
+from sys import intern
 from typing import Any, Final
 
 import msgspec
@@ -33,9 +33,10 @@ from streams.core.contracts import (
 )
 from streams.core.errors import ClaimstreamError
 from streams.core.intake import AdmittedClaim
-from streams.core.keystate import DecisionSummary, KeyState
+from streams.core.keystate import KeyState
 from streams.core.normalize import canonical_value
 from streams.core.stored import (
+    EarlierSummary,
     StoredClaim,
     StoredMoney,
     StoredNumber,
@@ -44,6 +45,7 @@ from streams.core.stored import (
     StoredSummary,
     StoredValue,
 )
+from streams.core.summary import DecisionSummary
 
 # Version 3 (stored.py) stores each record under short names, without the subject and field
 # that the key already holds and without the fields at their defaults, times in microseconds
@@ -53,10 +55,6 @@ _VERSION: Final = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _ENCODER = msgspec.json.Encoder()
-# `DecisionSummary.journaled`, the slot itself: read through the model while unset, it runs
-# pydantic's `__getattr__`, which costs more than making the stored form; set through it, past
-# the frozen model's guard.
-_KEPT_SUMMARY_FORM: MemberDescriptorType = vars(DecisionSummary)["journaled"]
 _DECODER = msgspec.json.Decoder(StoredState)
 _CLAIM_DECODER = msgspec.json.Decoder(StoredClaim)
 _SUMMARY_DECODER = msgspec.json.Decoder(StoredSummary)
@@ -129,9 +127,8 @@ def decode_state(data: bytes) -> KeyState:
 def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
     """A decision summary's stored form (its JSON), kept on it once made (as a claim's): a key's
     state is journaled again on every change, and the decisions in its history never change."""
-    try:
-        kept: msgspec.Raw = _KEPT_SUMMARY_FORM.__get__(summary)
-    except AttributeError:  # not made yet
+    kept = summary.journaled
+    if kept is None:
         stored = StoredSummary(
             decision_id=summary.decision_id,
             outcome=summary.outcome,
@@ -142,7 +139,7 @@ def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
             supersedes=summary.supersedes,
         )
         kept = msgspec.Raw(_ENCODER.encode(stored))
-        _KEPT_SUMMARY_FORM.__set__(summary, kept)
+        summary.journaled = kept
     return kept
 
 
@@ -236,49 +233,63 @@ def _read_claim(raw: msgspec.Raw, subject: str, field: str) -> AdmittedClaim:
 
 
 def _read_summary(raw: msgspec.Raw) -> DecisionSummary:
-    summary = _summary(_SUMMARY_DECODER.decode(raw))
-    _KEPT_SUMMARY_FORM.__set__(summary, raw.copy())
-    return summary
+    """A decision summary read, its stored form kept on it as read (a copy, as a claim's)."""
+    stored = _SUMMARY_DECODER.decode(raw)
+    return DecisionSummary(
+        stored.decision_id,
+        stored.outcome,
+        stored.conflict_kind,
+        _value(stored.value),
+        intern(stored.reason),  # one of the engine's few reasons
+        _EPOCH + stored.decided_at * _MICROSECOND,
+        stored.supersedes,
+        raw.copy(),
+    )
 
 
 def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
     """The claim as admitted, built without validation (the typed decoder checked each field's
     type) as the hot path holds it: a LeanClaim, its instants kept as the microseconds read."""
-    value = _value(stored.value)
-    claim = LeanClaim(
-        {
-            "claim_id": stored.claim_id,
-            "subject": subject,
-            "field": field,
-            "status": stored.status,
-            "value": value,
-            "unit": stored.unit,
-            "source": stored.source,
-            "replica": stored.replica,
-            "source_class": stored.source_class,
-            "observed_at": _EPOCH + stored.observed_at * _MICROSECOND,
-            "valid_from": _time(stored.valid_from),
-            "valid_to": _time(stored.valid_to),
-            "epoch": stored.epoch,
-            "lineage": stored.lineage,
-            "scope": stored.scope,
-            "confidence": stored.confidence,
-            "trace_id": stored.trace_id,
-            "producer": stored.producer,
-            "attributes": stored.attributes,
-        },
-        stored.observed_at,
-        stored.valid_from,
-        stored.valid_to,
-    )
+    claim = _lean_claim(stored, subject, field)
     admitted_value = stored.admitted_value
     admitted_lineage = stored.admitted_lineage
     return AdmittedClaim(
         claim,
         stored.authority,
-        value if admitted_value is msgspec.UNSET else _value(admitted_value),
-        _default_lineage(claim) if admitted_lineage is msgspec.UNSET else admitted_lineage,
+        claim.value if admitted_value is msgspec.UNSET else _value(admitted_value),
+        _default_lineage(claim) if admitted_lineage is msgspec.UNSET else intern(admitted_lineage),
     )
+
+
+def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
+    """`LeanClaim(fields, ...)` without the dict of fields, which its `__init__` reads (a cache
+    miss builds one per claim of the key). Names a policy or a source repeats (the source, the
+    lineage) are interned: held once in memory, not once per decoded claim."""
+    claim: LeanClaim = LeanClaim.__new__(LeanClaim)
+    claim.claim_id = stored.claim_id
+    claim.subject = subject
+    claim.field = field
+    claim.status = stored.status
+    claim.value = _value(stored.value)
+    claim.unit = stored.unit
+    claim.source = intern(stored.source)
+    claim.replica = stored.replica
+    claim.source_class = stored.source_class
+    claim.observed_us = observed = stored.observed_at
+    claim.observed_at = _EPOCH + observed * _MICROSECOND
+    claim.valid_from_us = start = stored.valid_from
+    claim.valid_from = _time(start)
+    claim.valid_to_us = end = stored.valid_to
+    claim.valid_to = _time(end)
+    claim.epoch = stored.epoch
+    lineage = stored.lineage
+    claim.lineage = None if lineage is None else intern(lineage)
+    claim.scope = stored.scope
+    claim.confidence = stored.confidence  # type: ignore[assignment]  # decoded: a float
+    claim.trace_id = stored.trace_id
+    claim.producer = stored.producer
+    claim.attributes = stored.attributes
+    return claim
 
 
 def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolution:
@@ -295,21 +306,6 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
             "note": stored.note,
             "decided_at": _EPOCH + stored.decided_at * _MICROSECOND,
             "resolves_decision_id": stored.resolves_decision_id,
-        },
-    )
-
-
-def _summary(stored: StoredSummary) -> DecisionSummary:
-    return constructed(
-        DecisionSummary,
-        {
-            "decision_id": stored.decision_id,
-            "outcome": stored.outcome,
-            "conflict_kind": stored.conflict_kind,
-            "value": _value(stored.value),
-            "reason": stored.reason,
-            "decided_at": _EPOCH + stored.decided_at * _MICROSECOND,
-            "supersedes": stored.supersedes,
         },
     )
 
@@ -344,7 +340,7 @@ def _earlier_state(raw: dict[str, Any], unread: msgspec.DecodeError) -> KeyState
             Resolution.model_validate({**r, "subject": subject, "field": field})
             for r in raw.get("resolutions", ())
         ),
-        history=tuple(DecisionSummary.model_validate(s) for s in raw.get("history", ())),
+        history=tuple(_earlier_summary(s) for s in raw.get("history", ())),
         conflict_since=_iso_time(raw.get("conflict_since")),
         escalated=raw.get("escalated", False),
         next_check_at=_iso_time(raw.get("next_check_at")),
@@ -362,9 +358,24 @@ def _decode_v1_claim(stored: dict[str, Any], subject: str, field: str) -> Admitt
     )
 
 
+def _earlier_summary(stored: object) -> DecisionSummary:
+    """A decision summary as versions 1 and 2 stored it, validated as they were read."""
+    valid = EarlierSummary.model_validate(stored)
+    return DecisionSummary(
+        valid.decision_id,
+        valid.outcome,
+        valid.conflict_kind,
+        valid.value,
+        valid.reason,
+        valid.decided_at,
+        valid.supersedes,
+    )
+
+
 def _default_lineage(claim: ClaimFields) -> str:
-    """The lineage a claim has unless the policy names one for its source."""
-    return claim.lineage or f"source:{claim.source}"
+    """The lineage a claim has unless the policy names one for its source (interned, as
+    `_lean_claim` interns the source)."""
+    return claim.lineage or intern(f"source:{claim.source}")
 
 
 def _same_value(a: Value, b: Value) -> bool:

@@ -17,18 +17,12 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
-
 from streams.core.arbitration import Arbitration
 from streams.core.contracts import (
     OPEN_OUTCOMES,
-    ConflictKind,
     Decision,
-    Outcome,
     RejectReason,
     Resolution,
-    Value,
-    constructed,
     instant,
     micros,
 )
@@ -37,6 +31,7 @@ from streams.core.errors import ContractError
 from streams.core.incremental import Placement, placement
 from streams.core.intake import AdmittedClaim
 from streams.core.policy import FieldRules
+from streams.core.summary import DecisionSummary
 from streams.core.upkeep import evicted, expiry, latest_resolutions, next_check
 
 KEY_SEPARATOR = "|"
@@ -50,21 +45,6 @@ def state_key(subject: str, field: str) -> str:
 def split_key(key: str) -> tuple[str, str]:
     subject, _, field = key.rpartition(KEY_SEPARATOR)
     return subject, field
-
-
-class DecisionSummary(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    __slots__ = ("journaled",)
-    """`journaled`: its stored form, which the journal keeps here once made. A slot, not a field:
-    left out of equality, and a copy (`model_copy`, which copies fields) starts without it."""
-
-    decision_id: str
-    outcome: Outcome
-    conflict_kind: ConflictKind | None = None
-    value: Value = None
-    reason: str
-    decided_at: datetime
-    supersedes: str | None = None
 
 
 @dataclass(slots=True)
@@ -486,15 +466,12 @@ def _summarize(arbitration: Arbitration, decided_at: datetime) -> DecisionSummar
     """Read from the arbitration, not its Decision: the evidence records are built only for
     what is sent."""
     verdict = arbitration.verdict
-    return constructed(
-        DecisionSummary,
-        {
-            "decision_id": arbitration.decision_id,
-            "outcome": verdict.outcome,
-            "conflict_kind": verdict.kind,
-            "value": verdict.value,
-            "reason": verdict.reason,
-            "decided_at": decided_at,
-            "supersedes": arbitration.supersedes,
-        },
+    return DecisionSummary(
+        arbitration.decision_id,
+        verdict.outcome,
+        verdict.kind,
+        verdict.value,
+        verdict.reason,
+        decided_at,
+        arbitration.supersedes,
     )

@@ -1,10 +1,12 @@
 """The stored forms of a key's state (version 3) as msgspec Structs: what the journal writes to
-the changelog and the state store, field by field, in the order written.
+the changelog and the state store, field by field, in the order written; and `EarlierSummary`,
+which validates a decision summary as versions 1 and 2 stored it.
 
 Where it sits: journal.py turns a `KeyState` into a `StoredState` and one msgspec encoder writes
 it; a typed decoder reads the bytes back into these Structs, and journal.py rebuilds the state.
-This module holds only the Structs: msgspec's Struct has a metaclass, which mypyc cannot compile,
-so a compiled core leaves this module interpreted and the journal's code around it native.
+This module holds only these classes: msgspec's Struct and pydantic's model have a metaclass,
+which mypyc cannot compile, so a compiled core leaves this module interpreted and the journal's
+code around it native.
 
 Each field is the record model's own under its stored short name, left out at its default (None,
 a model default, or UNSET for what is stored only when it differs), times in microseconds since
@@ -13,11 +15,20 @@ the epoch; the subject and field are the key's and stored once, on the state.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 import msgspec
+from pydantic import BaseModel, ConfigDict
 
-from streams.core.contracts import Authority, ClaimStatus, ConflictKind, Outcome, SourceClass
+from streams.core.contracts import (
+    Authority,
+    ClaimStatus,
+    ConflictKind,
+    Outcome,
+    SourceClass,
+    Value,
+)
 
 
 class StoredMoney(msgspec.Struct, gc=False):
@@ -151,3 +162,18 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     claims: tuple[msgspec.Raw, ...] = ()
     """Each a `StoredClaim`'s bytes, kept on the claim once written (`AdmittedClaim.journaled`):
     a key's state is written again on every change, and its older claims never change."""
+
+
+class EarlierSummary(BaseModel):
+    """A decision summary as versions 1 and 2 stored it (pydantic's JSON dump of the model the
+    summary then was), validated as that model validated it: the same errors, under its name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", title="DecisionSummary")
+
+    decision_id: str
+    outcome: Outcome
+    conflict_kind: ConflictKind | None = None
+    value: Value = None
+    reason: str
+    decided_at: datetime
+    supersedes: str | None = None

@@ -1,7 +1,7 @@
 """The decoded states of a worker's most recently used keys, shared by its tasks.
 
 A decoded KeyState (admitted claims, decision summaries, datetimes, precomputed orderings) takes
-about eight times its encoded form, what the changelog and the key stores hold. So every key is
+about six times its encoded form, what the changelog and the key stores hold. So every key is
 kept encoded, and the decoded states of the most recently used keys sit here, at most `capacity`
 of them and at most `capacity_bytes` by their estimated size (`decoded_bytes`): a key outside
 the cache costs one decode when it is next touched. Each entry names the task store that put it,
@@ -14,15 +14,16 @@ from collections import OrderedDict
 
 from streams.core.keystate import KeyState
 
-# What each part of a decoded state retains, measured with tracemalloc on states decoded from the
-# journal and on states after a transition (the bench's default workload and its scale phase's
-# keys): a state's size follows from its counts within -25%/+20% for 98% of the keys, where its
-# encoded length times a factor would not (a disputed id takes 2 times its encoded bytes, a
-# resolution 11 times). KEY_BYTES is this cache's own entry: the key, its place in the order,
-# its owner and size.
-KEY_BYTES = 230
-CLAIM_BYTES = 1050
-SUMMARY_BYTES = 1340
+# What each part of a decoded state retains, measured with tracemalloc on each state decoded
+# from the journal (5,400 keys of three generated workloads, 3,000-20,000 claims over 200-5,000
+# subjects) and fitted by least squares: a state's size follows from its counts within
+# -25%/+20% for 82% of the keys and within 30% for 91%, where its encoded length times a factor
+# would not (a disputed id takes 2 times its encoded bytes, a resolution 11 times). KEY_BYTES is
+# this cache's own entry (the key, its place in the order, its owner and size: 230) and the
+# state's own object with its tuples (320).
+KEY_BYTES = 550
+CLAIM_BYTES = 850
+SUMMARY_BYTES = 750
 RESOLUTION_BYTES = 1450
 DISPUTED_BYTES = 100
 

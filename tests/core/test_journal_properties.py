@@ -23,6 +23,7 @@ from streams.core.contracts import (
     Claim,
     ClaimStatus,
     ConflictKind,
+    LeanClaim,
     Money,
     Outcome,
     Resolution,
@@ -31,8 +32,9 @@ from streams.core.contracts import (
 )
 from streams.core.intake import AdmittedClaim
 from streams.core.journal import decode_state, encode_state
-from streams.core.keystate import DecisionSummary, KeyState
+from streams.core.keystate import KeyState
 from streams.core.normalize import canonical_value
+from streams.core.summary import DecisionSummary
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TEXT = st.text(max_size=12)  # any script, controls, DEL, astral characters
@@ -135,7 +137,18 @@ def _copy(state: KeyState) -> KeyState:
         state.field,
         tuple(AdmittedClaim(a.claim, a.authority, a.value, a.lineage) for a in state.claims),
         state.resolutions,
-        tuple(s.model_copy() for s in state.history),
+        tuple(
+            DecisionSummary(
+                s.decision_id,
+                s.outcome,
+                s.conflict_kind,
+                s.value,
+                s.reason,
+                s.decided_at,
+                s.supersedes,
+            )
+            for s in state.history
+        ),
         state.conflict_since,
         state.escalated,
         state.next_check_at,
@@ -175,7 +188,10 @@ def _written(state: KeyState, version: int = 3) -> bytes:
         times: Any = _micros
     else:
         resolutions = [_dumped(r) for r in state.resolutions]
-        history = [_dumped(s) for s in state.history]
+        history = [
+            {name: value for name, value in s.as_json().items() if value is not None}
+            for s in state.history
+        ]
         times = datetime.isoformat
     written: dict[str, Any] = {"version": version, "subject": state.subject, "field": state.field}
     if version == 1:
@@ -253,10 +269,13 @@ def _claim_form(admitted: AdmittedClaim, version: int) -> dict[str, Any]:
 
 
 def _form(
-    record: BaseModel, names: dict[str, str], usual: dict[str, object] | None = None
+    record: BaseModel | DecisionSummary,
+    names: dict[str, str],
+    usual: dict[str, object] | None = None,
 ) -> dict[str, Any]:
-    """A record's short-named form: fields at None or their default left out, times in µs."""
-    model = type(record).model_fields
+    """A record's short-named form: fields at None or their default left out, times in µs (a
+    decision summary's defaults are all None)."""
+    model = type(record).model_fields if isinstance(record, BaseModel) else {}
     left_out = {
         name: info.get_default(call_default_factory=True)
         for name, info in model.items()
@@ -282,3 +301,38 @@ def _plain(value: Any) -> Any:
 
 def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(state=_states())
+def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
+    state: KeyState,
+) -> None:
+    """The journal builds each claim read without LeanClaim's `__init__` (and the admitted
+    claim around it without re-admitting it): every slot as the constructor fills it."""
+    read = decode_state(encode_state(state))
+    for admitted, again in zip(state.claims, read.claims, strict=True):
+        assert isinstance(admitted.claim, Claim)
+        lean = LeanClaim.of(admitted.claim)
+        assert [getattr(again.claim, name) for name in LeanClaim.__slots__] == [
+            getattr(lean, name) for name in LeanClaim.__slots__
+        ]
+        assert [getattr(again, name) for name in _ORDERINGS] == [
+            getattr(admitted, name) for name in _ORDERINGS
+        ]
+
+
+_ORDERINGS = (
+    "authority",
+    "value",
+    "lineage",
+    "rank",
+    "recency",
+    "statement",
+    "observes",
+    "scope_key",
+    "plain",
+    "observed_us",
+    "valid_from_us",
+    "valid_to_us",
+)

@@ -26,6 +26,7 @@ from streams.core.keystate import (
     state_key,
 )
 from streams.core.policy import Policy, load_policy, parse_policy
+from streams.core.summary import DecisionSummary
 from tests.core.conftest import NOW, REPO, claim, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
@@ -178,11 +179,17 @@ def _first_encoding(state: KeyState) -> bytes:
             }
             for a in state.claims
         ],
-        "history": [dump(s) for s in state.history],
+        "history": [_dumped_summary(s) for s in state.history],
         "conflict_since": state.conflict_since and state.conflict_since.isoformat(),
         "next_check_at": state.next_check_at and state.next_check_at.isoformat(),
     }
     return json.dumps({k: v for k, v in encoded.items() if v}, separators=(",", ":")).encode()
+
+
+def _dumped_summary(summary: DecisionSummary) -> dict[str, Any]:
+    """A decision summary as versions 1 and 2 wrote it: `model_dump(mode="json",
+    exclude_defaults=True)` of the model it then was (its defaults are the three None fields)."""
+    return {name: value for name, value in summary.as_json().items() if value is not None}
 
 
 # Per field: values its claims and resolutions may carry (money and floats, enums, booleans).
@@ -256,7 +263,15 @@ def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:
     summary = state.current
     assert summary is not None
     assert json.loads(bytes(stored_summary(summary)))["r"] == summary.reason  # made, and kept
-    copied = summary.model_copy(update={"reason": "another_reason"})
+    copied = DecisionSummary(
+        summary.decision_id,
+        summary.outcome,
+        summary.conflict_kind,
+        summary.value,
+        "another_reason",
+        summary.decided_at,
+        summary.supersedes,
+    )
     assert json.loads(bytes(stored_summary(copied)))["r"] == "another_reason"
 
 
@@ -269,12 +284,13 @@ def _second_encoding(state: KeyState) -> bytes:
         moment = getattr(state, name)
         if moment is not None:
             written[name] = moment.isoformat()
-    for name, records in (("resolutions", state.resolutions), ("history", state.history)):
-        if records:
-            written[name] = [
-                r.model_dump(mode="json", exclude_defaults=True, exclude={"subject", "field"})
-                for r in records
-            ]
+    if state.resolutions:
+        written["resolutions"] = [
+            r.model_dump(mode="json", exclude_defaults=True, exclude={"subject", "field"})
+            for r in state.resolutions
+        ]
+    if state.history:
+        written["history"] = [_dumped_summary(s) for s in state.history]
     return json.dumps(written, separators=(",", ":")).encode()
 
 
