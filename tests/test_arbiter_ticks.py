@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from streams.arbiter.collector import Unawaited
 from streams.arbiter.loop import Arbiter
 
 DUE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -42,7 +43,7 @@ def loop_parts(collector: Collector) -> Any:
         schedule=SimpleNamespace(take_due=lambda now, budget: [(b"k%d" % next(keys), DUE)]),
         metrics=SimpleNamespace(expiry_ticks=SimpleNamespace(inc=lambda n: None)),
         processor=SimpleNamespace(tick=lambda key, at: key),
-        collector=collector,
+        ticks_out=Unawaited(collector),
         _record_cost=0.0,
         _ticks_sent=None,
     )

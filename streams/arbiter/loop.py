@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
 
-from streams.arbiter.collector import RecordCollector, producer_options
+from streams.arbiter.collector import RecordCollector, Unawaited, producer_options
 from streams.arbiter.commit import Failed, TaskBatch, commits_for
 from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
 from streams.arbiter.schedule import Schedule
@@ -83,6 +83,7 @@ class Arbiter(Service):
             metrics,
         )
         self.collector = RecordCollector(settings.changelog_topic, self.tasks.journaled_to)
+        self.ticks_out = Unawaited(self.collector)
         self.commits = commits_for(
             settings,
             self.group,
@@ -105,7 +106,6 @@ class Arbiter(Service):
         self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
         self._last_scan = 0.0
         self._record_cost = 0.0  # seconds per input record, averaged over recent batches
-        self._ticks_sent: asyncio.Future[dict[int, int]] | None = None  # not yet acknowledged
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -149,7 +149,7 @@ class Arbiter(Service):
         async with self.turn:
             # Stopping: no task stays here; the next owner reads on from the commit.
             await self._repair(await self.commits.flush(staying=()))
-            await self._ticks_settled()
+            await self.ticks_out.settled()  # one lost only delays its key: timers stay stored
             await self.tasks.close_all()
             for client in self._clients:
                 await client.stop()
@@ -276,16 +276,11 @@ class Arbiter(Service):
         batch), else as many as take half a fetch wait of work at the measured cost per
         record, at most `expiry_ticks_per_batch`.
 
-        The loop does not wait for the ticks' acknowledgement (a round trip to the broker, which
-        also carries the batch's outputs: 10-40 ms a batch, some 400 ms, on a loaded machine at
-        half load): it is looked at on the next turn, and while a send of ticks is in flight no
-        other is started. A failed send fails the loop, as it did when awaited here."""
-        sending = self._ticks_sent
-        if sending is not None:
-            if not sending.done():
-                return
-            self._ticks_sent = None
-            sending.result()
+        The ticks' acknowledgement is not awaited (a round trip that also carries the batch's
+        outputs: 10-40 ms a batch, some 400 ms, on a loaded machine at half load): no ticks go
+        out while one send is in flight, and its failure fails the loop on the next turn."""
+        if self.ticks_out.in_flight():
+            return
         budget = self.settings.expiry_ticks_per_batch
         if fetched >= self.settings.batch_size:
             budget = 1
@@ -295,19 +290,7 @@ class Arbiter(Service):
         due = self.schedule.take_due(datetime.now(UTC), budget)
         if due:
             self.metrics.expiry_ticks.inc(len(due))
-            ticks = await self.collector.enqueue([self.processor.tick(k, at) for k, at in due])
-            self._ticks_sent = asyncio.ensure_future(self.collector.acknowledged(ticks))
-
-    async def _ticks_settled(self) -> None:
-        """Wait for the ticks in flight. One lost on the way out only delays its key's
-        re-decision: the timers stay in the task's store, read again by its next owner."""
-        sending, self._ticks_sent = self._ticks_sent, None
-        if sending is None:
-            return
-        try:
-            await sending
-        except Exception as exc:
-            log.warning("arbiter: ticks not sent (%s: %s)", type(exc).__name__, exc)
+            await self.ticks_out.send([self.processor.tick(k, at) for k, at in due])
 
     async def _scan(self) -> None:
         """Refresh the gauges of open conflicts and lag."""
