@@ -80,6 +80,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.soak_s,
         Guarantee(args.guarantee),
         scale,
+        args.pin_cores,
     )
 
 
@@ -368,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--scale-only",
         action="store_true",
         help="run the scale phase alone (N keys: --scale-keys, default 1000000)",
+    )
+    bench_parser.add_argument(
+        "--pin-cores",
+        action="store_true",
+        help="run the latency phases with the worker on one core, the broker and the load on "
+        "the others (Linux; the JSON's pinned_cores says which)",
     )
     bench_parser.set_defaults(handler=cmd_bench)
     add_agent_commands(commands, connection)

@@ -10,6 +10,7 @@ transactional producer instead. Modelled on Kafka Streams' `RecordCollector`.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ from aiokafka import AIOKafkaProducer
 
 from streams.pipeline import Outgoing
 from streams.pipeline.rekey import partition_of
+
+log = logging.getLogger(__name__)
 
 Pending = list[tuple[str, int, "asyncio.Future[Any]"]]  # topic, records, the batch's ack
 
@@ -115,6 +118,39 @@ class RecordCollector:
             self._unkeyed += 1
             return partitions[self._unkeyed % len(partitions)]
         return partitions[partition_of(key, len(partitions))]
+
+
+class Unawaited:
+    """Sends through a collector without waiting for the acknowledgement, one send at a time:
+    `in_flight` says whether the last is still unacknowledged (and raises what failed it)."""
+
+    def __init__(self, collector: RecordCollector) -> None:
+        self.collector = collector
+        self._sent: asyncio.Future[dict[int, int]] | None = None
+
+    def in_flight(self) -> bool:
+        sent = self._sent
+        if sent is None:
+            return False
+        if not sent.done():
+            return True
+        self._sent = None
+        sent.result()
+        return False
+
+    async def send(self, records: list[Outgoing]) -> None:
+        pending = await self.collector.enqueue(records)
+        self._sent = asyncio.ensure_future(self.collector.acknowledged(pending))
+
+    async def settled(self) -> None:
+        """Wait for the send in flight; a failure is logged (stopping: nothing is retried)."""
+        sent, self._sent = self._sent, None
+        if sent is None:
+            return
+        try:
+            await sent
+        except Exception as exc:
+            log.warning("collector: records not sent (%s: %s)", type(exc).__name__, exc)
 
 
 def _appended(batch: Any, record: Outgoing) -> bool:

@@ -8,6 +8,7 @@ import asyncio
 import random
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -18,11 +19,22 @@ from streams.devkit.bench.workload import CODEC, SOURCES, keep_pace, offer, paym
 from streams.settings import Topics
 
 
-async def latency(
-    bootstrap: str, topics: Topics, rate: float, total: int
-) -> tuple[list[float], float]:
-    """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision): the latency
-    of every decision, and the decisions per second the worker kept up with."""
+@dataclass
+class Offered:
+    """What an offered load measured: each decision's claim-to-decision latency (from the
+    claim's timestamp, which it is decided as of, to this process reading the decision), split
+    at the decision record's own timestamp (when the worker appended it to a producer batch,
+    in ms): in the worker (fetch, decide, until sent) and delivery (broker, this consumer); and
+    the decisions per second the worker kept up with."""
+
+    latencies: list[float] = field(default_factory=list)
+    in_worker: list[float] = field(default_factory=list)
+    delivery: list[float] = field(default_factory=list)
+    rate: float = 0.0
+
+
+async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Offered:
+    """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision)."""
     consumer = AIOKafkaConsumer(
         topics.decisions, bootstrap_servers=bootstrap, auto_offset_reset="latest"
     )
@@ -31,7 +43,8 @@ async def latency(
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
     await producer.start()
     tag = uuid.uuid4().hex[:6]
-    latencies: list[float] = []
+    offered = Offered()
+    latencies = offered.latencies
     started = time.perf_counter()
     finished = started
 
@@ -53,7 +66,10 @@ async def latency(
                     # with the worker it measures.
                     decision = CODEC.decode_record(Decision, message.value)
                     if decision["subject"].startswith(f"lat-{tag}-"):
-                        latencies.append(received - decision["decided_at"].timestamp())
+                        claimed, appended = decision["decided_at"].timestamp(), message.timestamp
+                        latencies.append(received - claimed)
+                        offered.in_worker.append(appended / 1000 - claimed)
+                        offered.delivery.append(received - appended / 1000)
                         finished = time.perf_counter()
 
     try:
@@ -61,7 +77,8 @@ async def latency(
     finally:
         await producer.stop()
         await consumer.stop()
-    return latencies, len(latencies) / max(finished - started, 1e-6)
+    offered.rate = len(latencies) / max(finished - started, 1e-6)
+    return offered
 
 
 async def soak(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -22,8 +24,9 @@ from typing import Any
 from streams.build_info import compiled_modules
 from streams.client import ensure_topics
 from streams.core.policy import Policy, load_policy
+from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
-from streams.devkit.bench.load import latency, soak
+from streams.devkit.bench.load import Offered, latency, soak
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
 from streams.devkit.bench.scale import Scale, scale_phase
 from streams.devkit.bench.worker import (
@@ -48,7 +51,7 @@ class WorkerFigures:
     rate: Throughput
     stage_us: dict[str, float]
     saturated: float  # new-key decisions per second at saturation
-    latencies: list[float]
+    offered: Offered  # the latency phase
     peak_rss: int
     soak_samples: list[tuple[float, int, int]]
     stalls: dict[str, Any]  # what stalled the worker during the latency phase
@@ -63,6 +66,7 @@ def run(
     soak_s: float = 0.0,
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
     scale: Scale | None = None,
+    pin_cores: bool = False,
 ) -> dict[str, Any]:
     policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
@@ -86,7 +90,10 @@ def run(
             load = workload(claims, subjects, seed=1, topic=topics.claims)
             print(f"bench: {len(load.records)} claims ({len(load.claims)} valid) on {broker_kind}")
             raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
-            measured = _worker_phases(broker.bootstrap, settings, load, latency_s, soak_s)
+            assert broker.pid is not None
+            measured = _worker_phases(
+                broker.bootstrap, broker.pid, settings, load, latency_s, soak_s, pin_cores
+            )
             result |= {"claims": len(load.records), "subjects": subjects}
             result |= _figures(policy, load, raw, lean, measured, soak_s)
         if scale is not None:
@@ -114,7 +121,13 @@ def _raw_phases(
 
 
 def _worker_phases(
-    bootstrap: str, settings: Settings, load: Workload, latency_s: float, soak_s: float
+    bootstrap: str,
+    broker_pid: int,
+    settings: Settings,
+    load: Workload,
+    latency_s: float,
+    soak_s: float,
+    pin_cores: bool,
 ) -> WorkerFigures:
     """A worker process reads the filled input, then takes the offered load (and the soak)."""
     topics = settings.topics
@@ -127,32 +140,66 @@ def _worker_phases(
             for stage, seconds in worker.stage_seconds().items()
         }
         print(f"bench: µs per claim by stage {stage_us}")
-        # New keys cost more than the mixed workload's average (each one is a decision), so
-        # the saturating rate for the latency phase is measured on new keys first.
-        _, saturated = asyncio.run(latency(bootstrap, topics, 1e9, 4000))
-        print(f"bench: new-key decisions saturate at {saturated:,.0f}/s")
-        before, began = worker.stall_counts(), time.time()
-        watched, cpu = worker.stall_report(began), worker.cpu_seconds()
-        lat, _ = asyncio.run(
-            latency(bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
+        saturated, offered, stalls = _latency_phases(
+            bootstrap, topics, worker, broker_pid, latency_s, pin_cores
         )
-        after = worker.stall_counts()
-        stalls: dict[str, Any] = {
-            **stalls_between(before, after),
-            **gc_pauses_between(before, after),
-        }
-        report = worker.stall_report(began)
-        stalls |= stall_capture(watched, report, worker.cpu_seconds() - cpu)
-        print(f"bench: stalls during the latency phase {stalls}")
-        for stall in report.get("longest", [])[1:]:
-            print(f"bench: next longest stall {stall_summary(stall)}")
         rss = worker.peak_rss()
         samples = []
         if soak_s > 0:
             samples = asyncio.run(soak(bootstrap, topics, worker, saturated / 4, soak_s, keys=5000))
     finally:
         worker.stop()
-    return WorkerFigures(ours, stage_us, saturated, lat, rss, samples, stalls)
+    return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls)
+
+
+def _latency_phases(
+    bootstrap: str,
+    topics: Topics,
+    worker: BenchWorker,
+    broker_pid: int,
+    latency_s: float,
+    pin_cores: bool,
+) -> tuple[float, Offered, dict[str, Any]]:
+    """The new-key saturating rate, then half of it offered for `latency_s`: the rate, what the
+    offered load measured, and the figures of what stalled the worker meanwhile and the CPU the
+    worker, the broker and this process (the load) spent. With `pin_cores` both phases run with
+    the worker on one core and the broker and the load on the others."""
+    allowed = os.sched_getaffinity(0)
+    pids = {"worker": worker.proc.pid, "broker": broker_pid, "load": os.getpid()}
+    pinning: dict[str, list[int]] | None = None
+    if pin_cores:
+        mine, others = split_cores(allowed)
+        pinning = {role: sorted(mine if role == "worker" else others) for role in pids}
+        for role, pid in pids.items():
+            pin(pid, pinning[role])
+    try:
+        # New keys cost more than the mixed workload's average (each one is a decision), so
+        # the saturating rate for the latency phase is measured on new keys first.
+        saturated = asyncio.run(latency(bootstrap, topics, 1e9, 4000)).rate
+        print(f"bench: new-key decisions saturate at {saturated:,.0f}/s")
+        before, began = worker.stall_counts(), time.time()
+        watched = worker.stall_report(began)
+        cpu = {role: cpu_seconds(pid) for role, pid in pids.items()}
+        offered = asyncio.run(
+            latency(bootstrap, topics, saturated / 2, int(saturated / 2 * latency_s))
+        )
+        wall = time.time() - began
+        spent = {role: cpu_seconds(pid) - cpu[role] for role, pid in pids.items()}
+        after = worker.stall_counts()
+    finally:
+        if pin_cores:
+            for pid in pids.values():
+                pin(pid, allowed)
+    stalls: dict[str, Any] = {**stalls_between(before, after), **gc_pauses_between(before, after)}
+    report = worker.stall_report(began)
+    stalls |= stall_capture(watched, report, spent["worker"])
+    print(f"bench: stalls during the latency phase {stalls}")
+    for stall in report.get("longest", [])[1:]:
+        print(f"bench: next longest stall {stall_summary(stall)}")
+    stalls["pinned_cores"] = pinning
+    # Percent of one core over the phase: what each process took from the machine's cores.
+    stalls["latency_cpu_pct"] = {role: round(s / wall * 100, 1) for role, s in spent.items()}
+    return saturated, offered, stalls
 
 
 def _figures(
@@ -165,8 +212,7 @@ def _figures(
 ) -> dict[str, Any]:
     """The JSON figures of the phases; the engine and state size are measured here, in process,
     once the broker and worker are gone."""
-    ours, lat, saturated = measured.rate, measured.latencies, measured.saturated
-    quantiles = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
+    ours, offered, saturated = measured.rate, measured.offered, measured.saturated
     engine = engine_rate(policy)
     return {
         "raw_claims_per_s": round(raw.per_s),
@@ -181,15 +227,26 @@ def _figures(
         "lean_ratio": round(ours.per_s / lean.per_s, 3),
         "new_key_saturation_per_s": round(saturated),
         "latency_offered_per_s": round(saturated / 2),
-        "latency_samples": len(lat),
-        "p50_ms": round(quantiles[49] * 1000, 1),
-        "p99_ms": round(quantiles[98] * 1000, 1),
+        "latency_samples": len(offered.latencies),
+        **_percentiles("", offered.latencies),
+        # Where the time went: until the worker appended the decision, then until read here.
+        **_percentiles("worker_", offered.in_worker),
+        **_percentiles("delivery_", offered.delivery),
         **measured.stalls,
         "peak_rss_bytes": measured.peak_rss,
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
         "engine_decisions_per_s": round(engine),
         "compiled": bool(compiled_modules()),
         **(_soak_figures(measured, soak_s) if soak_s > 0 else {}),
+    }
+
+
+def _percentiles(prefix: str, seconds: list[float]) -> dict[str, float]:
+    """p50 and p99 of `seconds` in ms, as `{prefix}p50_ms` and `{prefix}p99_ms`."""
+    quantiles = statistics.quantiles(seconds, n=100) if len(seconds) >= 2 else [math.nan] * 99
+    return {
+        f"{prefix}p50_ms": round(quantiles[49] * 1000, 1),
+        f"{prefix}p99_ms": round(quantiles[98] * 1000, 1),
     }
 
 
@@ -217,7 +274,10 @@ def main(
     soak_s: float = 0.0,
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
     scale: Scale | None = None,
+    pin_cores: bool = False,
 ) -> int:
-    result = run(claims, subjects, broker_kind, partitions, latency_s, soak_s, guarantee, scale)
+    result = run(
+        claims, subjects, broker_kind, partitions, latency_s, soak_s, guarantee, scale, pin_cores
+    )
     print(json.dumps(result, sort_keys=True))
     return 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streams.devkit.bench.cores import cpu_seconds
 from streams.devkit.bench.workload import Throughput
 from streams.metrics import STAGES
 from streams.settings import Settings
@@ -143,8 +144,7 @@ class BenchWorker:
 
     def cpu_seconds(self) -> float:
         """User and system CPU time of the worker process so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def peak_rss(self) -> int:
         return self._status_bytes("VmHWM:")
