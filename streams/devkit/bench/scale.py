@@ -187,14 +187,18 @@ def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) ->
     try:
         marks = processed_marks(worker, [keys, keys + probe])
         fill_s, probe_s = marks.at[0] - marks.first, marks.at[1] - marks.at[0]
-        cpu_us = (marks.cpu_last - marks.cpu_first) / (keys + probe) * 1e6
+        fill_cpu_s, probe_cpu_s = (
+            marks.cpu_at[0] - marks.cpu_first,
+            marks.cpu_at[1] - marks.cpu_at[0],
+        )
         group, topic = f"{settings.app_id}-arbiter", settings.topics.claims
         end = asyncio.run(offsets(bootstrap, topic))[1]
         until(lambda: asyncio.run(committed(bootstrap, group, topic)) >= end, "input committed")
         measured: dict[str, Any] = {
             "fill_claims_per_s": round(keys / max(fill_s, 1e-6)),
             "claims_per_s": round(probe / max(probe_s, 1e-6)),
-            "cpu_us_per_claim": round(cpu_us, 1),
+            "fill_cpu_us_per_claim": round(fill_cpu_s / keys * 1e6, 1),
+            "cpu_us_per_claim": round(probe_cpu_s / probe * 1e6, 1),
             "rss_bytes": worker.rss(),
             "peak_rss_bytes": worker.peak_rss(),
             "disk_bytes_per_key": round(disk_bytes(settings.data_dir) / keys, 1),
@@ -231,13 +235,14 @@ class Marks:
     first: float  # when the first processed claim showed
     at: list[float]
     cpu_first: float
-    cpu_last: float
+    cpu_at: list[float]
 
 
 def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
     """Watch the worker's processed claims up to the last mark; fails when it exits or
     processes nothing for `STALL_S`."""
     times: list[float] = []
+    cpus: list[float] = []
     first, cpu_first = 0.0, 0.0
     done, progressed = 0.0, time.monotonic()
     while len(times) < len(marks):
@@ -252,8 +257,9 @@ def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
             first, cpu_first = now, worker.cpu_seconds()
         while len(times) < len(marks) and done >= marks[len(times)]:
             times.append(now)
+            cpus.append(worker.cpu_seconds())
         time.sleep(0.2)
-    return Marks(first, times, cpu_first, worker.cpu_seconds())
+    return Marks(first, times, cpu_first, cpus)
 
 
 def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWorker, float]:
