@@ -1,0 +1,185 @@
+"""The worker's per-claim path without a broker: what the shell around the engine costs a claim.
+
+Beside `inprocess` (the engine alone), this room runs the bench's Avro claims through what the
+arbiter does with each batch, minus the network: `Processor.process` against each task's
+`TaskStore` (decode, admit, arbitrate, encode, charged by the processor's own StageClock), the
+loop's bookkeeping (state put, settlements, decision metrics, outcome tallies), the journal
+(`journaled`: each changed key encoded for the changelog) and the hand-off to the producer
+(`RecordCollector.enqueue` appending every record to aiokafka's batch builders, whose send is a
+no-op). Stages are in microseconds a claim, of this thread's CPU time (the processor's stage
+clock is pointed at `time.thread_time`: on a shared machine wall time swings with the load;
+each stage boundary then costs ~0.5 µs more), or of wall time with `--wall`; `cpu_us` is the
+whole loop's CPU time.
+
+    python -m streams.devkit.bench.shell --claims 30000 --subjects 3600 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.structs import TopicPartition
+
+from streams.arbiter.collector import RecordCollector
+from streams.arbiter.commit import TaskBatch, journaled
+from streams.core.policy import load_policy
+from streams.devkit.bench.workload import CODEC, workload
+from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics
+from streams.packaged import example_path
+from streams.pipeline import Handled, Incoming, Processor
+from streams.pipeline import processor as processor_module
+from streams.pipeline.rekey import partition_of
+from streams.settings import Settings
+from streams.sources import SourceLedgers
+from streams.state.cache import StateCache
+from streams.state.task import TaskStore
+
+APPLY = "apply"
+"""The loop's bookkeeping of a handled record (`Arbiter._apply`), which no stage clock charges."""
+SHOWN = (DECODE, ADMIT, ARBITRATE, ENCODE, APPLY, JOURNAL, PRODUCE)
+
+
+class _Sink:
+    """A producer that only builds batches: each one handed to it is built, then dropped."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(256 * 1024, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> Any:
+        batch._build()  # what the sender does before the batch goes on the wire
+        return None
+
+
+class _Tasks:
+    """What `journaled` reads of the arbiter's tasks: the changelog and each task's store."""
+
+    def __init__(self, changelog: str, partitions: int, cache: StateCache) -> None:
+        self.changelog = changelog
+        self.open = {p: _Task(TaskStore(cache)) for p in range(partitions)}
+
+
+class _Task:
+    def __init__(self, states: TaskStore) -> None:
+        self.states = states
+
+
+def _apply(
+    processor: Processor, sources: SourceLedgers, store: TaskStore, batch: TaskBatch, h: Handled
+) -> None:
+    """What `Arbiter._apply` does with a handled record (the schedule and observers aside)."""
+    if h.key is not None and h.state is not None:
+        sources.settle(store, h)
+        store.put(h.key, h.state)
+    outcomes = processor.topics.outcomes
+    for record in h.outputs:
+        if record.topic == outcomes:
+            batch.tallies[record.key or b""] += int(record.value or b"1")
+        else:
+            batch.outputs.append(record)
+    if h.emitted:
+        now = time.time()
+        for arbitration in h.emitted:
+            processor.metrics.decided(arbitration, now)
+
+
+def run_once(
+    claims: int, subjects: int, clock: Callable[[], float], seed: int = 1
+) -> dict[str, Any]:
+    """One pass over a fresh workload: µs a claim by stage (timed by `clock`), and the loop's
+    CPU µs a claim."""
+    setattr(processor_module, "perf_counter", clock)  # noqa: B010 (the module reads its global)
+    settings = Settings()
+    policy = load_policy(example_path("policy.yaml"))
+    metrics = Metrics(policy)
+    processor = Processor(settings, policy, CODEC, metrics)
+    sources = SourceLedgers(policy, metrics)
+    tasks = _Tasks(settings.changelog_topic, settings.partitions, StateCache(1_000_000))
+    collector = RecordCollector(settings.changelog_topic, lambda partition, end: None)
+    collector.attach(_Sink(settings.partitions))
+    topic = settings.topics.claims
+    records = workload(claims, subjects, seed, topic).records
+    incoming = [
+        Incoming(topic, partition_of(key, settings.partitions), offset, key, value, (), time.time())
+        for offset, (key, value) in enumerate(records)
+    ]
+    loop = asyncio.new_event_loop()
+    seconds = dict.fromkeys(SHOWN, 0.0)
+    alias_of = _no_alias
+    cpu_started = time.process_time()
+    for start in range(0, len(incoming), settings.batch_size):
+        work: dict[int, TaskBatch] = {}
+        for record in incoming[start : start + settings.batch_size]:
+            store = tasks.open[record.partition].states
+            handled = processor.process(record, store.get, alias_of)
+            applying = clock()
+            batch = work.setdefault(record.partition, TaskBatch())
+            _apply(processor, sources, store, batch, handled)
+            batch.offsets[TopicPartition(topic, record.partition)] = record.offset + 1
+            seconds[APPLY] += clock() - applying
+        journaling = clock()
+        tallies = Counter[bytes]()
+        for batch in work.values():
+            tallies.update(batch.tallies)
+        out = journaled(tasks, work)  # type: ignore[arg-type]  # reads .changelog, .open
+        producing = clock()
+        loop.run_until_complete(collector.enqueue(out))
+        done = clock()
+        seconds[JOURNAL] += producing - journaling
+        seconds[PRODUCE] += done - producing
+        for partition in work:
+            tasks.open[partition].states.journaled()
+        for stage, spent in processor.stages.seconds.items():
+            if stage in seconds:
+                seconds[stage] += spent
+        metrics.flush(processor.stages)
+    cpu_s = time.process_time() - cpu_started
+    loop.close()
+    count = len(incoming)
+    return {
+        "claims": count,
+        "cpu_us": round(cpu_s / count * 1e6, 1),
+        "stage_us": {stage: round(seconds[stage] / count * 1e6, 1) for stage in SHOWN},
+    }
+
+
+def _no_alias(subject: str) -> str | None:
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--claims", type=int, default=30_000)
+    parser.add_argument("--subjects", type=int, default=3_600)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--wall", action="store_true", help="stages in wall time, not CPU")
+    parser.add_argument("--profile", metavar="FILE", help="write a cProfile of each round")
+    args = parser.parse_args()
+    clock = time.perf_counter if args.wall else time.thread_time
+    for _ in range(args.rounds):
+        if args.profile:
+            import cProfile
+
+            with cProfile.Profile() as profile:
+                result = run_once(args.claims, args.subjects, clock)
+            profile.dump_stats(args.profile)
+        else:
+            result = run_once(args.claims, args.subjects, clock)
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
