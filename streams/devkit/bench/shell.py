@@ -29,20 +29,22 @@ from aiokafka.structs import TopicPartition
 
 from streams.arbiter.collector import RecordCollector
 from streams.arbiter.commit import TaskBatch, journaled
+from streams.arbiter.schedule import Schedule
 from streams.core.policy import load_policy
 from streams.devkit.bench.workload import CODEC, workload
 from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics
 from streams.packaged import example_path
-from streams.pipeline import Handled, Incoming, Processor
+from streams.pipeline import Handled, Incoming, Outgoing, Processor
 from streams.pipeline import processor as processor_module
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from streams.sources import SourceLedgers
+from streams.stalls import COLLECTOR_HOOKS, tune_collector
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
 
 APPLY = "apply"
-"""The loop's bookkeeping of a handled record (`Arbiter._apply`), which no stage clock charges."""
+"""The loop's bookkeeping of a handled record (`_Loop.apply`), which no stage clock charges."""
 SHOWN = (DECODE, ADMIT, ARBITRATE, ENCODE, APPLY, JOURNAL, PRODUCE)
 
 
@@ -76,48 +78,64 @@ class _Task:
         self.states = states
 
 
-def _apply(
-    processor: Processor, sources: SourceLedgers, store: TaskStore, batch: TaskBatch, h: Handled
-) -> None:
-    """What `Arbiter._apply` does with a handled record (the schedule and observers aside)."""
-    if h.key is not None and h.state is not None:
-        sources.settle(store, h)
-        store.put(h.key, h.state)
-    outcomes = processor.topics.outcomes
-    for record in h.outputs:
-        if record.topic == outcomes:
-            batch.tallies[record.key or b""] += int(record.value or b"1")
-        else:
-            batch.outputs.append(record)
-    if h.emitted:
-        now = time.time()
-        for arbitration in h.emitted:
-            processor.metrics.decided(arbitration, now)
+class _Loop:
+    """What `Arbiter._apply` does with each handled record, on the harness's tasks (the
+    console's observers aside): settlements, the key's state and timers, outcome tallies, the
+    decision metrics."""
+
+    def __init__(self, processor: Processor, tasks: _Tasks) -> None:
+        self.metrics = processor.metrics
+        self.outcomes = processor.topics.outcomes
+        self.sources = SourceLedgers(processor.policy, processor.metrics)
+        self.schedule = Schedule()
+        for partition, task in tasks.open.items():
+            self.schedule.attach(partition, task.states)
+
+    def apply(self, partition: int, store: TaskStore, batch: TaskBatch, h: Handled) -> None:
+        if h.key is not None and h.state is not None:
+            self.sources.settle(store, h)
+            store.put(h.key, h.state)
+            self.schedule.note(partition, h.key, h.state)
+        for record in h.outputs:
+            if record.topic == self.outcomes:
+                batch.tallies[record.key or b""] += int(record.value or b"1")
+            else:
+                batch.outputs.append(record)
+        if h.emitted:
+            now = time.time()
+            for arbitration in h.emitted:
+                self.metrics.decided(arbitration, now)
+                self.metrics.decision_latency.observe(0.0)
+
+
+def claim_records(settings: Settings, claims: int, subjects: int, seed: int = 1) -> list[Incoming]:
+    """The bench's claims as the arbiter reads them, each on its key's partition."""
+    topic = settings.topics.claims
+    now = time.time()
+    return [
+        Incoming(topic, partition_of(key, settings.partitions), offset, key, value, (), now)
+        for offset, (key, value) in enumerate(workload(claims, subjects, seed, topic).records)
+    ]
 
 
 def run_once(
-    claims: int, subjects: int, clock: Callable[[], float], seed: int = 1
+    settings: Settings, incoming: list[Incoming], clock: Callable[[], float]
 ) -> dict[str, Any]:
-    """One pass over a fresh workload: µs a claim by stage (timed by `clock`), and the loop's
-    CPU µs a claim."""
+    """One pass over `incoming` with fresh state: µs a claim by stage (timed by `clock`), and
+    the loop's CPU µs a claim."""
     setattr(processor_module, "perf_counter", clock)  # noqa: B010 (the module reads its global)
-    settings = Settings()
     policy = load_policy(example_path("policy.yaml"))
     metrics = Metrics(policy)
     processor = Processor(settings, policy, CODEC, metrics)
-    sources = SourceLedgers(policy, metrics)
     tasks = _Tasks(settings.changelog_topic, settings.partitions, StateCache(1_000_000))
+    arbiter = _Loop(processor, tasks)
     collector = RecordCollector(settings.changelog_topic, lambda partition, end: None)
     collector.attach(_Sink(settings.partitions))
-    topic = settings.topics.claims
-    records = workload(claims, subjects, seed, topic).records
-    incoming = [
-        Incoming(topic, partition_of(key, settings.partitions), offset, key, value, (), time.time())
-        for offset, (key, value) in enumerate(records)
-    ]
+    topic, outcomes = settings.topics.claims, settings.topics.outcomes
     loop = asyncio.new_event_loop()
     seconds = dict.fromkeys(SHOWN, 0.0)
     alias_of = _no_alias
+    gc_started = sum(COLLECTOR_HOOKS.seconds)
     cpu_started = time.process_time()
     for start in range(0, len(incoming), settings.batch_size):
         work: dict[int, TaskBatch] = {}
@@ -125,8 +143,8 @@ def run_once(
             store = tasks.open[record.partition].states
             handled = processor.process(record, store.get, alias_of)
             applying = clock()
-            batch = work.setdefault(record.partition, TaskBatch())
-            _apply(processor, sources, store, batch, handled)
+            batch = work.get(record.partition) or work.setdefault(record.partition, TaskBatch())
+            arbiter.apply(record.partition, store, batch, handled)
             batch.offsets[TopicPartition(topic, record.partition)] = record.offset + 1
             seconds[APPLY] += clock() - applying
         journaling = clock()
@@ -134,6 +152,7 @@ def run_once(
         for batch in work.values():
             tallies.update(batch.tallies)
         out = journaled(tasks, work)  # type: ignore[arg-type]  # reads .changelog, .open
+        out += [Outgoing(outcomes, key, str(count).encode()) for key, count in tallies.items()]
         producing = clock()
         loop.run_until_complete(collector.enqueue(out))
         done = clock()
@@ -146,11 +165,13 @@ def run_once(
                 seconds[stage] += spent
         metrics.flush(processor.stages)
     cpu_s = time.process_time() - cpu_started
+    gc_s = sum(COLLECTOR_HOOKS.seconds) - gc_started
     loop.close()
     count = len(incoming)
     return {
         "claims": count,
         "cpu_us": round(cpu_s / count * 1e6, 1),
+        "gc_us": round(gc_s / count * 1e6, 1),  # wall time, charged to the stage it fell in
         "stage_us": {stage: round(seconds[stage] / count * 1e6, 1) for stage in SHOWN},
     }
 
@@ -168,15 +189,18 @@ def main() -> int:
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of each round")
     args = parser.parse_args()
     clock = time.perf_counter if args.wall else time.thread_time
+    settings = Settings()
+    incoming = claim_records(settings, args.claims, args.subjects)
+    tune_collector()  # as the worker runs
     for _ in range(args.rounds):
         if args.profile:
             import cProfile
 
             with cProfile.Profile() as profile:
-                result = run_once(args.claims, args.subjects, clock)
+                result = run_once(settings, incoming, clock)
             profile.dump_stats(args.profile)
         else:
-            result = run_once(args.claims, args.subjects, clock)
+            result = run_once(settings, incoming, clock)
         print(json.dumps(result))
     return 0
 
