@@ -37,7 +37,7 @@ from streams.core.keystate import (
     state_key,
 )
 from streams.core.policy import Policy
-from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, Metrics, StageClock
+from streams.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
 from streams.pipeline.outputs import Outputs
 from streams.pipeline.records import Handled, Incoming, Outgoing
@@ -113,6 +113,7 @@ class Processor:
             settings.max_disputed_per_key,
             max_resolutions=settings.resolutions_per_key,
         )
+        self._skew_us = skew_us(policy.defaults)  # the latest a record's timestamp counts
         self.stages = StageClock()
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
@@ -230,21 +231,19 @@ class Processor:
             return handled
         stages = self.stages
         if counts_decision:
-            started, decoded, admitted_at, arbitrated = decided.clocks
-            stages.charge(DECODE, started, decoded)
-            stages.charge(ADMIT, decoded, admitted_at)
-            stages.charge(ARBITRATE, admitted_at, arbitrated)
+            stages.charge_decided(*decided.clocks)
         if step.refused is not None:
             return handled
-        self.metrics.accepted(claim.field, claim.source, decided.wall_s)
-        arbitration = step.arbitration
-        if (
-            step.emitted is None
-            and arbitration.outcome is Outcome.RESOLVED
-            and arbitration.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
-        ):
-            # Arrived late and lost: the decision stands, but the loss is the signal.
-            self.metrics.lost(claim.field, claim.source)
+        metrics = self.metrics
+        metrics.accepted(claim.field, claim.source, decided.wall_s)
+        if step.emitted is None:
+            arbitration = step.arbitration
+            if (
+                arbitration.outcome is Outcome.RESOLVED
+                and arbitration.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
+            ):
+                # Arrived late and lost: the decision stands, but the loss is the signal.
+                metrics.lost(claim.field, claim.source)
         stages.charge(ENCODE, emitting, perf_counter())
         return handled
 
@@ -294,4 +293,5 @@ class Processor:
         if record.timestamp is None or record.timestamp <= 0:
             return wall_us
         stamped = micros_from_seconds(record.timestamp)
-        return min(stamped, wall_us + skew_us(self.policy.defaults))
+        latest = wall_us + self._skew_us
+        return stamped if stamped < latest else latest

@@ -23,7 +23,10 @@ class Incoming:
     timestamp: float | None = None  # the record's Kafka timestamp, seconds
 
     def header(self, name: str) -> bytes | None:
-        return next((v for k, v in self.headers if k == name), None)
+        for key, value in self.headers:  # a loop: a generator costs more than most headers
+            if key == name:
+                return value
+        return None
 
 
 @dataclass(frozen=True, slots=True)
