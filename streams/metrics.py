@@ -355,10 +355,10 @@ class StageClock:
         """Charge the time from `since` to `until` to `stage`."""
         self.seconds[stage] += until - since
 
-    def charge_decided(
-        self, started: float, decoded: float, admitted: float, arbitrated: float
-    ) -> None:
-        """Charge a decided claim's decode, admission and arbitration (one call a claim)."""
+    def charge_decided(self, clocks: tuple[float, float, float, float]) -> None:
+        """Charge a decided claim's decode, admission and arbitration, from when its decode
+        started and ended, its admission ended and its arbitration ended (one call a claim)."""
+        started, decoded, admitted, arbitrated = clocks
         seconds = self.seconds
         seconds[DECODE] += decoded - started
         seconds[ADMIT] += admitted - decoded

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from time import perf_counter
 
@@ -74,20 +73,30 @@ class TaskCorrupted(Exception):
         )
 
 
-@dataclass(slots=True)
 class _Decided:
     """A record's transition, its records not yet built: what a retry starts again from, as the
     transition holds all the record sends (decision, escalation, dead letter, settlement)."""
 
-    key: bytes
-    step: Transition
-    in_place: bool
-    """The key's stored state is the transition's: it changed, and deciding again would find the
-    record already applied (a redelivery), sending nothing it did not send."""
-    claim: LeanClaim | None = None  # on the claim path, counted once its records are built
-    wall_s: float = 0.0
-    clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
-    """When the claim's decode started and ended, its admission ended, its arbitration ended."""
+    __slots__ = ("claim", "clocks", "in_place", "key", "step", "wall_s")
+
+    def __init__(
+        self,
+        key: bytes,
+        step: Transition,
+        in_place: bool,
+        claim: LeanClaim | None = None,
+        wall_s: float = 0.0,
+        clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    ) -> None:
+        self.key = key
+        self.step = step
+        # The key's stored state is the transition's: it changed, and deciding again would find
+        # the record already applied (a redelivery), sending nothing it did not send.
+        self.in_place = in_place
+        self.claim = claim  # on the claim path, counted once its records are built
+        self.wall_s = wall_s
+        # When the claim's decode started and ended, its admission ended, its arbitration ended.
+        self.clocks = clocks
 
 
 class Processor:
@@ -231,7 +240,7 @@ class Processor:
             return handled
         stages = self.stages
         if counts_decision:
-            stages.charge_decided(*decided.clocks)
+            stages.charge_decided(decided.clocks)
         if step.refused is not None:
             return handled
         metrics = self.metrics
