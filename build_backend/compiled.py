@@ -23,13 +23,16 @@ MODULES_OVERRIDE = "CLAIMSTREAM_MYPYC_MODULES"
 
 _ENGINE = "engine_rate 3.5k -> 7.1k decisions/s wall (medians of 3, the eight compiled together)"
 _CLAIM = "core per-claim loop 5.5k -> 6.9k claims/s CPU (medians of 3, the eight compiled together)"
+_SHELL = "304.8k -> 283.5k instructions a claim (the shell interpreted, then compiled)"
 
 COMPILED: dict[str, str] = {
     # Figures: `python -m build_backend.measure --rounds 3 --claims 10000`, interpreted against
     # compiled runs alternated on a loaded 2-core machine (2026-12-01); the worker's Processor
     # loop went 2.69k -> 2.90k claims/s CPU. Compiling its shell as well (pipeline.processor,
     # .records, .outputs, statestore) added nothing above the noise (2.87k interpreted ->
-    # 2.87k/3.41k/2.69k): they stay interpreted. pipeline.rekey fails the strict type check.
+    # 2.87k/3.41k/2.69k) until their records were built by __init__s mypyc compiles (below).
+    # pipeline.rekey fails the strict type check; state.task's TaskStore must stay weakly
+    # referable (streams.sources keys its ledgers by store), which a native class is not.
     "streams.core.engine": f"the rules table and its steps: {_ENGINE}",
     "streams.core.agreement": f"the steps' value comparisons: {_ENGINE}",
     "streams.core.arbitration": f"the decision record and its id: {_ENGINE}",
@@ -40,6 +43,14 @@ COMPILED: dict[str, str] = {
     "streams.core.journal": f"the state's stored form, once per changed key: {_CLAIM}",
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
     "streams.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
+    # The worker's shell around the core, compiled together: `python -m streams.devkit.bench.shell`
+    # (the per-claim path without a broker) measured in instructions a claim under valgrind.
+    "streams.pipeline.processor": f"the dispatcher, once per record: {_SHELL}",
+    "streams.pipeline.records": f"Incoming, Outgoing, Handled, built per record: {_SHELL}",
+    "streams.pipeline.outputs": f"what a decided record sends: {_SHELL}",
+    "streams.decision_bytes": f"each decision record: {_SHELL}",
+    "streams.avro_writer": f"the field writers of every record sent: {_SHELL}",
+    "streams.metrics": f"the per-claim tallies and stage clocks: {_SHELL}",
 }
 """Module -> where it sits on the hot path and the measurement that justifies compiling it."""
 
