@@ -54,9 +54,17 @@ COMPILED: dict[str, str] = {
 }
 """Module -> where it sits on the hot path and the measurement that justifies compiling it."""
 
-BUILD_REQUIRES = ("mypy>=1.10", "msgspec>=0.18", "pydantic>=2.7,<3", "types-PyYAML")
+BUILD_REQUIRES = (
+    "cryptography>=42",
+    "msgspec>=0.18",
+    "mypy>=1.10",
+    "prometheus-client>=0.20",
+    "pydantic>=2.7,<3",
+    "types-PyYAML",
+)
 """What the compile needs in an isolated build: mypyc, and what its type check reads (the core's
-models and their mypy plugin, the journal's Structs, the policy loader's yaml stubs)."""
+models and their mypy plugin, the journal's Structs, the policy loader's yaml stubs, and for the
+shell the metrics' prometheus-client and the signature check's cryptography)."""
 
 ROOT = Path(__file__).resolve().parents[1]
 MYPY_CONFIG = Path(__file__).with_name("mypyc.ini")
