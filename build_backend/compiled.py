@@ -24,13 +24,18 @@ MODULES_OVERRIDE = "CLAIMSTREAM_MYPYC_MODULES"
 _ENGINE = "engine_rate 3.5k -> 7.1k decisions/s wall (medians of 3, the eight compiled together)"
 _SHELL = "bench.shell 195-221 -> 173-177 µs CPU a claim (4 runs each, with summary; loaded)"
 _CLAIM = "core per-claim loop 5.5k -> 6.9k claims/s CPU (medians of 3, the eight compiled together)"
+_SHELL = "304.8k -> 286.2k instructions a claim (the shell interpreted, then compiled)"
 
 COMPILED: dict[str, str] = {
     # Figures: `python -m build_backend.measure --rounds 3 --claims 10000`, interpreted against
     # compiled runs alternated on a loaded 2-core machine (2026-12-01); the worker's Processor
     # loop went 2.69k -> 2.90k claims/s CPU. Compiling its shell as well (pipeline.processor,
     # .records, .outputs, statestore) added nothing above the noise (2.87k interpreted ->
-    # 2.87k/3.41k/2.69k): they stay interpreted. pipeline.rekey fails the strict type check.
+    # 2.87k/3.41k/2.69k) until their records were built by __init__s mypyc compiles (below).
+    # pipeline.rekey fails the strict type check; state.task's TaskStore must stay weakly
+    # referable (streams.sources keys its ledgers by store), which a native class is not;
+    # pipeline.outputs stays interpreted: tests/test_emit_retry.py replaces an Outputs' `emit`
+    # on the instance, which a native class refuses.
     "streams.core.engine": f"the rules table and its steps: {_ENGINE}",
     "streams.core.rulebook": f"the table's context and step results, split from engine: {_ENGINE}",
     "streams.core.agreement": f"the steps' value comparisons: {_ENGINE}",
@@ -45,12 +50,27 @@ COMPILED: dict[str, str] = {
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
     "streams.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
     "streams.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
+    # The worker's shell around the core, compiled together: `python -m streams.devkit.bench.shell`
+    # (the per-claim path without a broker) measured in instructions a claim under valgrind.
+    "streams.pipeline.processor": f"the dispatcher, once per record: {_SHELL}",
+    "streams.pipeline.records": f"Incoming, Outgoing, Handled, built per record: {_SHELL}",
+    "streams.decision_bytes": f"each decision record: {_SHELL}",
+    "streams.avro_writer": f"the field writers of every record sent: {_SHELL}",
+    "streams.metrics": f"the per-claim tallies and stage clocks: {_SHELL}",
 }
 """Module -> where it sits on the hot path and the measurement that justifies compiling it."""
 
-BUILD_REQUIRES = ("mypy>=1.10", "msgspec>=0.18", "pydantic>=2.7,<3", "types-PyYAML")
+BUILD_REQUIRES = (
+    "cryptography>=42",
+    "msgspec>=0.18",
+    "mypy>=1.10",
+    "prometheus-client>=0.20",
+    "pydantic>=2.7,<3",
+    "types-PyYAML",
+)
 """What the compile needs in an isolated build: mypyc, and what its type check reads (the core's
-models and their mypy plugin, the journal's Structs, the policy loader's yaml stubs)."""
+models and their mypy plugin, the journal's Structs, the policy loader's yaml stubs, and for the
+shell the metrics' prometheus-client and the signature check's cryptography)."""
 
 ROOT = Path(__file__).resolve().parents[1]
 MYPY_CONFIG = Path(__file__).with_name("mypyc.ini")

@@ -47,26 +47,26 @@ class Outputs:
 
     def emit(self, key: bytes, step: Transition, record: Incoming) -> Handled:
         """The key's new state and the records its step sends (a refused claim: a dead letter)."""
-        handled = Handled(key=key, state=step.state, opened=step.opened)
-        topics = self.topics
+        handled = Handled(key, step.state, [], [], step.opened)
+        emitted, escalation = step.emitted, step.escalation
+        if emitted is None and escalation is None and step.refused is None:
+            return handled  # most claims: the key's belief stands
+        topics, outputs = self.topics, handled.outputs
         if step.refused is not None:
-            handled.outputs.append(self.dead_letter(record, step.refused, 1))
-        emitted = step.emitted
+            outputs.append(self.dead_letter(record, step.refused, 1))
         if emitted is not None:
-            self._arbitration_records(key, emitted, handled.outputs)
+            self._arbitration_records(key, emitted, outputs)
             handled.emitted.append(emitted)
-            handled.outputs.append(Outgoing(topics.outcomes, self._outcome_key(emitted), b"1"))
-        if step.escalation is not None:
-            handled.outputs.append(
-                Outgoing(
-                    topics.escalations, key, self.codec.encode(topics.escalations, step.escalation)
-                )
+            outputs.append(Outgoing(topics.outcomes, self._outcome_key(emitted), b"1"))
+        if escalation is not None:
+            outputs.append(
+                Outgoing(topics.escalations, key, self.codec.encode(topics.escalations, escalation))
             )
         # Counted once every record is built: a failed attempt is retried and must count nothing.
         metrics = self.metrics
-        if step.emitted is not None and step.emitted.epoch_change is not None:
+        if emitted is not None and emitted.epoch_change is not None:
             metrics.epoch_changes.labels(metrics.field_label(step.state.field)).inc()
-        if step.escalation is not None:
+        if escalation is not None:
             metrics.escalations.labels(metrics.field_label(step.state.field)).inc()
         return handled
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from time import perf_counter
 
@@ -37,7 +36,7 @@ from streams.core.keystate import (
     state_key,
 )
 from streams.core.policy import Policy
-from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, Metrics, StageClock
+from streams.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
 from streams.pipeline.outputs import Outputs
 from streams.pipeline.records import Handled, Incoming, Outgoing
@@ -74,20 +73,30 @@ class TaskCorrupted(Exception):
         )
 
 
-@dataclass(slots=True)
 class _Decided:
     """A record's transition, its records not yet built: what a retry starts again from, as the
     transition holds all the record sends (decision, escalation, dead letter, settlement)."""
 
-    key: bytes
-    step: Transition
-    in_place: bool
-    """The key's stored state is the transition's: it changed, and deciding again would find the
-    record already applied (a redelivery), sending nothing it did not send."""
-    claim: LeanClaim | None = None  # on the claim path, counted once its records are built
-    wall_s: float = 0.0
-    clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
-    """When the claim's decode started and ended, its admission ended, its arbitration ended."""
+    __slots__ = ("claim", "clocks", "in_place", "key", "step", "wall_s")
+
+    def __init__(
+        self,
+        key: bytes,
+        step: Transition,
+        in_place: bool,
+        claim: LeanClaim | None = None,
+        wall_s: float = 0.0,
+        clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    ) -> None:
+        self.key = key
+        self.step = step
+        # The key's stored state is the transition's: it changed, and deciding again would find
+        # the record already applied (a redelivery), sending nothing it did not send.
+        self.in_place = in_place
+        self.claim = claim  # on the claim path, counted once its records are built
+        self.wall_s = wall_s
+        # When the claim's decode started and ended, its admission ended, its arbitration ended.
+        self.clocks = clocks
 
 
 class Processor:
@@ -113,6 +122,7 @@ class Processor:
             settings.max_disputed_per_key,
             max_resolutions=settings.resolutions_per_key,
         )
+        self._skew_us = skew_us(policy.defaults)  # the latest a record's timestamp counts
         self.stages = StageClock()
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
@@ -230,21 +240,19 @@ class Processor:
             return handled
         stages = self.stages
         if counts_decision:
-            started, decoded, admitted_at, arbitrated = decided.clocks
-            stages.charge(DECODE, started, decoded)
-            stages.charge(ADMIT, decoded, admitted_at)
-            stages.charge(ARBITRATE, admitted_at, arbitrated)
+            stages.charge_decided(decided.clocks)
         if step.refused is not None:
             return handled
-        self.metrics.accepted(claim.field, claim.source, decided.wall_s)
-        arbitration = step.arbitration
-        if (
-            step.emitted is None
-            and arbitration.outcome is Outcome.RESOLVED
-            and arbitration.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
-        ):
-            # Arrived late and lost: the decision stands, but the loss is the signal.
-            self.metrics.lost(claim.field, claim.source)
+        metrics = self.metrics
+        metrics.accepted(claim.field, claim.source, decided.wall_s)
+        if step.emitted is None:
+            arbitration = step.arbitration
+            if (
+                arbitration.outcome is Outcome.RESOLVED
+                and arbitration.roles.get(claim.claim_id) is EvidenceRole.CONTESTED
+            ):
+                # Arrived late and lost: the decision stands, but the loss is the signal.
+                metrics.lost(claim.field, claim.source)
         stages.charge(ENCODE, emitting, perf_counter())
         return handled
 
@@ -294,4 +302,5 @@ class Processor:
         if record.timestamp is None or record.timestamp <= 0:
             return wall_us
         stamped = micros_from_seconds(record.timestamp)
-        return min(stamped, wall_us + skew_us(self.policy.defaults))
+        latest = wall_us + self._skew_us
+        return stamped if stamped < latest else latest

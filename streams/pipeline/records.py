@@ -1,10 +1,13 @@
 """The records the pipeline reads and writes: an `Incoming` Kafka record in, `Outgoing` records and
-the key's new state out (`Handled`). Plain frozen slots dataclasses: one is built per input record.
+the key's new state out (`Handled`). Slots dataclasses, one built per input record and per record
+sent, with their own `__init__`: a frozen dataclass sets each field through `object.__setattr__`
+(2.5 µs a record), and under mypyc a generated `__init__` is interpreted (0.7 µs against 0.1 µs
+written out). Not frozen, so treated as values: nothing changes one once built.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from streams.core.arbitration import Arbitration
 from streams.core.keystate import KeyState
@@ -12,35 +15,86 @@ from streams.core.keystate import KeyState
 Headers = tuple[tuple[str, bytes], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Incoming:
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Headers = ()
-    timestamp: float | None = None  # the record's Kafka timestamp, seconds
+    headers: Headers
+    timestamp: float | None
+    """The record's Kafka timestamp, seconds."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers = (),
+        timestamp: float | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
 
     def header(self, name: str) -> bytes | None:
-        return next((v for k, v in self.headers if k == name), None)
+        for key, value in self.headers:  # a loop: a generator costs more than most headers
+            if key == name:
+                return value
+        return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Outgoing:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: Headers = ()
-    partition: int | None = None  # None: the key's partition under the default partitioner
+    headers: Headers
+    partition: int | None
+    """None: the key's partition under the default partitioner."""
+
+    def __init__(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers = (),
+        partition: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.partition = partition
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Handled:
-    key: bytes | None = None
-    state: KeyState | None = None
-    outputs: list[Outgoing] = field(default_factory=list)
-    emitted: list[Arbitration] = field(default_factory=list)
+    key: bytes | None
+    state: KeyState | None
+    outputs: list[Outgoing]
+    emitted: list[Arbitration]
     """The decisions sent, as decided: their Decision models are built only where read."""
-    opened: KeyState | None = None
+    opened: KeyState | None
     """The key as it stood before, when its decision was open: what a settlement judges."""
+
+    def __init__(
+        self,
+        key: bytes | None = None,
+        state: KeyState | None = None,
+        outputs: list[Outgoing] | None = None,
+        emitted: list[Arbitration] | None = None,
+        opened: KeyState | None = None,
+    ) -> None:
+        self.key = key
+        self.state = state
+        self.outputs = [] if outputs is None else outputs
+        self.emitted = [] if emitted is None else emitted
+        self.opened = opened

@@ -85,9 +85,11 @@ class Rekeying:
 
     def source_class(self, record: Incoming) -> SourceClass | None:
         """A user assertion's class comes from the topic it arrived on, never from its payload."""
-        if record.topic == self.user_claims:
+        topic = record.topic
+        if topic == self.user_claims:
             return SourceClass.USER
-        carried = record.header(HEADER_SOURCE_CLASS)
-        if record.topic == self.rekeyed and carried is not None:
-            return SourceClass(carried.decode())
+        if topic == self.rekeyed:
+            carried = record.header(HEADER_SOURCE_CLASS)
+            if carried is not None:
+                return SourceClass(carried.decode())
         return None

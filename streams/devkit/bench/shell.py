@@ -1,0 +1,210 @@
+"""The worker's per-claim path without a broker: what the shell around the engine costs a claim.
+
+Beside `inprocess` (the engine alone), this room runs the bench's Avro claims through what the
+arbiter does with each batch, minus the network: `Processor.process` against each task's
+`TaskStore` (decode, admit, arbitrate, encode, charged by the processor's own StageClock), the
+loop's bookkeeping (state put, settlements, decision metrics, outcome tallies), the journal
+(`journaled`: each changed key encoded for the changelog) and the hand-off to the producer
+(`RecordCollector.enqueue` appending every record to aiokafka's batch builders, whose send is a
+no-op). `cpu_us` is the whole loop's CPU time a claim; the stages are microseconds a claim of
+wall time, as the worker's stage clocks count them, or with `--cpu-stages` of this thread's CPU
+time (the processor's stage clock pointed at `time.thread_time`: on a shared machine wall time
+swings with the load, but each stage boundary is then a system call, ~2 µs a claim's boundary
+added to the stage after it and to `cpu_us`).
+
+    python -m streams.devkit.bench.shell --claims 20000 --subjects 2400 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.structs import TopicPartition
+
+from streams.arbiter.collector import RecordCollector
+from streams.arbiter.commit import TaskBatch, journaled
+from streams.arbiter.schedule import Schedule
+from streams.core.policy import load_policy
+from streams.devkit.bench.workload import CODEC, workload
+from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics
+from streams.packaged import example_path
+from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.pipeline import processor as processor_module
+from streams.pipeline.rekey import partition_of
+from streams.settings import Settings
+from streams.sources import SourceLedgers
+from streams.stalls import COLLECTOR_HOOKS, tune_collector
+from streams.state.cache import StateCache
+from streams.state.task import TaskStore
+
+APPLY = "apply"
+"""The loop's bookkeeping of a handled record (`_Loop.apply`), which no stage clock charges."""
+SHOWN = (DECODE, ADMIT, ARBITRATE, ENCODE, APPLY, JOURNAL, PRODUCE)
+
+
+class _Sink:
+    """A producer that only builds batches: each one handed to it is built, then dropped."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(256 * 1024, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> Any:
+        batch._build()  # what the sender does before the batch goes on the wire
+        return None
+
+
+class _Tasks:
+    """What `journaled` reads of the arbiter's tasks: the changelog and each task's store."""
+
+    def __init__(self, changelog: str, partitions: int, cache: StateCache) -> None:
+        self.changelog = changelog
+        self.open = {p: _Task(TaskStore(cache)) for p in range(partitions)}
+
+
+class _Task:
+    def __init__(self, states: TaskStore) -> None:
+        self.states = states
+
+
+class _Loop:
+    """What `Arbiter._apply` does with each handled record, on the harness's tasks (the
+    console's observers aside): settlements, the key's state and timers, outcome tallies, the
+    decision metrics."""
+
+    def __init__(self, processor: Processor, tasks: _Tasks) -> None:
+        self.metrics = processor.metrics
+        self.outcomes = processor.topics.outcomes
+        self.sources = SourceLedgers(processor.policy, processor.metrics)
+        self.schedule = Schedule()
+        for partition, task in tasks.open.items():
+            self.schedule.attach(partition, task.states)
+
+    def apply(self, partition: int, store: TaskStore, batch: TaskBatch, h: Handled) -> None:
+        if h.key is not None and h.state is not None:
+            self.sources.settle(store, h)
+            store.put(h.key, h.state)
+            self.schedule.note(partition, h.key, h.state)
+        for record in h.outputs:
+            if record.topic == self.outcomes:
+                batch.tallies[record.key or b""] += int(record.value or b"1")
+            else:
+                batch.outputs.append(record)
+        if h.emitted:
+            now = time.time()
+            for arbitration in h.emitted:
+                self.metrics.decided(arbitration, now)
+                self.metrics.decision_latency.observe(0.0)
+
+
+def claim_records(settings: Settings, claims: int, subjects: int, seed: int = 1) -> list[Incoming]:
+    """The bench's claims as the arbiter reads them, each on its key's partition."""
+    topic = settings.topics.claims
+    now = time.time()
+    return [
+        Incoming(topic, partition_of(key, settings.partitions), offset, key, value, (), now)
+        for offset, (key, value) in enumerate(workload(claims, subjects, seed, topic).records)
+    ]
+
+
+def run_once(
+    settings: Settings, incoming: list[Incoming], clock: Callable[[], float]
+) -> dict[str, Any]:
+    """One pass over `incoming` with fresh state: µs a claim by stage (timed by `clock`), and
+    the loop's CPU µs a claim."""
+    setattr(processor_module, "perf_counter", clock)  # noqa: B010 (the module reads its global)
+    policy = load_policy(example_path("policy.yaml"))
+    metrics = Metrics(policy)
+    processor = Processor(settings, policy, CODEC, metrics)
+    tasks = _Tasks(settings.changelog_topic, settings.partitions, StateCache(1_000_000))
+    arbiter = _Loop(processor, tasks)
+    collector = RecordCollector(settings.changelog_topic, lambda partition, end: None)
+    collector.attach(_Sink(settings.partitions))
+    topic, outcomes = settings.topics.claims, settings.topics.outcomes
+    loop = asyncio.new_event_loop()
+    seconds = dict.fromkeys(SHOWN, 0.0)
+    alias_of = _no_alias
+    gc_started = sum(COLLECTOR_HOOKS.seconds)
+    cpu_started = time.process_time()
+    for start in range(0, len(incoming), settings.batch_size):
+        work: dict[int, TaskBatch] = {}
+        for record in incoming[start : start + settings.batch_size]:
+            store = tasks.open[record.partition].states
+            handled = processor.process(record, store.get, alias_of)
+            applying = clock()
+            batch = work.get(record.partition) or work.setdefault(record.partition, TaskBatch())
+            arbiter.apply(record.partition, store, batch, handled)
+            batch.offsets[TopicPartition(topic, record.partition)] = record.offset + 1
+            seconds[APPLY] += clock() - applying
+        journaling = clock()
+        tallies = Counter[bytes]()
+        for batch in work.values():
+            tallies.update(batch.tallies)
+        out = journaled(tasks, work)  # type: ignore[arg-type]  # reads .changelog, .open
+        out += [Outgoing(outcomes, key, str(count).encode()) for key, count in tallies.items()]
+        producing = clock()
+        loop.run_until_complete(collector.enqueue(out))
+        done = clock()
+        seconds[JOURNAL] += producing - journaling
+        seconds[PRODUCE] += done - producing
+        for partition in work:
+            tasks.open[partition].states.journaled()
+        for stage, spent in processor.stages.seconds.items():
+            if stage in seconds:
+                seconds[stage] += spent
+        metrics.flush(processor.stages)
+    cpu_s = time.process_time() - cpu_started
+    gc_s = sum(COLLECTOR_HOOKS.seconds) - gc_started
+    loop.close()
+    count = len(incoming)
+    return {
+        "claims": count,
+        "cpu_us": round(cpu_s / count * 1e6, 1),
+        "gc_us": round(gc_s / count * 1e6, 1),  # wall time, charged to the stage it fell in
+        "stage_us": {stage: round(seconds[stage] / count * 1e6, 1) for stage in SHOWN},
+    }
+
+
+def _no_alias(subject: str) -> str | None:
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--claims", type=int, default=20_000)
+    parser.add_argument("--subjects", type=int, default=2_400)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--cpu-stages", action="store_true", help="stages in CPU time, not wall")
+    parser.add_argument("--profile", metavar="FILE", help="write a cProfile of each round")
+    args = parser.parse_args()
+    clock = time.thread_time if args.cpu_stages else time.perf_counter
+    settings = Settings()
+    incoming = claim_records(settings, args.claims, args.subjects)
+    tune_collector()  # as the worker runs
+    for _ in range(args.rounds):
+        if args.profile:
+            import cProfile
+
+            with cProfile.Profile() as profile:
+                result = run_once(settings, incoming, clock)
+            profile.dump_stats(args.profile)
+        else:
+            result = run_once(settings, incoming, clock)
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
