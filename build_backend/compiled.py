@@ -22,7 +22,7 @@ MODULES_OVERRIDE = "CLAIMSTREAM_MYPYC_MODULES"
 """A comma-separated module list that replaces COMPILED for one build (to measure a candidate)."""
 
 _ENGINE = "engine_rate 3.5k -> 7.1k decisions/s wall (medians of 3, the eight compiled together)"
-_SHELL = "bench.shell 195-221 -> 173-177 µs CPU a claim (4 runs each, with summary; loaded)"
+_TRANSITIONS = "bench.shell 195-221 -> 173-177 µs CPU a claim (4 runs each; loaded)"
 _CLAIM = "core per-claim loop 5.5k -> 6.9k claims/s CPU (medians of 3, the eight compiled together)"
 _SHELL = "304.8k -> 286.2k instructions a claim (the shell interpreted, then compiled)"
 
@@ -44,8 +44,8 @@ COMPILED: dict[str, str] = {
     "streams.core.incremental": f"the one-claim shortcut of add_claim: {_CLAIM}",
     "streams.core.normalize": f"per-claim normalization and values_agree: {_CLAIM}",
     "streams.core.intake": f"admit, once per claim: {_CLAIM}",
-    "streams.core.keystate": f"the key's transitions, once per claim: {_SHELL}",
-    "streams.core.summary": f"the decision summaries those transitions make: {_SHELL}",
+    "streams.core.keystate": f"the key's transitions, once per claim: {_TRANSITIONS}",
+    "streams.core.summary": f"the decision summaries those transitions make: {_TRANSITIONS}",
     "streams.core.journal": f"the state's stored form, once per changed key: {_CLAIM}",
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
     "streams.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
