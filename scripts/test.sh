@@ -16,5 +16,7 @@ echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytes
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
     echo "== pytest, the compiled modules interpreted"
     CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \
-        tests/core tests/test_compiled.py tests/test_codec_reader.py tests/test_partitioner.py
+        tests/core tests/test_compiled.py tests/test_codec_reader.py tests/test_partitioner.py \
+        tests/test_decision_bytes.py tests/test_avro_writer.py tests/test_pipeline.py \
+        tests/test_emit_retry.py tests/test_shell_path.py
 fi
