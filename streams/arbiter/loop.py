@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from mode import Service
 
+from streams.arbiter.bookkeeping import Bookkeeping
 from streams.arbiter.collector import RecordCollector, Unawaited, producer_options
 from streams.arbiter.commit import Failed, TaskBatch, commits_for
 from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
@@ -32,7 +33,7 @@ from streams.arbiter.tasks import InputPositions, Task, Tasks
 from streams.client import client_options
 from streams.health import Pulse
 from streams.metrics import Metrics
-from streams.pipeline import Handled, Incoming, Outgoing, Processor, TaskCorrupted
+from streams.pipeline import Incoming, Outgoing, Processor, TaskCorrupted
 from streams.settings import Settings
 from streams.sources import SourceLedgers
 from streams.state.cache import StateCache
@@ -98,6 +99,9 @@ class Arbiter(Service):
         self._observers: list[Observer] = []
         self.ownership = Ownership(
             self.assignor, settings.partitions, self.tasks, self.schedule, self._observers
+        )
+        self.bookkeeping = Bookkeeping(
+            metrics, settings.topics.outcomes, self.sources, self.schedule, self._observers
         )
         self.turn = asyncio.Lock()  # a batch and a rebalance never interleave
         self.assigned_partitions: set[int] = set()
@@ -204,7 +208,8 @@ class Arbiter(Service):
                 for message in messages:
                     record = incoming(message)
                     handled = self.processor.process(record, task.states.get, self.alias_of)
-                    self._apply(task, batch, handled, record.timestamp or 0.0)
+                    received = record.timestamp or 0.0
+                    self.bookkeeping.apply(task.partition, task.states, batch, handled, received)
             except TaskCorrupted as exc:
                 log.warning("arbiter: task %d reloads from its changelog: %s", tp.partition, exc)
                 corrupted.add(tp.partition)
@@ -232,26 +237,6 @@ class Arbiter(Service):
             tallies.update(batch.tallies)
         topic = self.settings.topics.outcomes
         return [Outgoing(topic, key, str(count).encode()) for key, count in tallies.items()]
-
-    def _apply(self, task: Task, batch: TaskBatch, handled: Handled, received: float) -> None:
-        if handled.key is not None and handled.state is not None:
-            self.sources.settle(task.states, handled)
-            task.states.put(handled.key, handled.state)
-            self.schedule.note(task.partition, handled.key, handled.state)
-        for record in handled.outputs:
-            if record.topic == self.settings.topics.outcomes:
-                # Outcome counts are summed per batch: one record per field|outcome|kind.
-                batch.tallies[record.key or b""] += int(record.value or b"1")
-            else:
-                batch.outputs.append(record)
-        if handled.emitted:
-            now = time.time()
-            for arbitration in handled.emitted:
-                self.metrics.decided(arbitration, now)
-                for observe in self._observers:
-                    observe(arbitration)
-                if received > 0:
-                    self.metrics.decision_latency.observe(max(0.0, now - received))
 
     async def _repair(self, failed: Failed) -> None:
         """Close the tasks another worker fenced; rewind the ones whose commit failed."""

@@ -28,6 +28,7 @@ from typing import Any
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import TopicPartition
 
+from streams.arbiter.bookkeeping import Bookkeeping
 from streams.arbiter.collector import RecordCollector
 from streams.arbiter.commit import TaskBatch, journaled
 from streams.arbiter.schedule import Schedule
@@ -35,7 +36,7 @@ from streams.core.policy import load_policy
 from streams.devkit.bench.workload import CODEC, workload
 from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics
 from streams.packaged import example_path
-from streams.pipeline import Handled, Incoming, Outgoing, Processor
+from streams.pipeline import Incoming, Outgoing, Processor
 from streams.pipeline import processor as processor_module
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
@@ -45,7 +46,7 @@ from streams.state.cache import StateCache
 from streams.state.task import TaskStore
 
 APPLY = "apply"
-"""The loop's bookkeeping of a handled record (`_Loop.apply`), which no stage clock charges."""
+"""The loop's bookkeeping of a handled record (`Bookkeeping.apply`): no stage clock charges it."""
 SHOWN = (DECODE, ADMIT, ARBITRATE, ENCODE, APPLY, JOURNAL, PRODUCE)
 
 
@@ -79,36 +80,6 @@ class _Task:
         self.states = states
 
 
-class _Loop:
-    """What `Arbiter._apply` does with each handled record, on the harness's tasks (the
-    console's observers aside): settlements, the key's state and timers, outcome tallies, the
-    decision metrics."""
-
-    def __init__(self, processor: Processor, tasks: _Tasks) -> None:
-        self.metrics = processor.metrics
-        self.outcomes = processor.topics.outcomes
-        self.sources = SourceLedgers(processor.policy, processor.metrics)
-        self.schedule = Schedule()
-        for partition, task in tasks.open.items():
-            self.schedule.attach(partition, task.states)
-
-    def apply(self, partition: int, store: TaskStore, batch: TaskBatch, h: Handled) -> None:
-        if h.key is not None and h.state is not None:
-            self.sources.settle(store, h)
-            store.put(h.key, h.state)
-            self.schedule.note(partition, h.key, h.state)
-        for record in h.outputs:
-            if record.topic == self.outcomes:
-                batch.tallies[record.key or b""] += int(record.value or b"1")
-            else:
-                batch.outputs.append(record)
-        if h.emitted:
-            now = time.time()
-            for arbitration in h.emitted:
-                self.metrics.decided(arbitration, now)
-                self.metrics.decision_latency.observe(0.0)
-
-
 def claim_records(settings: Settings, claims: int, subjects: int, seed: int = 1) -> list[Incoming]:
     """The bench's claims as the arbiter reads them, each on its key's partition."""
     topic = settings.topics.claims
@@ -129,7 +100,11 @@ def run_once(
     metrics = Metrics(policy)
     processor = Processor(settings, policy, CODEC, metrics)
     tasks = _Tasks(settings.changelog_topic, settings.partitions, StateCache(1_000_000))
-    arbiter = _Loop(processor, tasks)
+    schedule = Schedule()
+    for partition, task in tasks.open.items():
+        schedule.attach(partition, task.states)
+    sources = SourceLedgers(processor.policy, metrics)
+    bookkeeping = Bookkeeping(metrics, settings.topics.outcomes, sources, schedule)
     collector = RecordCollector(settings.changelog_topic, lambda partition, end: None)
     collector.attach(_Sink(settings.partitions))
     topic, outcomes = settings.topics.claims, settings.topics.outcomes
@@ -145,7 +120,7 @@ def run_once(
             handled = processor.process(record, store.get, alias_of)
             applying = clock()
             batch = work.get(record.partition) or work.setdefault(record.partition, TaskBatch())
-            arbiter.apply(record.partition, store, batch, handled)
+            bookkeeping.apply(record.partition, store, batch, handled, record.timestamp or 0.0)
             batch.offsets[TopicPartition(topic, record.partition)] = record.offset + 1
             seconds[APPLY] += clock() - applying
         journaling = clock()

@@ -1,0 +1,60 @@
+"""What the loop does with a record the processor has handled, before the batch is committed.
+
+Where it sits: `loop.Arbiter._batch` hands every handled record of a batch to `apply` (the dev
+kit's shell bench, `devkit/bench/shell.py`, to the same, without a broker). The key's new state
+goes into its task's store, its timer into the schedule and its settled conflicts into the source
+ledgers; its records into the task's batch, outcome counts summed per batch; its decisions are
+counted, timed from the input record's timestamp and shown to the console's observers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from streams.arbiter.commit import TaskBatch
+from streams.arbiter.routing import Observer
+from streams.arbiter.schedule import Schedule
+from streams.metrics import Metrics
+from streams.pipeline import Handled
+from streams.sources import SourceLedgers
+from streams.state.task import TaskStore
+
+
+class Bookkeeping:
+    def __init__(
+        self,
+        metrics: Metrics,
+        outcomes: str,
+        sources: SourceLedgers,
+        schedule: Schedule,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        self.metrics = metrics
+        self.outcomes = outcomes  # the outcome-counts topic
+        self.sources = sources
+        self.schedule = schedule
+        self.observers = observers
+
+    def apply(
+        self, partition: int, store: TaskStore, batch: TaskBatch, handled: Handled, received: float
+    ) -> None:
+        """`received`: the input record's timestamp (s), 0 when it has none."""
+        if handled.key is not None and handled.state is not None:
+            self.sources.settle(store, handled)
+            store.put(handled.key, handled.state)
+            self.schedule.note(partition, handled.key, handled.state)
+        for record in handled.outputs:
+            if record.topic == self.outcomes:
+                # Outcome counts are summed per batch: one record per field|outcome|kind.
+                batch.tallies[record.key or b""] += int(record.value or b"1")
+            else:
+                batch.outputs.append(record)
+        if handled.emitted:
+            now = time.time()
+            for arbitration in handled.emitted:
+                self.metrics.decided(arbitration, now)
+                for observe in self.observers:
+                    observe(arbitration)
+                if received > 0:
+                    self.metrics.decision_latency.observe(max(0.0, now - received))
