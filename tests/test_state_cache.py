@@ -155,3 +155,37 @@ def test_the_estimate_follows_what_decoded_states_measure() -> None:
         tracemalloc.stop()
     estimated = sum(decoded_bytes(state) for state in decoded) - KEY_BYTES * len(decoded)
     assert 0.7 < estimated / measured < 1.4, (estimated, measured)
+
+
+def test_the_estimate_follows_what_states_after_a_transition_measure() -> None:
+    """A state a transition left holds its arbitration and the decision built from it, as the
+    worker's cache keeps it: the estimate counts them too."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        states: dict[str, KeyState] = {}
+        for data in generate_claims(6000, NOW, seed=7, subjects=800, bad_share=0.0):
+            try:
+                claim: Claim = parse_claim(data)
+                admitted = admit(claim, POLICY, NOW)
+            except ContractError:
+                continue
+            rules = POLICY.rules_for(claim.field)
+            assert rules is not None
+            key = state_key(claim.subject, claim.field)
+            step = add_claim(states.get(key), admitted, rules, POLICY.version, NOW, Limits())
+            if step.arbitration is not None:
+                assert step.arbitration.decision is not None  # built, as emitting it does
+            states[key] = step.state
+        held = [state for state in states.values() if state.arbitration is not None]
+        with_arbitration = sum(decoded_bytes(state) for state in held)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for state in held:
+            state.arbitration = None
+        gc.collect()
+        measured = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    estimated = with_arbitration - sum(decoded_bytes(state) for state in held)
+    assert 0.7 < estimated / measured < 1.4, (estimated, measured)
