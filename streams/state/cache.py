@@ -1,7 +1,8 @@
 """The decoded states of a worker's most recently used keys, shared by its tasks.
 
-A decoded KeyState (admitted claims, decision summaries, datetimes, precomputed orderings) takes
-about six times its encoded form, what the changelog and the key stores hold. So every key is
+A decoded KeyState (admitted claims, decision summaries, datetimes, precomputed orderings, and
+after a transition its last arbitration) takes five to ten times its encoded form, what the
+changelog and the key stores hold. So every key is
 kept encoded, and the decoded states of the most recently used keys sit here, at most `capacity`
 of them and at most `capacity_bytes` by their estimated size (`decoded_bytes`): a key outside
 the cache costs one decode when it is next touched. Each entry names the task store that put it,
