@@ -126,10 +126,11 @@ def test_a_read_through_a_byte_bounded_cache_is_the_decode_of_the_stored_bytes(
         assert cache.misses == misses + (cached is None)
 
 
-def _workload_states(count: int, subjects: int) -> list[bytes]:
-    """The encoded states a generated workload leaves, as a worker's key store holds them."""
+def _transitioned(count: int, subjects: int, seed: int = 5) -> list[KeyState]:
+    """The states a generated workload leaves, each with its last arbitration and the decision
+    built from it (as emitting it does), as the worker's cache holds them."""
     states: dict[str, KeyState] = {}
-    for data in generate_claims(count, NOW, seed=5, subjects=subjects, bad_share=0.0):
+    for data in generate_claims(count, NOW, seed=seed, subjects=subjects, bad_share=0.0):
         try:
             claim: Claim = parse_claim(data)
             admitted = admit(claim, POLICY, NOW)
@@ -139,8 +140,15 @@ def _workload_states(count: int, subjects: int) -> list[bytes]:
         assert rules is not None
         key = state_key(claim.subject, claim.field)
         step = add_claim(states.get(key), admitted, rules, POLICY.version, NOW, Limits())
+        if step.arbitration is not None:
+            assert step.arbitration.decision is not None
         states[key] = step.state
-    return [encode_state(state) for state in states.values()]
+    return list(states.values())
+
+
+def _workload_states(count: int, subjects: int) -> list[bytes]:
+    """The encoded states a generated workload leaves, as a worker's key store holds them."""
+    return [encode_state(state) for state in _transitioned(count, subjects)]
 
 
 def test_the_estimate_follows_what_decoded_states_measure() -> None:
@@ -163,21 +171,8 @@ def test_the_estimate_follows_what_states_after_a_transition_measure() -> None:
     gc.collect()
     tracemalloc.start()
     try:
-        states: dict[str, KeyState] = {}
-        for data in generate_claims(6000, NOW, seed=7, subjects=800, bad_share=0.0):
-            try:
-                claim: Claim = parse_claim(data)
-                admitted = admit(claim, POLICY, NOW)
-            except ContractError:
-                continue
-            rules = POLICY.rules_for(claim.field)
-            assert rules is not None
-            key = state_key(claim.subject, claim.field)
-            step = add_claim(states.get(key), admitted, rules, POLICY.version, NOW, Limits())
-            if step.arbitration is not None:
-                assert step.arbitration.decision is not None  # built, as emitting it does
-            states[key] = step.state
-        held = [state for state in states.values() if state.arbitration is not None]
+        states = _transitioned(6000, 800, seed=7)
+        held = [state for state in states if state.arbitration is not None]
         with_arbitration = sum(decoded_bytes(state) for state in held)
         gc.collect()
         before = tracemalloc.get_traced_memory()[0]
