@@ -9,37 +9,63 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
+from typing import Final
 
 from streams.core.intake import AdmittedClaim
 from streams.core.normalize import values_agree
 
-RECENCY = attrgetter("recency")
+RECENCY: Final = attrgetter("recency")
 """Sort key: oldest first, then by claim_id, so that the order does not depend on arrival."""
-_STATEMENT = attrgetter("statement")
+_STATEMENT: Final = attrgetter("statement")
 
 
-def distinct(claims: Iterable[AdmittedClaim]) -> tuple[list[AdmittedClaim], set[str]]:
+def distinct(claims: Iterable[AdmittedClaim]) -> tuple[list[AdmittedClaim], frozenset[str]]:
     """The claims once each (oldest first), and the ids used for claims that say different
     things: no version of those counts as evidence, whichever arrived first."""
     claims = claims if isinstance(claims, list) else list(claims)
-    if len({a.claim.claim_id for a in claims}) == len(claims):
-        return by_recency(claims), set()
+    if _all_differ(claims, _ID):
+        return by_recency(claims), _NONE_DISPUTED
     by_id: dict[str, AdmittedClaim] = {}
     disputed: set[str] = set()
     for admitted in claims:
-        claim_id = admitted.claim.claim_id
+        claim_id = admitted.claim_id
         seen = by_id.get(claim_id)
         if seen is None:
             by_id[claim_id] = admitted
         elif seen is not admitted and not seen.same_content(admitted):
             disputed.add(claim_id)
-    return by_recency([a for claim_id, a in by_id.items() if claim_id not in disputed]), disputed
+    kept = [a for claim_id, a in by_id.items() if claim_id not in disputed]
+    return by_recency(kept), frozenset(disputed)
 
 
-_SHORT = 16
+_NONE_DISPUTED: Final[frozenset[str]] = frozenset()
+"""What `distinct` finds disputed where every id is used once: one empty set, not a new one
+per arbitration."""
+
+
+_SHORT: Final = 16
 """Up to this many claims (a key's usual count) are sorted by insertion, compared attribute by
-attribute in compiled code: `sorted` with a key calls the key getter once per claim and its
-keyword argument is parsed per call, which for a handful of claims costs more than the sort."""
+attribute in compiled code: `sorted` with a key calls the key getter once per claim (which boxes
+the attribute's tuple) and its keyword argument is parsed per call, which for a handful of
+claims costs more than the sort. Likewise they are checked for repeats pair by pair, not through
+a set."""
+
+_ID: Final = 0
+_LINEAGE: Final = 1
+
+
+def _all_differ(claims: Sequence[AdmittedClaim], part: int) -> bool:
+    """Whether no two claims share a claim_id (`part` `_ID`) or a lineage (`_LINEAGE`)."""
+    count = len(claims)
+    if count > _SHORT:
+        seen = {a.claim_id if part == _ID else a.lineage for a in claims}
+        return len(seen) == count
+    for i in range(1, count):
+        mine = claims[i].claim_id if part == _ID else claims[i].lineage
+        for j in range(i):
+            if (claims[j].claim_id if part == _ID else claims[j].lineage) == mine:
+                return False
+    return True
 
 
 def by_recency(claims: Sequence[AdmittedClaim]) -> list[AdmittedClaim]:
@@ -72,18 +98,51 @@ def _earlier(a: AdmittedClaim, b: AdmittedClaim) -> bool:
     """`a.recency < b.recency`, by its parts: the instants as integers, then the claim ids (the
     tuples themselves would be boxed to be compared)."""
     a_us, b_us = a.observed_us, b.observed_us
-    return a_us < b_us or (a_us == b_us and a.recency[1] < b.recency[1])
+    return a_us < b_us or (a_us == b_us and a.claim_id < b.claim_id)
+
+
+def by_statement(claims: Sequence[AdmittedClaim]) -> list[AdmittedClaim]:
+    """`sorted(claims, key=_STATEMENT)`: by status and value in `statement_order`, then by
+    claim_id (stable, as `sorted`)."""
+    if len(claims) > _SHORT:
+        return sorted(claims, key=_STATEMENT)
+    ordered = list(claims)
+    for i in range(1, len(ordered)):
+        admitted = ordered[i]
+        j = i
+        while j > 0 and _said_before(admitted, ordered[j - 1]):
+            ordered[j] = ordered[j - 1]
+            j -= 1
+        ordered[j] = admitted
+    return ordered
+
+
+def _said_before(a: AdmittedClaim, b: AdmittedClaim) -> bool:
+    """`a.statement < b.statement`, part by part (as `_earlier`). A part that is equal by `==`
+    passes on to the next, as in a tuple's comparison; a number's part is never NaN (normalize
+    refuses it), so `==` and `<` order the floats as the tuples would."""
+    mine, theirs = a.statement, b.statement
+    said, other = mine[0], theirs[0]
+    if said[0] != other[0]:
+        return said[0] < other[0]
+    if said[1] != other[1]:
+        return said[1] < other[1]
+    if said[2] != other[2]:
+        return said[2] < other[2]
+    if said[3] != other[3]:
+        return said[3] < other[3]
+    return mine[1] < theirs[1]
 
 
 def agrees(a: AdmittedClaim, b: AdmittedClaim, tolerance: float) -> bool:
-    return a.claim.status == b.claim.status and values_agree(a.value, b.value, tolerance)
+    return a.status == b.status and values_agree(a.value, b.value, tolerance)
 
 
 def clusters(claims: Sequence[AdmittedClaim], tolerance: float) -> list[list[AdmittedClaim]]:
     """Group claims by status and value; floats within `tolerance` of a group's smallest member
     join it. Sorting first makes the grouping independent of arrival order."""
     groups: list[list[AdmittedClaim]] = []
-    for admitted in sorted(claims, key=_STATEMENT):
+    for admitted in by_statement(claims):
         if groups and agrees(groups[-1][0], admitted, tolerance):
             groups[-1].append(admitted)
         else:
@@ -96,7 +155,7 @@ def newest_in_lineages(
 ) -> tuple[list[AdmittedClaim], list[AdmittedClaim]] | None:
     """Within one lineage a newer observation replaces an older one that says otherwise: the
     claims kept and the ones superseded, or None where each claim is a lineage of its own."""
-    if len({a.lineage for a in claims}) == len(claims):
+    if _all_differ(claims, _LINEAGE):
         return None
     lineages: dict[str, list[AdmittedClaim]] = {}
     for admitted in claims:

@@ -14,6 +14,7 @@ import hashlib
 from bisect import insort
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from streams.core.agreement import RECENCY
 from streams.core.contracts import (
@@ -37,7 +38,7 @@ from streams.core.policy import FieldRules, OnConflict
 
 Roles = dict[str, EvidenceRole]
 
-_CONFLICT_ACTIONS = {
+_CONFLICT_ACTIONS: Final = {
     OnConflict.BLOCK: Action.BLOCK,
     OnConflict.DEGRADE: Action.DEGRADE,
     OnConflict.SURFACE: Action.CONTINUE,
@@ -55,7 +56,7 @@ def _action_of(outcome: Outcome, on_conflict: OnConflict) -> Action:
     return _CONFLICT_ACTIONS[on_conflict]
 
 
-_ACTIONS = {c: {o: _action_of(o, c) for o in Outcome} for c in OnConflict}
+_ACTIONS: Final = {c: {o: _action_of(o, c) for o in Outcome} for c in OnConflict}
 """What a decision asks of its readers, by the field's on_conflict and then its outcome: a table
 worked out once (reading enum members per decision is slow, see `members.py`), nested so that
 a lookup builds no key tuple."""
@@ -130,7 +131,7 @@ class Verdict:
         return f"Verdict{self._fields()!r}"
 
 
-_PRECEDENCE = {authority: f"{authority.value}_precedence" for authority in Authority}
+_PRECEDENCE: Final = {authority: f"{authority.value}_precedence" for authority in Authority}
 """The reason of a verdict resolved by each authority's precedence (`.value` is a Python
 property: read once here, not per decision)."""
 
@@ -141,7 +142,7 @@ def resolved_by(winner: AdmittedClaim, tiebreak: str | None) -> Verdict:
         RESOLVED,
         "most_recent" if tiebreak else _PRECEDENCE[winner.authority],
         None,
-        winner.claim.status,
+        winner.status,
         winner.value,
         tiebreak,
         None,
@@ -293,7 +294,7 @@ class Arbitration:
                 "tiebreak": verdict.tiebreak,
                 "resolution_id": verdict.resolution_id,
                 "evidence": tuple(
-                    constructed(Evidence, evidence_fields(a, roles[a.claim.claim_id]))
+                    constructed(Evidence, evidence_fields(a, roles[a.claim_id]))
                     for a in self._claims
                 ),
                 "decided_at": self._decided_at,
@@ -406,11 +407,11 @@ def decision_id(
     return f"dec_{hasher.hexdigest()}"
 
 
-_BLAKE2B = hashlib.blake2b(digest_size=12)
+_BLAKE2B: Final = hashlib.blake2b(digest_size=12)
 """The empty hasher every id starts from: a copy costs less than a new one (whose keyword
 arguments are parsed on every call)."""
 
-_TEXT: dict[Outcome | ConflictKind | ClaimStatus | Action | None, str] = {
+_TEXT: Final[dict[Outcome | ConflictKind | ClaimStatus | Action | None, str]] = {
     member: member.value for kind in (Outcome, ConflictKind, ClaimStatus, Action) for member in kind
 }
 """Each enum member as the id formats it (its value), and None as `None`: read here, not
@@ -476,7 +477,7 @@ def _epoch_event(decision: Decision, shift: EpochShift) -> EpochChange:
 def _reobserve_request(
     decision: Decision, claims: list[AdmittedClaim], roles: Roles
 ) -> ReobserveRequest:
-    held = [a for a in claims if roles[a.claim.claim_id] is EvidenceRole.QUARANTINED]
+    held = [a for a in claims if roles[a.claim_id] is EvidenceRole.QUARANTINED]
     epochs = [a.claim.epoch for a in held if a.claim.epoch is not None]
     return ReobserveRequest(
         request_id=f"reobs_{decision.decision_id.removeprefix('dec_')}",

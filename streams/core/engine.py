@@ -173,9 +173,9 @@ def _no_evidence(claims: list[AdmittedClaim], context: Context) -> StepResult | 
     now says nothing about now."""
     now, kept, roles = micros(context.now), [], {}
     for admitted in claims:
-        claim, start = admitted.claim, admitted.valid_from_us
-        if claim.status in NO_EVIDENCE_STATUSES or (start is not None and start > now):
-            roles[claim.claim_id] = EXCLUDED
+        start = admitted.valid_from_us
+        if admitted.status in NO_EVIDENCE_STATUSES or (start is not None and start > now):
+            roles[admitted.claim_id] = EXCLUDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -209,7 +209,7 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
         start, end = admitted.valid_from_us, admitted.valid_to_us
         begins = admitted.observed_us if start is None else start
         if closed_at is not None and begins < closed_at and (end is None or end <= closed_at):
-            roles[admitted.claim.claim_id] = SUPERSEDED
+            roles[admitted.claim_id] = SUPERSEDED
         else:
             kept.append(admitted)
     return StepResult(kept, roles) if roles else None
@@ -226,7 +226,7 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
         end = admitted.valid_to_us
         aged = too_old is not None and admitted.observed_us < too_old
         if aged or (end is not None and end <= now):
-            roles[admitted.claim.claim_id] = STALE
+            roles[admitted.claim_id] = STALE
         else:
             kept.append(admitted)
     if kept:
@@ -249,7 +249,7 @@ def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult 
         if admitted.claim.epoch is not None:
             kept.append(admitted)
         elif admitted.observes:
-            roles[admitted.claim.claim_id] = EvidenceRole.QUARANTINED
+            roles[admitted.claim_id] = EvidenceRole.QUARANTINED
             context.unanchored.append(admitted)
         else:
             context.weaker.append(admitted)
@@ -276,16 +276,16 @@ def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult |
             to_epoch=newest,
             previous_value=newest_claim(before).value,
             new_value=newest_claim(current).value,
-            claim_ids=[a.claim.claim_id for a in before + current],
+            claim_ids=[a.claim_id for a in before + current],
         )
         if rules.epoch_change is EpochChangeRule.REOBSERVE and not confirmed(
             current, rules.tolerance
         ):
-            roles = {a.claim.claim_id: EvidenceRole.QUARANTINED for a in current + older}
+            roles = {a.claim_id: EvidenceRole.QUARANTINED for a in current + older}
             roles.update(_all_contested(context.weaker))
             verdict = Verdict(QUARANTINED, "cross_epoch_change", ConflictKind.CROSS_EPOCH)
             return StepResult(current, roles, verdict)
-    return StepResult(current, {a.claim.claim_id: SUPERSEDED for a in older})
+    return StepResult(current, {a.claim_id: SUPERSEDED for a in older})
 
 
 def _authority(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -308,7 +308,7 @@ def _lineage(claims: list[AdmittedClaim], context: Context) -> StepResult | None
     if split is None:
         return None  # one claim per lineage: nothing to supersede
     kept, superseded = split
-    return StepResult(kept, {a.claim.claim_id: SUPERSEDED for a in superseded})
+    return StepResult(kept, {a.claim_id: SUPERSEDED for a in superseded})
 
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
@@ -323,8 +323,8 @@ def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
 
 def _existence(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """present against not_found at the top is an existence conflict, never "prefer present"."""
-    first = claims[0].claim.status
-    if any(a.claim.status is not first for a in claims):
+    first = claims[0].status
+    if any(a.status is not first for a in claims):
         return _conflict(claims, context, EXISTENCE_CONFLICT, "existence_conflict")
     return None
 
@@ -338,8 +338,8 @@ def _value(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     kept = newest_group(groups) if context.rules.on_conflict is MOST_RECENT else None
     if kept is None:
         return _conflict(claims, context, VALUE_CONFLICT, "authority_conflict")
-    kept_ids = {a.claim.claim_id for a in kept}
-    roles = {a.claim.claim_id: CONTESTED for a in claims if a.claim.claim_id not in kept_ids}
+    kept_ids = {a.claim_id for a in kept}
+    roles = {a.claim_id: CONTESTED for a in claims if a.claim_id not in kept_ids}
     context.tiebreak = MOST_RECENT.value
     return StepResult(kept, roles)
 
@@ -350,19 +350,19 @@ def _corroboration(claims: list[AdmittedClaim], context: Context) -> StepResult 
     Claims of one lineage, or of one source, are one observation; assertions are none."""
     winner = newest_claim(claims)
     tolerance = context.rules.tolerance
-    roles = dict.fromkeys([a.claim.claim_id for a in claims], CORROBORATING)
-    roles[winner.claim.claim_id] = WINNER
+    roles = dict.fromkeys([a.claim_id for a in claims], CORROBORATING)
+    roles[winner.claim_id] = WINNER
     context.winner = winner
     agreeing_weaker = []
     for admitted in context.weaker:
         if agrees(admitted, winner, tolerance):
-            roles[admitted.claim.claim_id] = CORROBORATING
+            roles[admitted.claim_id] = CORROBORATING
             agreeing_weaker.append(admitted)
         else:
-            roles[admitted.claim.claim_id] = CONTESTED
+            roles[admitted.claim_id] = CONTESTED
     required = context.rules.min_independent_sources
     if required > 1 and independent(claims + agreeing_weaker) < required:
-        roles[winner.claim.claim_id] = CORROBORATING
+        roles[winner.claim_id] = CORROBORATING
         return StepResult(claims, roles, Verdict(INSUFFICIENT, "too_few_independent_sources"))
     return StepResult(claims, roles, resolved_by(winner, context.tiebreak))
 
@@ -376,7 +376,7 @@ def _unanchored(claims: list[AdmittedClaim], context: Context) -> StepResult | N
         not context.unanchored
         or verdict.outcome is not RESOLVED
         or all(
-            a.claim.status == verdict.status
+            a.status == verdict.status
             and values_agree(a.value, verdict.value, context.rules.tolerance)
             for a in context.unanchored
         )
@@ -400,7 +400,7 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
     in_play = claims + context.weaker + context.unanchored
 
     def settled(admitted: AdmittedClaim) -> bool:
-        return admitted.claim.status == chosen.status and values_agree(
+        return admitted.status == chosen.status and values_agree(
             admitted.value, chosen.value, tolerance
         )
 
@@ -408,7 +408,7 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
         a.observes and a.claim.observed_at > chosen.decided_at and not settled(a) for a in in_play
     ):
         return None
-    roles = {a.claim.claim_id: CORROBORATING if settled(a) else CONTESTED for a in in_play}
+    roles = {a.claim_id: CORROBORATING if settled(a) else CONTESTED for a in in_play}
     manual = Verdict(
         RESOLVED,
         "manual",
@@ -432,4 +432,4 @@ def _conflict(
 
 
 def _all_contested(claims: Iterable[AdmittedClaim]) -> Roles:
-    return {a.claim.claim_id: CONTESTED for a in claims}
+    return {a.claim_id: CONTESTED for a in claims}

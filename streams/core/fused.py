@@ -73,11 +73,10 @@ def arbitrate_plain(
     live: list[AdmittedClaim] = []
     top_rank, any_stale = ASSERTED_RANK, False
     for admitted in kept:
-        claim = admitted.claim
-        if claim.status in NO_EVIDENCE_STATUSES:
-            roles[claim.claim_id] = EXCLUDED
+        if admitted.status in NO_EVIDENCE_STATUSES:
+            roles[admitted.claim_id] = EXCLUDED
         elif too_old is not None and admitted.observed_us < too_old:
-            roles[claim.claim_id] = STALE
+            roles[admitted.claim_id] = STALE
             any_stale = True
         else:
             live.append(admitted)
@@ -126,10 +125,10 @@ def _decide_top(
         if split is not None:
             top, superseded = split
             for admitted in superseded:
-                roles[admitted.claim.claim_id] = SUPERSEDED
-        first = top[0].claim.status
+                roles[admitted.claim_id] = SUPERSEDED
+        first = top[0].status
         for admitted in top:
-            if admitted.claim.status is not first:
+            if admitted.status is not first:
                 _contest(top, roles)
                 _contest(weaker, roles)
                 return Verdict(CONFLICT, "existence_conflict", EXISTENCE_CONFLICT), None
@@ -145,22 +144,22 @@ def _decide_top(
             tiebreak = MOST_RECENT.value
     winner = newest_claim(top)
     for admitted in top:
-        roles[admitted.claim.claim_id] = CORROBORATING
-    roles[winner.claim.claim_id] = WINNER
+        roles[admitted.claim_id] = CORROBORATING
+    roles[winner.claim_id] = WINNER
     agreeing_weaker = []
     for admitted in weaker:
         if agrees(admitted, winner, tolerance):
-            roles[admitted.claim.claim_id] = CORROBORATING
+            roles[admitted.claim_id] = CORROBORATING
             agreeing_weaker.append(admitted)
         else:
-            roles[admitted.claim.claim_id] = CONTESTED
+            roles[admitted.claim_id] = CONTESTED
     required = rules.min_independent_sources
     if required > 1 and independent(top + agreeing_weaker) < required:
-        roles[winner.claim.claim_id] = CORROBORATING
+        roles[winner.claim_id] = CORROBORATING
         return Verdict(INSUFFICIENT, "too_few_independent_sources"), winner
     return resolved_by(winner, tiebreak), winner
 
 
 def _contest(claims: list[AdmittedClaim], roles: Roles) -> None:
     for admitted in claims:
-        roles[admitted.claim.claim_id] = CONTESTED
+        roles[admitted.claim_id] = CONTESTED

@@ -55,6 +55,7 @@ class AdmittedClaim:
     __slots__ = (
         "authority",
         "claim",
+        "claim_id",
         "evidence_avro",
         "journaled",
         "lineage",
@@ -65,12 +66,17 @@ class AdmittedClaim:
         "recency",
         "scope_key",
         "statement",
+        "status",
         "valid_from_us",
         "valid_to_us",
         "value",
     )
 
     claim: ClaimFields
+    claim_id: str
+    status: ClaimStatus
+    """`claim.claim_id` and `claim.status`, read natively: the engine reads them per claim
+    several times a decision, where the claim's own attributes are Python lookups."""
     authority: Authority
     value: Value
     lineage: str
@@ -103,12 +109,13 @@ class AdmittedClaim:
         self.value = value
         self.lineage = lineage
         self.rank = rank = AUTHORITY_RANKS[authority]
-        claim_id = claim.claim_id
+        self.claim_id = claim_id = claim.claim_id
         self.observed_us = observed = claim.observed_us
         self.valid_from_us = start = claim.valid_from_us
         self.valid_to_us = end = claim.valid_to_us
         self.recency = (observed, claim_id)
-        self.statement = (statement_order(_STATUS_TEXT[claim.status], value), claim_id)
+        self.status = status = claim.status
+        self.statement = (statement_order(_STATUS_TEXT[status], value), claim_id)
         self.observes = rank < ASSERTED_RANK
         scope = claim.scope
         self.scope_key = None if scope is None else normalize_scope(scope)

@@ -9,24 +9,26 @@ attribute hook, about twenty times the cost of reading a module constant (measur
 
 from __future__ import annotations
 
+from typing import Final
+
 from streams.core.contracts import ClaimStatus, ConflictKind, EvidenceRole, Outcome
 from streams.core.policy import OnConflict
 
-RESOLVED = Outcome.RESOLVED
-CONFLICT = Outcome.CONFLICT
-INSUFFICIENT = Outcome.INSUFFICIENT
-QUARANTINED = Outcome.QUARANTINED
+RESOLVED: Final = Outcome.RESOLVED
+CONFLICT: Final = Outcome.CONFLICT
+INSUFFICIENT: Final = Outcome.INSUFFICIENT
+QUARANTINED: Final = Outcome.QUARANTINED
 
-WINNER = EvidenceRole.WINNER
-CORROBORATING = EvidenceRole.CORROBORATING
-CONTESTED = EvidenceRole.CONTESTED
-SUPERSEDED = EvidenceRole.SUPERSEDED
-STALE = EvidenceRole.STALE
-EXCLUDED = EvidenceRole.EXCLUDED
+WINNER: Final = EvidenceRole.WINNER
+CORROBORATING: Final = EvidenceRole.CORROBORATING
+CONTESTED: Final = EvidenceRole.CONTESTED
+SUPERSEDED: Final = EvidenceRole.SUPERSEDED
+STALE: Final = EvidenceRole.STALE
+EXCLUDED: Final = EvidenceRole.EXCLUDED
 
-EXISTENCE_CONFLICT = ConflictKind.EXISTENCE
-VALUE_CONFLICT = ConflictKind.VALUE
+EXISTENCE_CONFLICT: Final = ConflictKind.EXISTENCE
+VALUE_CONFLICT: Final = ConflictKind.VALUE
 
-PRESENT = ClaimStatus.PRESENT
+PRESENT: Final = ClaimStatus.PRESENT
 
-MOST_RECENT = OnConflict.MOST_RECENT
+MOST_RECENT: Final = OnConflict.MOST_RECENT
