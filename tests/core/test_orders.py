@@ -1,18 +1,30 @@
-"""The engine's orderings by recency: the same claims, in the same order, as `sorted` and `max`.
+"""The engine's orderings by recency and by statement: the same claims, in the same order, as
+`sorted` and `max`.
 
-`agreement.by_recency` and `agreement.newest_claim` compare claims part by part rather than
-through the `RECENCY` key; this holds them equal to `sorted(key=RECENCY)` and `max(key=RECENCY)`
-over generated claims, ties (one claim twice, one id at one instant) and long lists included.
+`agreement.by_recency`, `agreement.newest_claim` and `agreement.by_statement` compare claims part
+by part rather than through the `RECENCY` and statement keys, and a key's handful of claims is
+checked for repeated ids and lineages pair by pair; this holds them equal to `sorted`, `max` and
+a set over generated claims, ties (one claim twice, one id at one instant, equal values) and long
+lists included.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from operator import attrgetter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.agreement import RECENCY, by_recency, newest_claim
+from streams.core.agreement import (
+    _ID,
+    _LINEAGE,
+    RECENCY,
+    _all_differ,
+    by_recency,
+    by_statement,
+    newest_claim,
+)
 from streams.core.contracts import Claim
 from streams.core.intake import AdmittedClaim, admit
 from tests.core.conftest import NOW
@@ -53,3 +65,44 @@ def test_by_recency_orders_as_sorted_by_the_recency_key(claims: list[AdmittedCla
 @given(claims=admitted_claims())
 def test_newest_claim_is_the_max_by_the_recency_key(claims: list[AdmittedClaim]) -> None:
     assert newest_claim(claims) is max(claims, key=RECENCY)
+
+
+@st.composite
+def stated_claims(draw: st.DrawFn) -> list[AdmittedClaim]:
+    """Numbers and absences about one field, equal values and ids repeated (so that statements
+    tie part by part), some admitted twice, up to past the insertion sort's length."""
+    made: list[AdmittedClaim] = []
+    for _ in range(draw(st.integers(min_value=1, max_value=24))):
+        if made and draw(st.integers(0, 3)) == 0:
+            made.append(draw(st.sampled_from(made)))
+            continue
+        present = draw(st.integers(0, 3)) > 0
+        claim = Claim(
+            claim_id=f"c{draw(st.integers(min_value=0, max_value=5))}",
+            subject="svc:api",
+            field="api.latency",
+            status="present" if present else "not_found",
+            value=draw(st.sampled_from([120.0, 120.4, -0.0, 0.0, 7.0])) if present else None,
+            unit="ms" if present else None,
+            source=draw(st.sampled_from(["apm-agent", "synthetic-probe", "chat"])),
+            observed_at=NOW - timedelta(seconds=draw(st.integers(min_value=0, max_value=3))),
+        )
+        made.append(admit(claim, POLICY, NOW))
+    return made
+
+
+@settings(max_examples=400, deadline=None)
+@given(claims=stated_claims())
+def test_by_statement_orders_as_sorted_by_the_statement_key(claims: list[AdmittedClaim]) -> None:
+    ordered = by_statement(claims)
+    expected = sorted(claims, key=attrgetter("statement"))
+    assert [id(a) for a in ordered] == [id(a) for a in expected]
+
+
+@settings(max_examples=400, deadline=None)
+@given(claims=st.one_of(admitted_claims(), stated_claims()))
+def test_repeats_are_found_pair_by_pair_as_by_a_set(claims: list[AdmittedClaim]) -> None:
+    """`distinct` and `newest_in_lineages` skip their work where no id, or no lineage, repeats."""
+    ids, lineages = {a.claim_id for a in claims}, {a.lineage for a in claims}
+    assert _all_differ(claims, _ID) is (len(ids) == len(claims))
+    assert _all_differ(claims, _LINEAGE) is (len(lineages) == len(claims))
