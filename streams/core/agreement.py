@@ -54,7 +54,7 @@ _ID: Final = 0
 _LINEAGE: Final = 1
 
 
-def _all_differ(claims: Sequence[AdmittedClaim], part: int) -> bool:
+def _all_differ(claims: list[AdmittedClaim], part: int) -> bool:
     """Whether no two claims share a claim_id (`part` `_ID`) or a lineage (`_LINEAGE`)."""
     count = len(claims)
     if count > _SHORT:
@@ -68,7 +68,7 @@ def _all_differ(claims: Sequence[AdmittedClaim], part: int) -> bool:
     return True
 
 
-def by_recency(claims: Sequence[AdmittedClaim]) -> list[AdmittedClaim]:
+def by_recency(claims: list[AdmittedClaim]) -> list[AdmittedClaim]:
     """`sorted(claims, key=RECENCY)`: oldest first, then by claim_id (stable, as `sorted`)."""
     if len(claims) > _SHORT:
         return sorted(claims, key=RECENCY)
@@ -83,7 +83,7 @@ def by_recency(claims: Sequence[AdmittedClaim]) -> list[AdmittedClaim]:
     return ordered
 
 
-def newest_claim(claims: Sequence[AdmittedClaim]) -> AdmittedClaim:
+def newest_claim(claims: list[AdmittedClaim]) -> AdmittedClaim:
     """`max(claims, key=RECENCY)`: the latest observation, ties broken by claim_id (the first of
     equals, as `max`)."""
     latest = claims[0]
@@ -101,7 +101,7 @@ def _earlier(a: AdmittedClaim, b: AdmittedClaim) -> bool:
     return a_us < b_us or (a_us == b_us and a.claim_id < b.claim_id)
 
 
-def by_statement(claims: Sequence[AdmittedClaim]) -> list[AdmittedClaim]:
+def by_statement(claims: list[AdmittedClaim]) -> list[AdmittedClaim]:
     """`sorted(claims, key=_STATEMENT)`: by status and value in `statement_order`, then by
     claim_id (stable, as `sorted`)."""
     if len(claims) > _SHORT:
@@ -138,7 +138,7 @@ def agrees(a: AdmittedClaim, b: AdmittedClaim, tolerance: float) -> bool:
     return a.status == b.status and values_agree(a.value, b.value, tolerance)
 
 
-def clusters(claims: Sequence[AdmittedClaim], tolerance: float) -> list[list[AdmittedClaim]]:
+def clusters(claims: list[AdmittedClaim], tolerance: float) -> list[list[AdmittedClaim]]:
     """Group claims by status and value; floats within `tolerance` of a group's smallest member
     join it. Sorting first makes the grouping independent of arrival order."""
     groups: list[list[AdmittedClaim]] = []
@@ -151,7 +151,7 @@ def clusters(claims: Sequence[AdmittedClaim], tolerance: float) -> list[list[Adm
 
 
 def newest_in_lineages(
-    claims: Sequence[AdmittedClaim], tolerance: float
+    claims: list[AdmittedClaim], tolerance: float
 ) -> tuple[list[AdmittedClaim], list[AdmittedClaim]] | None:
     """Within one lineage a newer observation replaces an older one that says otherwise: the
     claims kept and the ones superseded, or None where each claim is a lineage of its own."""
@@ -194,7 +194,7 @@ def confirmed(current: list[AdmittedClaim], tolerance: float) -> bool:
     return len({a.observed_us for a in observed}) >= 2 or independent(observed) >= 2
 
 
-def independent(claims: Sequence[AdmittedClaim]) -> int:
+def independent(claims: list[AdmittedClaim]) -> int:
     """How many independent observations: claims sharing a lineage or a source are one;
     assertions and inferences count for none."""
     parent: dict[str, str] = {}
@@ -211,7 +211,7 @@ def independent(claims: Sequence[AdmittedClaim]) -> int:
 
 
 def same_statements(
-    current: Sequence[AdmittedClaim], before: Sequence[AdmittedClaim], tolerance: float
+    current: list[AdmittedClaim], before: list[AdmittedClaim], tolerance: float
 ) -> bool:
     """Whether two groups of claims say the same things, by the field's own equality."""
     mine, theirs = clusters(current, tolerance), clusters(before, tolerance)

@@ -97,14 +97,15 @@ def arbitrate(
     (`fused.py`) where every claim is plain and no resolution is in play, else by running
     `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its id
     to a verdict that did not change."""
-    claims = claims if type(claims) is tuple or isinstance(claims, list) else list(claims)
+    # A list, whatever was passed: the steps index and iterate it natively.
+    said = claims if isinstance(claims, list) else list(claims)
     resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
-    if applies(claims, resolutions):
+    if applies(said, resolutions):
         return arbitrate_plain(
-            subject, field, claims, rules, policy_version, now, supersedes, previous
+            subject, field, said, rules, policy_version, now, supersedes, previous
         )
     return run_rules(
-        subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+        subject, field, said, rules, policy_version, now, resolutions, supersedes, previous
     )
 
 

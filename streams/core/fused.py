@@ -48,7 +48,7 @@ from streams.core.members import (
 from streams.core.policy import FieldRules, freshness_us
 
 
-def applies(claims: Sequence[AdmittedClaim], resolutions: Sequence[Resolution]) -> bool:
+def applies(claims: list[AdmittedClaim], resolutions: Sequence[Resolution]) -> bool:
     """Whether a key may be decided here: plain claims and no resolution in play."""
     return not resolutions and all(admitted.plain for admitted in claims)
 
@@ -56,7 +56,7 @@ def applies(claims: Sequence[AdmittedClaim], resolutions: Sequence[Resolution]) 
 def arbitrate_plain(
     subject: str,
     field: str,
-    claims: Sequence[AdmittedClaim],
+    claims: list[AdmittedClaim],
     rules: FieldRules,
     policy_version: str,
     now: datetime,
