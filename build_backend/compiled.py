@@ -22,6 +22,7 @@ MODULES_OVERRIDE = "CLAIMSTREAM_MYPYC_MODULES"
 """A comma-separated module list that replaces COMPILED for one build (to measure a candidate)."""
 
 _ENGINE = "engine_rate 3.5k -> 7.1k decisions/s wall (medians of 3, the eight compiled together)"
+_MEMBERS = "engine_rate 329-338k -> 340-387k decisions/s CPU (medians of 5, 3 alternated runs)"
 _TRANSITIONS = "bench.shell 195-221 -> 173-177 µs CPU a claim (4 runs each; loaded)"
 _CLAIM = "core per-claim loop 5.5k -> 6.9k claims/s CPU (medians of 3, the eight compiled together)"
 _SHELL = "304.8k -> 286.2k instructions a claim (the shell interpreted, then compiled)"
@@ -41,6 +42,7 @@ COMPILED: dict[str, str] = {
     "streams.core.agreement": f"the steps' value comparisons: {_ENGINE}",
     "streams.core.arbitration": f"the decision record and its id: {_ENGINE}",
     "streams.core.fused": f"the rules in one pass for plain keys: {_ENGINE}",
+    "streams.core.members": f"the constants the engine reads, as C statics: {_MEMBERS}",
     "streams.core.incremental": f"the one-claim shortcut of add_claim: {_CLAIM}",
     "streams.core.normalize": f"per-claim normalization and values_agree: {_CLAIM}",
     "streams.core.intake": f"admit, once per claim: {_CLAIM}",

@@ -30,8 +30,6 @@ from streams.core.agreement import (
 )
 from streams.core.arbitration import Arbitration, EpochShift, Roles, Verdict, resolved_by
 from streams.core.contracts import (
-    ASSERTED_RANK,
-    NO_EVIDENCE_STATUSES,
     Authority,
     ConflictKind,
     EvidenceRole,
@@ -42,6 +40,7 @@ from streams.core.fused import applies, arbitrate_plain
 from streams.core.incremental import extensible_belief
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
+    ASSERTED_RANK,
     CONFLICT,
     CONTESTED,
     CORROBORATING,
@@ -49,6 +48,7 @@ from streams.core.members import (
     EXISTENCE_CONFLICT,
     INSUFFICIENT,
     MOST_RECENT,
+    NO_EVIDENCE_STATUSES,
     QUARANTINED,
     RESOLVED,
     STALE,

@@ -25,14 +25,13 @@ from streams.core.agreement import (
 )
 from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
 from streams.core.contracts import (
-    ASSERTED_RANK,
-    NO_EVIDENCE_STATUSES,
     Resolution,
     micros,
 )
 from streams.core.incremental import plain_belief
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
+    ASSERTED_RANK,
     CONFLICT,
     CONTESTED,
     CORROBORATING,
@@ -40,6 +39,7 @@ from streams.core.members import (
     EXISTENCE_CONFLICT,
     INSUFFICIENT,
     MOST_RECENT,
+    NO_EVIDENCE_STATUSES,
     STALE,
     SUPERSEDED,
     VALUE_CONFLICT,
