@@ -23,6 +23,7 @@ MODULES_OVERRIDE = "CLAIMSTREAM_MYPYC_MODULES"
 
 _ENGINE = "engine_rate 3.5k -> 7.1k decisions/s wall (medians of 3, the eight compiled together)"
 _MEMBERS = "engine_rate 329-338k -> 340-387k decisions/s CPU (medians of 5, 3 alternated runs)"
+_INSTANTS = "engine_rate 341-353k -> 375-390k decisions/s CPU (medians of 5, 3 alternated runs)"
 _TRANSITIONS = "bench.shell 195-221 -> 173-177 µs CPU a claim (4 runs each; loaded)"
 _CLAIM = "core per-claim loop 5.5k -> 6.9k claims/s CPU (medians of 3, the eight compiled together)"
 _SHELL = "304.8k -> 286.2k instructions a claim (the shell interpreted, then compiled)"
@@ -49,6 +50,7 @@ COMPILED: dict[str, str] = {
     "streams.core.keystate": f"the key's transitions, once per claim: {_TRANSITIONS}",
     "streams.core.summary": f"the decision summaries those transitions make: {_TRANSITIONS}",
     "streams.core.journal": f"the state's stored form, once per changed key: {_CLAIM}",
+    "streams.core.instants": f"micros and instant, several times a claim: {_INSTANTS}",
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
     "streams.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
     "streams.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",

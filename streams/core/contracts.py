@@ -6,11 +6,15 @@ Models are frozen and validate when built. Timestamps are timezone-aware UTC dat
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# Compiled apart from these models (see instants.py); the core imports them from here.
+from streams.core.instants import instant as instant
+from streams.core.instants import micros as micros
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -72,22 +76,6 @@ class Outcome(StrEnum):
 
 
 OPEN_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.QUARANTINED})  # a person may need to act
-
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros(moment: datetime) -> int:
-    """An aware instant as integer microseconds since the epoch (Avro's timestamp-micros)."""
-    return (moment - EPOCH) // _MICROSECOND
-
-
-def instant(us: int) -> datetime:
-    """Integer microseconds since the epoch as an aware UTC datetime, as fastavro reads
-    timestamp-micros (OverflowError beyond datetime's years 1-9999). Positional: a keyword costs
-    timedelta half again as much."""
-    return EPOCH + timedelta(0, 0, us)
 
 
 def micros_from_seconds(seconds: float) -> int:

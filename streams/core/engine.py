@@ -34,10 +34,10 @@ from streams.core.contracts import (
     ConflictKind,
     EvidenceRole,
     Resolution,
-    micros,
 )
 from streams.core.fused import applies, arbitrate_plain
 from streams.core.incremental import extensible_belief
+from streams.core.instants import micros
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
     ASSERTED_RANK,

@@ -26,9 +26,9 @@ from streams.core.agreement import (
 from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
 from streams.core.contracts import (
     Resolution,
-    micros,
 )
 from streams.core.incremental import plain_belief
+from streams.core.instants import micros
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
     ASSERTED_RANK,
