@@ -70,13 +70,34 @@ def _all_differ(claims: list[AdmittedClaim], part: int) -> bool:
 
 def by_recency(claims: list[AdmittedClaim]) -> list[AdmittedClaim]:
     """`sorted(claims, key=RECENCY)`: oldest first, then by claim_id (stable, as `sorted`)."""
+    return _sorted(claims, _BY_RECENCY)
+
+
+def by_statement(claims: list[AdmittedClaim]) -> list[AdmittedClaim]:
+    """`sorted(claims, key=_STATEMENT)`: by status and value in `statement_order`, then by
+    claim_id (stable, as `sorted`)."""
+    return _sorted(claims, _BY_STATEMENT)
+
+
+_BY_RECENCY: Final = 0
+_BY_STATEMENT: Final = 1
+
+
+def _sorted(claims: list[AdmittedClaim], order: int) -> list[AdmittedClaim]:
+    """`claims` by recency (`order` `_BY_RECENCY`) or by statement (`_BY_STATEMENT`): a short
+    list by insertion, its comparisons chosen by a flag (a comparison passed as a function
+    would be called as a Python object), a long one by `sorted`."""
     if len(claims) > _SHORT:
-        return sorted(claims, key=RECENCY)
+        return sorted(claims, key=RECENCY if order == _BY_RECENCY else _STATEMENT)
     ordered = list(claims)
     for i in range(1, len(ordered)):
         admitted = ordered[i]
         j = i
-        while j > 0 and _earlier(admitted, ordered[j - 1]):
+        while j > 0 and (
+            _earlier(admitted, ordered[j - 1])
+            if order == _BY_RECENCY
+            else _said_before(admitted, ordered[j - 1])
+        ):
             ordered[j] = ordered[j - 1]
             j -= 1
         ordered[j] = admitted
@@ -99,22 +120,6 @@ def _earlier(a: AdmittedClaim, b: AdmittedClaim) -> bool:
     tuples themselves would be boxed to be compared)."""
     a_us, b_us = a.observed_us, b.observed_us
     return a_us < b_us or (a_us == b_us and a.claim_id < b.claim_id)
-
-
-def by_statement(claims: list[AdmittedClaim]) -> list[AdmittedClaim]:
-    """`sorted(claims, key=_STATEMENT)`: by status and value in `statement_order`, then by
-    claim_id (stable, as `sorted`)."""
-    if len(claims) > _SHORT:
-        return sorted(claims, key=_STATEMENT)
-    ordered = list(claims)
-    for i in range(1, len(ordered)):
-        admitted = ordered[i]
-        j = i
-        while j > 0 and _said_before(admitted, ordered[j - 1]):
-            ordered[j] = ordered[j - 1]
-            j -= 1
-        ordered[j] = admitted
-    return ordered
 
 
 def _said_before(a: AdmittedClaim, b: AdmittedClaim) -> bool:
