@@ -119,7 +119,9 @@ class TaskStore:
         yet, in one `get_many`: on disk one multi-get for the batch instead of a get a key.
         What the batch does not take is forgotten by the next read ahead or store write."""
         unjournaled, cached = self._unjournaled, self.cache
-        wanted = [key for key in keys if key not in unjournaled and key not in cached]
+        wanted = [
+            key for key in dict.fromkeys(keys) if key not in unjournaled and key not in cached
+        ]
         self._read = dict(zip(wanted, self.store.get_many(wanted), strict=True))
 
     def put(self, key: bytes, state: KeyState) -> None:
