@@ -21,24 +21,22 @@ from tests.test_statestore import NOW, state_of
 
 KEYS = [f"s{n}|order.payment_status".encode() for n in range(4)]
 VALUES = st.lists(st.sampled_from(["paid", "unpaid"]), min_size=1, max_size=3)
-STEPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("put"), st.integers(0, 3), VALUES),
-        st.tuples(st.just("load"), st.integers(0, 3), VALUES),
-        st.tuples(st.just("delete"), st.integers(0, 3)),
-        st.tuples(st.just("record"), st.integers(0, 3)),
-        st.tuples(
-            st.just("journal"),
-        ),
-        st.tuples(
-            st.just("journaled"),
-        ),
-        st.tuples(
-            st.just("forget"),
-        ),
+STEP = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 3), VALUES),
+    st.tuples(st.just("load"), st.integers(0, 3), VALUES),
+    st.tuples(st.just("delete"), st.integers(0, 3)),
+    st.tuples(st.just("record"), st.integers(0, 3)),
+    st.tuples(
+        st.just("journal"),
     ),
-    max_size=30,
+    st.tuples(
+        st.just("journaled"),
+    ),
+    st.tuples(
+        st.just("forget"),
+    ),
 )
+STEPS = st.lists(STEP, max_size=30)
 
 
 def observed(store: TaskStore) -> tuple[object, ...]:

@@ -204,6 +204,7 @@ class Arbiter(Service):
                 messages = [m for m in messages if m.offset >= resume]
                 if not messages:
                     continue
+            task.states.read_ahead(m.key for m in messages if m.key is not None)
             try:
                 for message in messages:
                     record = incoming(message)

@@ -83,6 +83,10 @@ class StateCache:
             evicted, _ = self._states.popitem(last=False)
             self.bytes -= self._held.pop(evicted)[1]
 
+    def __contains__(self, key: bytes) -> bool:
+        """Whether `key`'s state is held (without marking it used)."""
+        return key in self._states
+
     def discard(self, key: bytes) -> None:
         if self._states.pop(key, None) is not None:
             self.bytes -= self._held.pop(key)[1]

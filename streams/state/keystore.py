@@ -52,6 +52,9 @@ class KeyStore(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """`get` of each key, in one read."""
+
     def write(self, changes: Changes) -> None:
         """Apply `changes` all at once."""
 
@@ -94,6 +97,10 @@ class MemoryKeyStore:
 
     def get(self, key: bytes) -> bytes | None:
         return self._states.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        states = self._states
+        return [states.get(key) for key in keys]
 
     def write(self, changes: Changes) -> None:
         for key, data in changes.states.items():

@@ -1,0 +1,63 @@
+"""A batch's read ahead changes no read: a task store that reads ahead answers every `get` as
+one that does not, whatever the writes, journals and restores in between."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from streams.core.journal import encode_state
+from streams.state.cache import StateCache
+from streams.state.rocks import Budget, RocksKeyStore
+from streams.state.task import TaskStore
+from tests.test_statestore_backends import KEYS, STEP, apply, observed
+
+READ = st.one_of(
+    st.tuples(st.just("read_ahead"), st.lists(st.integers(0, 3), max_size=4)),
+    st.tuples(st.just("get"), st.integers(0, 3)),
+)
+
+
+def read(store: TaskStore, step: tuple[object, ...]) -> object:
+    match step:
+        case ("read_ahead", list(numbers)):
+            store.read_ahead(KEYS[n] for n in numbers)
+        case ("get", int(n)):
+            state = store.get(KEYS[n])
+            return encode_state(state) if state is not None else None
+        case _:
+            return apply(store, step)
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(STEP, READ), max_size=40), st.booleans())
+@example(  # read ahead while a journal not yet written holds the key, taken after it is
+    steps=[
+        ("put", 0, ["paid"]),
+        ("put", 1, ["paid"]),
+        ("journal",),
+        ("read_ahead", [0]),
+        ("journaled",),
+        ("get", 0),
+    ],
+    on_disk=True,
+)
+def test_a_store_that_reads_ahead_answers_as_one_that_does_not(
+    steps: list[tuple[object, ...]], on_disk: bool
+) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        disk = RocksKeyStore(Path(directory) / "rocksdb", Budget(1 << 20)) if on_disk else None
+        # A cache of one state: most reads miss it, and go to what was read ahead.
+        plain, ahead = TaskStore(StateCache(1)), TaskStore(StateCache(1), disk)
+        try:
+            for step in steps:
+                reference = read(plain, step) if step[0] != "read_ahead" else None
+                assert read(ahead, step) == reference, step
+            assert observed(plain) == observed(ahead)
+        finally:
+            if disk is not None:
+                disk.close()
