@@ -4,8 +4,11 @@ It runs after the default phases (or alone), on the same broker. The claims are 
 Avro claim is encoded per round and copied with each key's number written into it, and they are
 produced in per-partition batches, so publishing a million takes seconds, not the minutes a
 model per claim would. Round 0 gives each of the N keys its first claim; round 1 gives a
-second, changed claim to `probe` keys drawn among them. Every store asked for (`rocksdb`, and
-`memory` beside it when asked) gets a worker of its own app id reading that one claims topic:
+second claim to `probe` keys drawn among them: the same source's later observation of a changed
+value, which supersedes the first (an update, the common case of a key at size; one observed at
+the same instant would open a value conflict and its timers instead). Every store asked for
+(`rocksdb`, and `memory` beside it when asked) gets a worker of its own app id reading that one
+claims topic:
 - the fill (new keys) and the probe (keys at size) are timed as claims per second;
 - RSS and the data dir's bytes per key are read once it has processed everything;
 - it is SIGKILLed and restarted with its data dir, and timed until /readyz answers 200;
@@ -45,6 +48,7 @@ FIELD = "contract.seats"  # freshness none: no key re-decides by time alone
 SUBJECT = "scale-{:010d}"  # fixed width: a key's number replaces the template's bytes in place
 TEMPLATE_NUMBER = 0
 PROBE_CLAIMS = 30_000
+UPDATE_AFTER = timedelta(seconds=30)  # the probe's claims are observed this long after the fill's
 STALL_S = 180.0  # a worker that processes nothing for this long has failed the phase
 
 
@@ -147,7 +151,7 @@ def scale_phase(bootstrap: str, base: Settings, scale: Scale, work_dir: Path) ->
         asyncio.run(ensure_topics(each))
     records = itertools.chain(
         lean_claims(claims_topic, 0, range(1, scale.keys + 1), observed_at),
-        lean_claims(claims_topic, 1, probed, observed_at),
+        lean_claims(claims_topic, 1, probed, observed_at + UPDATE_AFTER),
     )
     started = time.perf_counter()
     total = asyncio.run(publish(bootstrap, claims_topic, records))
