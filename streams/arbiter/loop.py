@@ -12,6 +12,7 @@ new partitions and restores their tasks off the callback. Modelled on Kafka Stre
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import Counter
@@ -48,6 +49,23 @@ log = logging.getLogger(__name__)
 # next batch was decided too: its decisions would wait one more batch (0.3-0.7 s a batch held
 # the loop at half load on a loaded machine, by `GET /api/stalls`).
 SEND_TURN_S = 0.001
+
+
+def collect_after_batch() -> None:
+    """Collect what is not frozen yet (what the batch left, mostly), then freeze the survivors.
+
+    Left to its thresholds, the collector let a key's new state age through the young and the
+    middle generation, and walked each of them there long after it was made: on the bench mix
+    then 80k fresh keys in batches of 50 (in process, 2-core machine), young collections of
+    16-19 ms each and a middle one of 390 ms, the half-load latency's p99 (a collection holds the
+    loop, and on a busy machine takes 5-10 times as long). Run here, each collection walks one
+    batch's survivors while they are still in cache: at most 0.5 ms (1.6 ms for batches of 500),
+    230 ms in all against 820 ms. A middle collection finds every unreachable cycle among the
+    objects not frozen (the oldest generation holds only what one since the last freeze kept);
+    the survivors are frozen as after a full collection (`streams.stalls.CollectorHooks`), and
+    are still freed by reference counting."""
+    gc.collect(1)
+    gc.freeze()
 
 
 class Arbiter(Service):
@@ -180,6 +198,8 @@ class Arbiter(Service):
                 await asyncio.sleep(0.05)  # a rebalance is preparing this worker's tasks
             elif fetched:
                 await asyncio.sleep(SEND_TURN_S)
+            if fetched:
+                collect_after_batch()  # after the send turn: the batch's records are on the wire
 
     # -- batches ---------------------------------------------------------------------------------
 
