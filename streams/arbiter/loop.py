@@ -199,7 +199,10 @@ class Arbiter(Service):
             elif fetched:
                 await asyncio.sleep(SEND_TURN_S)
             if fetched:
-                collect_after_batch()  # after the send turn: the batch's records are on the wire
+                # After the send turn: the batch's records are on the wire. Its input records
+                # are let go first, not walked and frozen.
+                del fetched
+                collect_after_batch()
 
     # -- batches ---------------------------------------------------------------------------------
 
