@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 # next batch was decided too: its decisions would wait one more batch (0.3-0.7 s a batch held
 # the loop at half load on a loaded machine, by `GET /api/stalls`).
 SEND_TURN_S = 0.001
+# The share of the loop's time re-decisions by time alone may take (`Arbiter._tick`): while
+# input arrives, and when a fetch found none.
+TICK_SHARE = 0.25
+IDLE_TICK_SHARE = 0.5
 
 
 def collect_after_batch() -> None:
@@ -128,6 +132,7 @@ class Arbiter(Service):
         self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
         self._last_scan = 0.0
         self._record_cost = 0.0  # seconds per input record, averaged over recent batches
+        self._ticked_at = 0.0  # perf_counter time ticks were last considered
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -281,20 +286,26 @@ class Arbiter(Service):
         of re-decisions that stalled every claim behind it for seconds (measured: claims
         processed fell to 0/s for 3 s while 2-3.6k ticks/s went out; p99 3.8 s). So ticks go out
         earliest first, behind fresh input: one per batch while input is waiting (a full
-        batch), else as many as take half a fetch wait of work at the measured cost per
-        record, at most `expiry_ticks_per_batch`.
+        batch); else as many as take, at the measured cost per record, a share of the time
+        since the last ticks (at most a fetch wait): a quarter while input arrives, half when
+        none came. Measured in time, not per batch: under a steady trickle of input a fetch
+        returns every few milliseconds, and half a fetch wait of ticks after each batch would
+        give them most of the loop, the fresh claims queueing behind.
 
         The ticks' acknowledgement is not awaited (a round trip that also carries the batch's
         outputs: 10-40 ms a batch, some 400 ms, on a loaded machine at half load): no ticks go
         out while one send is in flight, and its failure fails the loop on the next turn."""
         if self.ticks_out.in_flight():
             return
+        now = perf_counter()
+        since = min(now - self._ticked_at, self.settings.batch_within_s)
+        self._ticked_at = now
         budget = self.settings.expiry_ticks_per_batch
         if fetched >= self.settings.batch_size:
             budget = 1
         elif self._record_cost > 0:
-            affordable = self.settings.batch_within_s / 2 / self._record_cost
-            budget = max(1, min(budget, int(affordable)))
+            share = TICK_SHARE if fetched else IDLE_TICK_SHARE
+            budget = max(1, min(budget, int(since * share / self._record_cost)))
         due = self.schedule.take_due(datetime.now(UTC), budget)
         if due:
             self.metrics.expiry_ticks.inc(len(due))
