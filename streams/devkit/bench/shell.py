@@ -8,9 +8,10 @@ loop's bookkeeping (state put, settlements, decision metrics, outcome tallies), 
 (`RecordCollector.enqueue` appending every record to aiokafka's batch builders, whose send is a
 no-op), and the collection after each batch (`collect_after_batch`). `cpu_us` is the whole
 loop's CPU time a claim; the stages are microseconds a claim of wall time, as the worker's stage
-clocks count them, or with `--cpu-stages` of this thread's CPU time (the processor's stage clock pointed at `time.thread_time`: on a shared machine wall time
-swings with the load, but each stage boundary is then a system call, ~2 µs a claim's boundary
-added to the stage after it and to `cpu_us`).
+clocks count them, or with `--cpu-stages` of this thread's CPU time (the processor's stage
+clock pointed at `time.thread_time`: on a shared machine wall time swings with the load, but
+each stage boundary is then a system call, ~2 µs a claim's boundary added to the stage after it
+and to `cpu_us`).
 
     python -m streams.devkit.bench.shell --claims 20000 --subjects 2400 --rounds 3
 """
