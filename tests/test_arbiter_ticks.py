@@ -45,7 +45,7 @@ def loop_parts(collector: Collector) -> Any:
         processor=SimpleNamespace(tick=lambda key, at: key),
         ticks_out=Unawaited(collector),
         _record_cost=0.0,
-        _ticks_sent=None,
+        _ticked_at=0.0,
     )
 
 
@@ -82,3 +82,25 @@ def test_a_failed_send_of_ticks_fails_the_next_turn() -> None:
         assert collector.sent == [[b"k0"]]
 
     asyncio.run(scenario())
+
+
+def test_ticks_take_a_share_of_the_time_since_the_last_at_the_cost_of_a_record() -> None:
+    budgets: list[int] = []
+
+    def take_due(now: datetime, budget: int) -> list[tuple[bytes, datetime]]:
+        budgets.append(budget)
+        return []
+
+    async def scenario() -> None:
+        parts = loop_parts(Collector())
+        parts.settings.expiry_ticks_per_batch = 64
+        parts.schedule = SimpleNamespace(take_due=take_due)
+        parts._record_cost = 0.0004  # a fetch wait (10 ms) affords 25 records
+        await Arbiter._tick(parts, 10)  # input arrived: a quarter of it
+        parts._ticked_at -= 1.0  # long ago: counted as one fetch wait
+        await Arbiter._tick(parts, 0)  # none came: half of it
+        await Arbiter._tick(parts, 500)  # a full batch: input is waiting
+        await Arbiter._tick(parts, 10)  # right after the last: the one a batch always gets
+
+    asyncio.run(scenario())
+    assert budgets == [6, 12, 1, 1]

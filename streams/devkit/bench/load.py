@@ -8,14 +8,17 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.core.contracts import Decision
+from streams.core.keystate import state_key
 from streams.devkit.bench.worker import BenchWorker
-from streams.devkit.bench.workload import CODEC, SOURCES, keep_pace, offer, payment
+from streams.devkit.bench.workload import CODEC, PAID, SOURCES, keep_pace, offer, payment
+from streams.pipeline.rekey import partition_of
 from streams.settings import Topics
 
 
@@ -33,8 +36,35 @@ class Offered:
     rate: float = 0.0
 
 
+FRESH_PREFIX = "lat-{tag}-"
+DIGITS = 9
+FRESH = FRESH_PREFIX + f"{{number:0{DIGITS}d}}"  # fixed width: rewritten in place
+PACE_S = 0.005  # how often the offered load appends the claims due: a few per partition
+_TEMPLATE_NUMBER = 0
+
+
+def fresh_claims(
+    topic: str, tag: str, numbers: Iterable[int], observed_at: datetime
+) -> Iterator[tuple[bytes, bytes]]:
+    """(key, Avro value) of `payment` for each fresh key's number, its claim id its subject:
+    the bytes `CODEC.encode` gives, made by rewriting one claim encoded for all of them, so
+    that offering a claim costs the load next to nothing beside the worker it measures."""
+    placeholder = FRESH.format(tag=tag, number=_TEMPLATE_NUMBER)
+    value = CODEC.encode(topic, payment(placeholder, placeholder, observed_at))
+    key = state_key(placeholder, PAID).encode()
+    marker = placeholder.encode()
+    for number in numbers:
+        subject = FRESH.format(tag=tag, number=number).encode()
+        yield key.replace(marker, subject), value.replace(marker, subject)
+
+
 async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Offered:
-    """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision)."""
+    """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision).
+
+    Every `PACE_S` the claims due are appended to one producer batch per partition, each
+    stamped with the time it is appended: what its latency is measured from, as the worker
+    decides it as of that timestamp. A decision is matched to its claim by its key, not
+    decoded: this process shares the machine with the worker it measures."""
     consumer = AIOKafkaConsumer(
         topics.decisions, bootstrap_servers=bootstrap, auto_offset_reset="latest"
     )
@@ -43,34 +73,51 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
     await producer.start()
     tag = uuid.uuid4().hex[:6]
+    prefix = FRESH_PREFIX.format(tag=tag).encode()
+    stamped_ms = [0] * total  # each claim's record timestamp, 0 until sent
     offered = Offered()
     latencies = offered.latencies
     started = time.perf_counter()
     finished = started
 
     async def send_all() -> None:
-        for n in range(total):
-            fresh = payment(f"lat-{tag}-{n}", f"lat-{tag}-{n}", datetime.now(UTC))
-            await offer(producer, topics.claims, fresh)
-            await keep_pace(started, n + 1, rate)
+        partitions = len(await producer.partitions_for(topics.claims))
+        acks: list[asyncio.Future[Any]] = []
+        sent = 0
+        while sent < total:
+            due = min(total, int((time.perf_counter() - started) * rate) + 1)
+            wall = time.time()
+            stamp = int(wall * 1000)
+            observed_at = datetime.fromtimestamp(wall, UTC)
+            stamped_ms[sent:due] = [stamp] * (due - sent)
+            claims = fresh_claims(topics.claims, tag, range(sent, due), observed_at)
+            acks += await _send_batched(producer, topics.claims, partitions, claims, stamp)
+            sent = due
+            await asyncio.sleep(PACE_S)
+        await asyncio.gather(*acks)
 
     async def collect() -> None:
         nonlocal finished
         deadline = time.monotonic() + total / rate + 60
+        decided = bytearray(total)  # a key re-decided later (by time) counts once
+        width = len(prefix)
         while len(latencies) < total and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=200)
             received = time.time()
             for messages in batch.values():
                 for message in messages:
-                    # Two fields, not a validated Decision: this process shares the machine
-                    # with the worker it measures.
-                    decision = CODEC.decode_record(Decision, message.value)
-                    if decision["subject"].startswith(f"lat-{tag}-"):
-                        claimed, appended = decision["decided_at"].timestamp(), message.timestamp
-                        latencies.append(received - claimed)
-                        offered.in_worker.append(appended / 1000 - claimed)
-                        offered.delivery.append(received - appended / 1000)
-                        finished = time.perf_counter()
+                    key = message.key
+                    if not key or not key.startswith(prefix):
+                        continue
+                    number = int(key[width : width + DIGITS])
+                    if decided[number] or not stamped_ms[number]:
+                        continue
+                    decided[number] = 1
+                    claimed, appended = stamped_ms[number] / 1000, message.timestamp / 1000
+                    latencies.append(received - claimed)
+                    offered.in_worker.append(appended - claimed)
+                    offered.delivery.append(received - appended)
+                    finished = time.perf_counter()
 
     try:
         await asyncio.gather(send_all(), collect())
@@ -79,6 +126,30 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
         await consumer.stop()
     offered.rate = len(latencies) / max(finished - started, 1e-6)
     return offered
+
+
+async def _send_batched(
+    producer: AIOKafkaProducer,
+    topic: str,
+    partitions: int,
+    records: Iterable[tuple[bytes, bytes]],
+    stamp_ms: int,
+) -> list[asyncio.Future[Any]]:
+    """Send `records` stamped `stamp_ms` in one producer batch per partition (more when one
+    fills up), each on its key's default partition: the batches' acknowledgements."""
+    builders: dict[int, Any] = {}
+    acks = []
+    for key, value in records:
+        partition = partition_of(key, partitions)
+        builder = builders.get(partition)
+        if builder is None or builder.append(key=key, value=value, timestamp=stamp_ms) is None:
+            if builder is not None:  # full: send it, start the next
+                acks.append(await producer.send_batch(builder, topic, partition=partition))
+            builder = builders[partition] = producer.create_batch()
+            builder.append(key=key, value=value, timestamp=stamp_ms)
+    for partition, builder in builders.items():
+        acks.append(await producer.send_batch(builder, topic, partition=partition))
+    return acks
 
 
 async def soak(

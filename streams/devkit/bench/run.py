@@ -177,7 +177,8 @@ def _latency_phases(
         # the saturating rate for the latency phase is measured on new keys first.
         saturated = asyncio.run(latency(bootstrap, topics, 1e9, 4000)).rate
         print(f"bench: new-key decisions saturate at {saturated:,.0f}/s")
-        before, began = worker.stall_counts(), time.time()
+        before, began, ticks = worker.stall_counts(), time.time(), worker.expiry_ticks()
+        staged = worker.stage_seconds()
         watched = worker.stall_report(began)
         cpu = {role: cpu_seconds(pid) for role, pid in pids.items()}
         offered = asyncio.run(
@@ -185,7 +186,8 @@ def _latency_phases(
         )
         wall = time.time() - began
         spent = {role: cpu_seconds(pid) - cpu[role] for role, pid in pids.items()}
-        after = worker.stall_counts()
+        after, ticks = worker.stall_counts(), worker.expiry_ticks() - ticks
+        staged = {stage: s - staged.get(stage, 0.0) for stage, s in worker.stage_seconds().items()}
     finally:
         if pin_cores:
             for pid in pids.values():
@@ -197,6 +199,13 @@ def _latency_phases(
     for stall in report.get("longest", [])[1:]:
         print(f"bench: next longest stall {stall_summary(stall)}")
     stalls["pinned_cores"] = pinning
+    # The throughput phase's keys going stale meanwhile: their re-decisions share the loop.
+    stalls["latency_expiry_ticks"] = ticks
+    # Where the worker's loop spent the phase, in ms a second by stage (commit: waiting for the
+    # batch in flight's acknowledgements too).
+    stalls["latency_stage_ms_per_s"] = {
+        stage: round(s / wall * 1000, 1) for stage, s in staged.items()
+    }
     # Percent of one core over the phase: what each process took from the machine's cores.
     stalls["latency_cpu_pct"] = {role: round(s / wall * 100, 1) for role, s in spent.items()}
     return saturated, offered, stalls

@@ -6,11 +6,12 @@ arbiter does with each batch, minus the network: `Processor.process` against eac
 loop's bookkeeping (state put, settlements, decision metrics, outcome tallies), the journal
 (`journaled`: each changed key encoded for the changelog) and the hand-off to the producer
 (`RecordCollector.enqueue` appending every record to aiokafka's batch builders, whose send is a
-no-op). `cpu_us` is the whole loop's CPU time a claim; the stages are microseconds a claim of
-wall time, as the worker's stage clocks count them, or with `--cpu-stages` of this thread's CPU
-time (the processor's stage clock pointed at `time.thread_time`: on a shared machine wall time
-swings with the load, but each stage boundary is then a system call, ~2 µs a claim's boundary
-added to the stage after it and to `cpu_us`).
+no-op), and the collection after each batch (`collect_after_batch`). `cpu_us` is the whole
+loop's CPU time a claim; the stages are microseconds a claim of wall time, as the worker's stage
+clocks count them, or with `--cpu-stages` of this thread's CPU time (the processor's stage
+clock pointed at `time.thread_time`: on a shared machine wall time swings with the load, but
+each stage boundary is then a system call, ~2 µs a claim's boundary added to the stage after it
+and to `cpu_us`).
 
     python -m streams.devkit.bench.shell --claims 20000 --subjects 2400 --rounds 3
 """
@@ -31,6 +32,7 @@ from aiokafka.structs import TopicPartition
 from streams.arbiter.bookkeeping import Bookkeeping
 from streams.arbiter.collector import RecordCollector
 from streams.arbiter.commit import TaskBatch, journaled
+from streams.arbiter.loop import collect_after_batch
 from streams.arbiter.schedule import Schedule
 from streams.core.policy import load_policy
 from streams.devkit.bench.workload import CODEC, workload
@@ -140,6 +142,7 @@ def run_once(
             if stage in seconds:
                 seconds[stage] += spent
         metrics.flush(processor.stages)
+        collect_after_batch()
     cpu_s = time.process_time() - cpu_started
     gc_s = sum(COLLECTOR_HOOKS.seconds) - gc_started
     loop.close()

@@ -162,6 +162,10 @@ class BenchWorker:
     def state_keys(self) -> int:
         return int(_metric(self.metrics(), "claimstream_state_keys"))
 
+    def expiry_ticks(self) -> int:
+        """Re-decisions by time alone the worker has started (ticks sent)."""
+        return int(_metric(self.metrics(), "claimstream_expiry_ticks_total"))
+
     def restore_seconds(self) -> float:
         """The worker's own time restoring its tasks since it started, rebalances summed."""
         return _metric(self.metrics(), "claimstream_restore_seconds_sum")
