@@ -91,7 +91,7 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
             observed_at = datetime.fromtimestamp(wall, UTC)
             stamped_ms[sent:due] = [stamp] * (due - sent)
             claims = fresh_claims(topics.claims, tag, range(sent, due), observed_at)
-            acks += await _send_batched(producer, topics.claims, partitions, claims, stamp)
+            acks += await send_batched(producer, topics.claims, partitions, claims, stamp)
             sent = due
             await asyncio.sleep(PACE_S)
         await asyncio.gather(*acks)
@@ -128,15 +128,16 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
     return offered
 
 
-async def _send_batched(
+async def send_batched(
     producer: AIOKafkaProducer,
     topic: str,
     partitions: int,
     records: Iterable[tuple[bytes, bytes]],
-    stamp_ms: int,
+    stamp_ms: int | None,
 ) -> list[asyncio.Future[Any]]:
-    """Send `records` stamped `stamp_ms` in one producer batch per partition (more when one
-    fills up), each on its key's default partition: the batches' acknowledgements."""
+    """Send `records` stamped `stamp_ms` (None: the producer's clock) in one producer batch per
+    partition (more when one fills up), each on its key's default partition: the batches'
+    acknowledgements."""
     builders: dict[int, Any] = {}
     acks = []
     for key, value in records:

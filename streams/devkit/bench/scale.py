@@ -37,10 +37,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
+from streams.devkit.bench.load import send_batched
 from streams.devkit.bench.worker import BenchWorker, worker_env
 from streams.devkit.bench.workload import CODEC
 from streams.devkit.brokers import free_port
-from streams.pipeline.rekey import partition_of
 from streams.settings import Settings, Topics
 
 DEFAULT_KEYS = 1_000_000
@@ -93,25 +93,16 @@ async def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes, byt
     )
     await producer.start()
     sent = 0
+
+    def counted() -> Iterator[tuple[bytes, bytes]]:
+        nonlocal sent
+        for record in records:
+            sent += 1
+            yield record
+
     try:
         partitions = len(await producer.partitions_for(topic))
-        builders: dict[int, Any] = {}
-        pending: list[asyncio.Future[Any]] = []
-        for key, value in records:
-            partition = partition_of(key, partitions)
-            builder = builders.get(partition)
-            if builder is None or builder.append(key=key, value=value, timestamp=None) is None:
-                if builder is not None:  # full: send it, start the next
-                    pending.append(await producer.send_batch(builder, topic, partition=partition))
-                builder = builders[partition] = producer.create_batch()
-                builder.append(key=key, value=value, timestamp=None)
-            sent += 1
-            if len(pending) >= 64:
-                await asyncio.gather(*pending)
-                pending.clear()
-        for partition, builder in builders.items():
-            pending.append(await producer.send_batch(builder, topic, partition=partition))
-        await asyncio.gather(*pending)
+        await asyncio.gather(*await send_batched(producer, topic, partitions, counted(), None))
     finally:
         await producer.stop()
     return sent
