@@ -38,7 +38,7 @@ from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.devkit.bench.load import send_batched
-from streams.devkit.bench.worker import BenchWorker, worker_env
+from streams.devkit.bench.worker import BenchWorker, next_look_s, worker_env
 from streams.devkit.bench.workload import CODEC
 from streams.devkit.brokers import free_port
 from streams.settings import Settings, Topics
@@ -238,7 +238,7 @@ def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
     processes nothing for `STALL_S`."""
     times: list[float] = []
     cpus: list[float] = []
-    first, cpu_first = 0.0, 0.0
+    first, reached, cpu_first = 0.0, 0.0, 0.0
     done, progressed = 0.0, time.monotonic()
     while len(times) < len(marks):
         if worker.proc.poll() is not None:
@@ -249,11 +249,14 @@ def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
         elif time.monotonic() - progressed > STALL_S:
             raise TimeoutError(f"the worker is stuck at {done:.0f} processed claims")
         if not first and done > 0:
-            first, cpu_first = now, worker.cpu_seconds()
+            first, reached, cpu_first = now, done, worker.cpu_seconds()
         while len(times) < len(marks) and done >= marks[len(times)]:
             times.append(now)
             cpus.append(worker.cpu_seconds())
-        time.sleep(0.2)
+        if len(times) < len(marks):
+            time.sleep(
+                next_look_s(done, (first, reached) if first else None, now, marks[len(times)])
+            )
     return Marks(first, times, cpu_first, cpus)
 
 
