@@ -47,7 +47,7 @@ DEFAULT_KEYS = 1_000_000
 FIELD = "contract.seats"  # freshness none: no key re-decides by time alone
 SUBJECT = "scale-{:010d}"  # fixed width: a key's number replaces the template's bytes in place
 TEMPLATE_NUMBER = 0
-PROBE_CLAIMS = 30_000
+PROBE_CLAIMS = 100_000
 UPDATE_AFTER = timedelta(seconds=30)  # the probe's claims are observed this long after the fill's
 STALL_S = 180.0  # a worker that processes nothing for this long has failed the phase
 
