@@ -28,7 +28,7 @@ from typing import Protocol
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import TopicPartition
 
-from streams.arbiter.collector import RecordCollector, producer_options
+from streams.arbiter.collector import Pending, RecordCollector, producer_options
 from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
 from streams.client import client_options
 from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
@@ -97,13 +97,18 @@ def commits_for(
 def journaled(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
     """The batch's outputs, then one changelog record per key changed in the batch."""
     records: list[Outgoing] = []
-    for partition, batch in work.items():
+    for batch in work.values():
         records += batch.outputs
-        records += [
-            Outgoing(tasks.changelog, key, data, partition=partition)
-            for key, data in tasks.open[partition].states.journal().items()
-        ]
-    return records
+    return records + journal_of(tasks, work)
+
+
+def journal_of(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
+    """One changelog record per key changed in the batch, task by task."""
+    return [
+        Outgoing(tasks.changelog, key, data, partition=partition)
+        for partition in work
+        for key, data in tasks.open[partition].states.journal().items()
+    ]
 
 
 def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
@@ -118,10 +123,11 @@ def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
 
 @dataclass
 class InFlight:
-    """An at-least-once batch whose records are sent and not yet all acknowledged: its offsets
-    are committed once they are. The next batch is read and decided meanwhile."""
+    """An at-least-once batch on its way: its outputs are sent, its changelog records follow
+    once they are all acknowledged (`journaled`), its offsets are committed once those are. The
+    next batch is read and decided meanwhile."""
 
-    acks: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
+    journaled: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
     offsets: dict[TopicPartition, int]
     partitions: set[int]
 
@@ -145,11 +151,17 @@ class _Committer:
 
 
 class AtLeastOnce(_Committer):
-    """One batch in flight: a batch's acknowledgements are awaited after the next is decided."""
+    """One batch in flight: a batch's acknowledgements are awaited after the next is decided.
+
+    A batch's changelog records go out only once all its outputs are acknowledged. Sent with
+    them, they could be taken while a decision is refused: the batch is rewound, its task
+    reloads a changelog that already holds its claims, and the claims read again count as
+    redeliveries, which repeat only the key's latest decision (an earlier one, an escalation,
+    is never sent). Held back, a changelog never holds a claim whose outputs are not out."""
 
     isolation = "read_uncommitted"
     idempotent = False
-    _in_flight: InFlight | None = None  # the last batch, until its records are acked
+    _in_flight: InFlight | None = None  # the last batch, until its changelog is acked
     _commit: asyncio.Future[None] | None = None  # the last batch's offset commit
 
     async def fence(self, tasks: Sequence[Task]) -> None:
@@ -161,23 +173,41 @@ class AtLeastOnce(_Committer):
     async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
         stages = self.stages
         started = perf_counter()
-        records = journaled(self.tasks, work) + tallies
+        journal = journal_of(self.tasks, work)
         started = stages.add(JOURNAL, started)
+        outputs = [record for batch in work.values() for record in batch.outputs] + tallies
         try:
-            sent = await self.collector.enqueue(records)
+            sent = await self.collector.enqueue(outputs)
         except Exception as exc:
             _failed(self.metrics, len(work), exc)
             return await self.flush() | Failed(rewind=frozenset(work))
         # This batch's acknowledgements are awaited after the next batch is decided, not
         # before: the loop no longer idles for a round trip to the broker per batch.
-        acks = asyncio.ensure_future(self.collector.acknowledged(sent))
-        acks.add_done_callback(_retrieved)
+        previous = self._in_flight
+        journaled = asyncio.ensure_future(
+            self._journal(sent, journal, previous.journaled if previous else None)
+        )
+        journaled.add_done_callback(_retrieved)
         offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
-        previous, self._in_flight = self._in_flight, InFlight(acks, offsets, set(work))
+        self._in_flight = InFlight(journaled, offsets, set(work))
         started = stages.add(PRODUCE, started)
         failed = await self._settle(previous, staying=None)
         stages.add(COMMIT, started)
         return failed
+
+    async def _journal(
+        self,
+        sent: Pending,
+        journal: list[Outgoing],
+        before: asyncio.Future[dict[int, int]] | None,
+    ) -> dict[int, int]:
+        """Send a batch's changelog records once its outputs are all acknowledged and the batch
+        before it is journaled (a key's records stay in order); a failure of either fails this
+        batch too, which is rewound with it."""
+        await self.collector.acknowledged(sent)
+        if before is not None:
+            await before
+        return await self.collector.send_all(journal)
 
     async def idle(self) -> Failed:
         return await self.flush() if self._in_flight is not None else NOTHING_FAILED
@@ -197,7 +227,7 @@ class AtLeastOnce(_Committer):
         if in_flight is None:
             return NOTHING_FAILED
         try:
-            ends = await in_flight.acks
+            ends = await in_flight.journaled
         except Exception as exc:
             later, self._in_flight = self._in_flight, None
             partitions = in_flight.partitions | (later.partitions if later else set())
