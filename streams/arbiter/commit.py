@@ -6,8 +6,9 @@ as a value (`Failed`): the tasks to rewind to their last commit, the tasks anoth
 The loop repairs those; a strategy never calls back into it. What a guarantee adds to opening a
 task (`Opening`) is the strategy's too.
 
-- `AtLeastOnce`: a batch's records are sent and its acknowledgements awaited only after the next
-  batch is decided (one batch in flight), then its offsets are committed: commits lag one batch.
+- `AtLeastOnce`: a batch's outputs are sent, its changelog records once the outputs are all
+  acknowledged, and both are awaited only after the next batch is decided (one batch in flight),
+  then its offsets are committed: commits lag one batch.
 - `ExactlyOnce`: one Kafka transaction per task, through the task's own transactional producer,
   with its input offsets inside; opening a task fences its previous owner.
 
