@@ -24,7 +24,7 @@ from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import TopicPartition
@@ -170,15 +170,9 @@ class AtLeastOnce(_Committer):
     idempotent = False
     _commit: asyncio.Future[None] | None = None  # the last batch's offset commit
 
-    def __init__(
-        self,
-        tasks: Tasks,
-        collector: RecordCollector,
-        positions: InputPositions,
-        metrics: Metrics,
-        stages: StageClock,
-    ) -> None:
-        super().__init__(tasks, collector, positions, metrics, stages)
+    def __init__(self, *parts: Any) -> None:
+        """`_Committer`'s parts."""
+        super().__init__(*parts)
         self._in_flight: deque[InFlight] = deque()  # oldest first, until its changelog is acked
 
     async def fence(self, tasks: Sequence[Task]) -> None:
