@@ -34,6 +34,7 @@ from streams.metrics import Metrics
 from streams.pipeline import Processor
 from streams.pipeline.authentication import principal_topics
 from streams.pipeline.records import Incoming
+from streams.pipeline.rekey import partition_of
 from streams.registry import WireCodec, registry_for
 from streams.retention import topic_configs
 from streams.settings import Settings
@@ -50,15 +51,33 @@ def alias_key(subject: str) -> str:
 
 class AliasTable(faust.GlobalTable):
     """The subject-alias table, mirrored whole in memory. The arbiter looks up every claim's
-    subject, and a Faust table read runs its sensors and, on RocksDB, a store read (about as
-    much as admitting the claim); with more subjects than any memo holds, every claim would pay
-    it. Aliases are declared by stewards, so they are few: the mirror holds them all. It is read
+    subject, and a Faust table read runs its sensors and a store read (about as much as
+    admitting the claim); with more subjects than any memo holds, every claim would pay it.
+    Aliases are declared by stewards, so they are few: the mirror holds them all. It is read
     from the table at the first lookup after the table's partitions were assigned or a changelog
-    batch was applied (a restore), and kept in step with each local write."""
+    batch was applied (a restore), and kept in step with each local write.
+
+    One alias arrives under any spelling (`ACME  Corp`, `acme corp`), and spellings fall on
+    different partitions of the aliases topic. A Faust table journals a write to the changelog
+    partition of the record that caused it, and on RocksDB keeps it in that partition's
+    database: one alias would sit in several partitions, and a restarted worker, which reads
+    partitions in no set order, could take an earlier value for the latest. So an alias is
+    journaled to the partition of its own (normalized) key, where its records keep their order,
+    and the table is held in memory whatever the worker's store: RocksDB would still file a
+    write under the record's partition. A restart reads the changelog in full; compacted, it
+    holds one record per alias."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._mirror: dict[str, str] | None = None
+
+    def _new_store(self) -> Any:
+        return self._new_store_by_url("memory://")
+
+    def partition_for_key(self, key: Any) -> int:
+        partitions = self.partitions
+        assert partitions, "the alias table is declared with its partition count"
+        return partition_of(str(key).encode(), partitions)
 
     def canonical(self, subject: str) -> str | None:
         """The canonical subject `subject` is an alias of, if any."""

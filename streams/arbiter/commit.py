@@ -6,8 +6,9 @@ as a value (`Failed`): the tasks to rewind to their last commit, the tasks anoth
 The loop repairs those; a strategy never calls back into it. What a guarantee adds to opening a
 task (`Opening`) is the strategy's too.
 
-- `AtLeastOnce`: a batch's records are sent and its acknowledgements awaited only after the next
-  batch is decided (one batch in flight), then its offsets are committed: commits lag one batch.
+- `AtLeastOnce`: a batch's outputs are sent, its changelog records once the outputs are all
+  acknowledged, and both are awaited only after the next two batches are decided (two batches in
+  flight), then its offsets are committed: commits lag two batches.
 - `ExactlyOnce`: one Kafka transaction per task, through the task's own transactional producer,
   with its input offsets inside; opening a task fences its previous owner.
 
@@ -19,16 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import TopicPartition
 
-from streams.arbiter.collector import RecordCollector, producer_options
+from streams.arbiter.collector import Pending, RecordCollector, producer_options
 from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
 from streams.client import client_options
 from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
@@ -97,13 +98,18 @@ def commits_for(
 def journaled(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
     """The batch's outputs, then one changelog record per key changed in the batch."""
     records: list[Outgoing] = []
-    for partition, batch in work.items():
+    for batch in work.values():
         records += batch.outputs
-        records += [
-            Outgoing(tasks.changelog, key, data, partition=partition)
-            for key, data in tasks.open[partition].states.journal().items()
-        ]
-    return records
+    return records + journal_of(tasks, work)
+
+
+def journal_of(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
+    """One changelog record per key changed in the batch, task by task."""
+    return [
+        Outgoing(tasks.changelog, key, data, partition=partition)
+        for partition in work
+        for key, data in tasks.open[partition].states.journal().items()
+    ]
 
 
 def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
@@ -118,10 +124,11 @@ def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
 
 @dataclass
 class InFlight:
-    """An at-least-once batch whose records are sent and not yet all acknowledged: its offsets
-    are committed once they are. The next batch is read and decided meanwhile."""
+    """An at-least-once batch on its way: its outputs are sent, its changelog records follow
+    once they are all acknowledged (`journaled`), its offsets are committed once those are. The
+    next batches are read and decided meanwhile."""
 
-    acks: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
+    journaled: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
     offsets: dict[TopicPartition, int]
     partitions: set[int]
 
@@ -144,13 +151,29 @@ class _Committer:
         self.stages = stages
 
 
+IN_FLIGHT = 2  # at-least-once batches sent and not yet settled, at most
+
+
 class AtLeastOnce(_Committer):
-    """One batch in flight: a batch's acknowledgements are awaited after the next is decided."""
+    """Two batches in flight: a batch is settled once the next two are sent.
+
+    A batch's changelog records go out only once all its outputs are acknowledged. Sent with
+    them, they could be taken while a decision is refused: the batch is rewound, its task
+    reloads a changelog that already holds its claims, and the claims read again count as
+    redeliveries, which repeat only the key's latest decision (an earlier one, an escalation,
+    is never sent). Held back, a changelog never holds a claim whose outputs are not out. The
+    changelog goes out in the loop's first pause after the outputs' acknowledgement, so a batch
+    is settled only after the one after it is decided too: settled after one, the loop would
+    wait a round trip for the changelog at every batch."""
 
     isolation = "read_uncommitted"
     idempotent = False
-    _in_flight: InFlight | None = None  # the last batch, until its records are acked
     _commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+
+    def __init__(self, *parts: Any) -> None:
+        """`_Committer`'s parts."""
+        super().__init__(*parts)
+        self._in_flight: deque[InFlight] = deque()  # oldest first, until its changelog is acked
 
     async def fence(self, tasks: Sequence[Task]) -> None:
         """Nothing to fence: a previous owner still sending only repeats decisions."""
@@ -161,46 +184,63 @@ class AtLeastOnce(_Committer):
     async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
         stages = self.stages
         started = perf_counter()
-        records = journaled(self.tasks, work) + tallies
+        journal = journal_of(self.tasks, work)
         started = stages.add(JOURNAL, started)
+        outputs = [record for batch in work.values() for record in batch.outputs] + tallies
         try:
-            sent = await self.collector.enqueue(records)
+            sent = await self.collector.enqueue(outputs)
         except Exception as exc:
             _failed(self.metrics, len(work), exc)
             return await self.flush() | Failed(rewind=frozenset(work))
-        # This batch's acknowledgements are awaited after the next batch is decided, not
+        # This batch's acknowledgements are awaited after the next batches are decided, not
         # before: the loop no longer idles for a round trip to the broker per batch.
-        acks = asyncio.ensure_future(self.collector.acknowledged(sent))
-        acks.add_done_callback(_retrieved)
+        in_flight = self._in_flight
+        before = in_flight[-1].journaled if in_flight else None
+        journaled = asyncio.ensure_future(self._journal(sent, journal, before))
+        journaled.add_done_callback(_retrieved)
         offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
-        previous, self._in_flight = self._in_flight, InFlight(acks, offsets, set(work))
+        in_flight.append(InFlight(journaled, offsets, set(work)))
         started = stages.add(PRODUCE, started)
-        failed = await self._settle(previous, staying=None)
+        failed = await self._settle(staying=None) if len(in_flight) > IN_FLIGHT else NOTHING_FAILED
         stages.add(COMMIT, started)
         return failed
 
+    async def _journal(
+        self,
+        sent: Pending,
+        journal: list[Outgoing],
+        before: asyncio.Future[dict[int, int]] | None,
+    ) -> dict[int, int]:
+        """Send a batch's changelog records once its outputs are all acknowledged and the batch
+        before it is journaled (a key's records stay in order); a failure of either fails this
+        batch too, which is rewound with it."""
+        await self.collector.acknowledged(sent)
+        if before is not None:
+            await before
+        return await self.collector.send_all(journal)
+
     async def idle(self) -> Failed:
-        return await self.flush() if self._in_flight is not None else NOTHING_FAILED
+        return await self.flush() if self._in_flight else NOTHING_FAILED
 
     async def flush(self, staying: Collection[int] | None = None) -> Failed:
-        """Settle the batch in flight, and wait for the last offset commit."""
-        in_flight, self._in_flight = self._in_flight, None
-        failed = await self._settle(in_flight, staying)
+        """Settle the batches in flight, and wait for the last offset commit."""
+        failed = NOTHING_FAILED
+        while self._in_flight:
+            failed |= await self._settle(staying)
         await self._settled_commit()
         return failed
 
-    async def _settle(self, in_flight: InFlight | None, staying: Collection[int] | None) -> Failed:
-        """Wait for a sent batch's acknowledgements, then commit its offsets. A failed send
-        rewinds, of its tasks and those of the batch sent after it, the ones that stay on this
-        worker (`staying`; None: all of them) to the last commit; the others' next owner reads
-        again from there."""
-        if in_flight is None:
-            return NOTHING_FAILED
+    async def _settle(self, staying: Collection[int] | None) -> Failed:
+        """Wait for the oldest batch in flight to be journaled, then commit its offsets. A
+        failed send rewinds, of its tasks and those of the batches sent after it, the ones that
+        stay on this worker (`staying`; None: all of them) to the last commit; the others' next
+        owner reads again from there."""
+        in_flight = self._in_flight.popleft()
         try:
-            ends = await in_flight.acks
+            ends = await in_flight.journaled
         except Exception as exc:
-            later, self._in_flight = self._in_flight, None
-            partitions = in_flight.partitions | (later.partitions if later else set())
+            partitions = in_flight.partitions.union(*(b.partitions for b in self._in_flight))
+            self._in_flight.clear()
             _failed(self.metrics, len(partitions), exc)
             if staying is not None:
                 partitions &= set(staying)

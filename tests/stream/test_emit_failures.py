@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from streams.core.contracts import Claim, Decision
 from streams.core.keystate import state_key
@@ -140,3 +142,99 @@ def test_a_claim_whose_escalation_cannot_be_encoded_reloads_its_task_and_is_dead
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+async def _topic_overrides(bootstrap: str, topic: str) -> dict[str, str]:
+    """The topic's own configs (not the broker's defaults)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)]
+        )
+    finally:
+        await admin.close()
+    entries = described.resources[0][4]
+    # (name, value, read_only, config_source, is_sensitive, synonyms); 1: the topic's own
+    return {name: value for name, value, _, source, *_ in entries if source == 1}
+
+
+async def _set_topic_configs(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    """Replace the topic's own configs with `configs` (AlterConfigs sets them all at once)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)]
+        )
+    finally:
+        await admin.close()
+    assert all(code == 0 for code, *_ in response.resources), response
+
+
+def test_decisions_the_broker_refused_are_all_sent_once_it_takes_them_again(
+    kafka: KafkaBroker, tmp_path: Path
+) -> None:
+    """At least once, a batch whose decisions the broker refuses (larger than the decisions
+    topic takes) while it would take the batch's changelog records is rewound until the broker
+    takes decisions again, and then every decision is sent: a key's first decision too, which
+    no redelivery repeats once the key's state holds its second claim. So the changelog must
+    not hold a batch whose outputs are not all acknowledged."""
+    policy = write_policy(tmp_path / "policy.yaml")
+    deployment = Deployment(bootstrap=kafka.bootstrap, workdir=tmp_path, policy=policy)
+    topics = deployment.topics
+    worker = deployment.worker().start()
+    try:
+        overrides = asyncio.run(_topic_overrides(kafka.bootstrap, topics.decisions))
+        refusing = overrides | {"max.message.bytes": "64"}
+        asyncio.run(_set_topic_configs(kafka.bootstrap, topics.decisions, refusing))
+        now = datetime.now(UTC)
+        # Per key, a claim and a newer one from the same source: two decisions.
+        claims = [
+            Claim(
+                claim_id=f"refused-{n}-{value}",
+                subject=f"inv:refused-{n}",
+                field="order.payment_status",
+                status="present",
+                value=value,
+                source="billing-api",
+                observed_at=now - timedelta(seconds=age),
+            )
+            for n in range(20)
+            for value, age in (("paid", 2), ("overdue", 1))
+        ]
+        asyncio.run(
+            _produce(
+                kafka.bootstrap,
+                topics.claims,
+                [
+                    (
+                        state_key(c.subject, c.field).encode(),
+                        CODEC.encode(topics.claims, c),
+                        now.timestamp(),
+                    )
+                    for c in claims
+                ],
+            )
+        )
+        deadline = time.monotonic() + 60
+        while "failed to commit" not in worker.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "failed to commit" in worker.log_path.read_text()
+        time.sleep(2)  # a few more rewinds while the broker refuses
+        asyncio.run(_set_topic_configs(kafka.bootstrap, topics.decisions, overrides))
+        # Each claim was decided with the claims before it: each decision is the one whose
+        # evidence is that claim and its key's earlier ones.
+        wanted = {
+            (c.subject, frozenset(e.claim_id for e in claims[: i + 1] if e.subject == c.subject))
+            for i, c in enumerate(claims)
+        }
+        found: set[tuple[str, frozenset[str]]] = set()
+        deadline = time.monotonic() + 60
+        while not wanted <= found and time.monotonic() < deadline:
+            records = asyncio.run(read_topic(kafka.bootstrap, topics.decisions, idle_s=1))
+            decisions = [CODEC.decode(Decision, r.value) for r in records]
+            found = {(d.subject, frozenset(e.claim_id for e in d.evidence)) for d in decisions}
+        assert sorted(wanted - found) == []
+    finally:
+        worker.stop()

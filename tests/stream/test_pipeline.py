@@ -420,33 +420,43 @@ def test_two_workers_share_the_partitions(kafka: KafkaBroker, deployment_factory
 def test_claims_about_an_alias_follow_the_alias_table_as_it_changes(
     kafka: KafkaBroker, deployment_factory: Any, store: str
 ) -> None:
-    """The arbiter mirrors the alias table; a change to the table must still apply at once."""
+    """The arbiter mirrors the alias table; a change to the table must still apply at once, and
+    a worker restarted on its data dir must decide the first claim about an alias under the
+    alias's latest canonical subject.
+
+    Each alias is declared under one spelling and moved under another, on another partition of
+    the aliases topic: the first on partition 3 then 0, the second on 0 then 3. Whatever order
+    a restarted worker reads partitions in, the table must hold each alias's latest value."""
     deployment: Deployment = deployment_factory(kafka.bootstrap, store=store)
     worker = deployment.worker(0).start()
     topics = deployment.topics
     sent = 0
 
+    def claim_about(subject: str, value: str) -> Claim:
+        nonlocal sent
+        sent += 1
+        return Claim(
+            claim_id=f"alias-{sent}",
+            subject=subject,
+            field="order.payment_status",
+            status="present",
+            value=value,
+            source="billing-api",
+            observed_at=datetime.now(UTC),
+        )
+
+    def send(claims: list[Claim]) -> None:
+        encoded = [
+            (state_key(c.subject, c.field).encode(), CODEC.encode(topics.claims, c), [])
+            for c in claims
+        ]
+        asyncio.run(produce(kafka.bootstrap, topics.claims, encoded))
+
     def decided_for(canonical: str, alias: str, timeout_s: float = 90.0) -> Decision | None:
         """Claims about `alias` until one is decided under `canonical` (the feed is async)."""
-        nonlocal sent
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            claim = Claim(
-                claim_id=f"alias-{sent}",
-                subject=alias,
-                field="order.payment_status",
-                status="present",
-                value="paid",
-                source="billing-api",
-                observed_at=datetime.now(UTC),
-            )
-            sent += 1
-            key = state_key(claim.subject, claim.field).encode()
-            asyncio.run(
-                produce(
-                    kafka.bootstrap, topics.claims, [(key, CODEC.encode(topics.claims, claim), [])]
-                )
-            )
+            send([claim_about(alias, "paid")])
             latest, _ = asyncio.run(
                 wait_for_decisions(kafka.bootstrap, topics.decisions, {}, timeout_s=2)
             )
@@ -454,13 +464,42 @@ def test_claims_about_an_alias_follow_the_alias_table_as_it_changes(
                 return latest[(canonical, "order.payment_status")]
         return None
 
+    declared = [(b"acme corp", b"acct:acme", []), (b"Globex inc", b"acct:globex", [])]
+    moved = [(b"ACME  Corp", b"acct:acme-2", []), (b"Globex Inc", b"acct:globex-2", [])]
+    assert [partition_of(k, 4) for k, _, _ in declared + moved] == [3, 0, 0, 3]
     try:
-        alias = [(b"ACME  Corp", b"acct:acme", [])]
-        asyncio.run(produce(kafka.bootstrap, topics.aliases, alias))
+        asyncio.run(produce(kafka.bootstrap, topics.aliases, declared))
         assert decided_for("acct:acme", "acme corp") is not None
-        moved = [(b"acme corp", b"acct:acme-2", [])]
+        assert decided_for("acct:globex", "globex inc") is not None
         asyncio.run(produce(kafka.bootstrap, topics.aliases, moved))
         assert decided_for("acct:acme-2", "acme corp") is not None
-        print(f"aliases: {sent} claims until both alias versions were followed")
+        assert decided_for("acct:globex-2", "globex inc") is not None
+        print(f"aliases: {sent} claims until both versions of two aliases were followed")
+        # Each alias is journaled to one changelog partition, where its records keep their order.
+        changelog = f"{deployment.name}-subject-aliases-changelog"
+        journaled: dict[bytes, set[int]] = {}
+        for record in asyncio.run(read_topic(kafka.bootstrap, changelog, idle_s=1)):
+            journaled.setdefault(record.key, set()).add(record.partition)
+        assert sorted(journaled) == [b'"acme corp"', b'"globex inc"'], journaled
+        assert all(len(partitions) == 1 for partitions in journaled.values()), journaled
+        worker.stop()
+        worker.start()
+        # Changed values, so their keys decide anew: under the latest canonical subjects at once.
+        after = [claim_about("ACME CORP", "unpaid"), claim_about("GLOBEX INC", "unpaid")]
+        send(after)
+        subjects: dict[str, list[str]] = {}
+        deadline = time.monotonic() + 90
+        while len(subjects) < len(after) and time.monotonic() < deadline:
+            _, every = asyncio.run(
+                wait_for_decisions(kafka.bootstrap, topics.decisions, {}, timeout_s=2)
+            )
+            subjects = {
+                c.claim_id: [
+                    d.subject for d in every if c.claim_id in {e.claim_id for e in d.evidence}
+                ]
+                for c in after
+            }
+            subjects = {claim_id: found for claim_id, found in subjects.items() if found}
+        assert list(subjects.values()) == [["acct:acme-2"], ["acct:globex-2"]], subjects
     finally:
         worker.stop()

@@ -1,0 +1,174 @@
+"""At least once, the order of a batch's commit: outputs, then (once they are all acknowledged)
+the changelog, then the input offsets; two batches in flight.
+
+Driven on stand-ins for the tasks, the producer's acknowledgements and the group's offsets, so
+that a single output can be refused while the rest are taken: the same failure against a real
+broker is in tests/stream/test_emit_failures.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka.structs import TopicPartition
+
+from streams.arbiter.commit import AtLeastOnce, TaskBatch
+from streams.metrics import StageClock
+from streams.pipeline import Outgoing
+
+CHANGELOG = "changelog"
+
+
+class Collector:
+    """Hands out an acknowledgement per record that the test settles, and keeps what it sent."""
+
+    def __init__(self) -> None:
+        self.acks: dict[bytes, asyncio.Future[Any]] = {}
+        self.sent: list[bytes] = []
+
+    async def enqueue(self, records: list[Outgoing], via: Any = None) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        pending = []
+        for record in records:
+            assert record.key is not None
+            self.sent.append(record.key)
+            ack = self.acks[record.key] = loop.create_future()
+            pending.append((record.topic, record.partition, ack))
+        return pending
+
+    async def acknowledged(self, pending: list[Any]) -> dict[int, int]:
+        await asyncio.gather(*(ack for _, _, ack in pending))
+        return {p: 1 for topic, p, _ in pending if topic == CHANGELOG}
+
+    async def send_all(self, records: list[Outgoing], via: Any = None) -> dict[int, int]:
+        return await self.acknowledged(await self.enqueue(records))
+
+    def ack(self, *keys: bytes, error: Exception | None = None) -> None:
+        for key in keys:
+            if error is None:
+                self.acks[key].set_result(None)
+            else:
+                self.acks[key].set_exception(error)
+
+
+class Journal:
+    """A task's store as the commit sees it: the batch's changed key, journaled once."""
+
+    def __init__(self) -> None:
+        self.changed: dict[bytes, bytes] = {}
+        self.durable = 0
+
+    def journal(self) -> dict[bytes, bytes]:
+        changed, self.changed = self.changed, {}
+        return changed
+
+
+class Parts:
+    def __init__(self, partitions: int) -> None:
+        self.journals = {p: Journal() for p in range(partitions)}
+        self.committed: list[dict[TopicPartition, int]] = []
+        self.collector = Collector()
+        tasks = SimpleNamespace(
+            changelog=CHANGELOG,
+            open={p: SimpleNamespace(states=j) for p, j in self.journals.items()},
+            durable=self._durable,
+        )
+        positions = SimpleNamespace(commit=self._commit)
+        metrics = SimpleNamespace(commit_failures=SimpleNamespace(inc=lambda: None))
+        self.commits = AtLeastOnce(tasks, self.collector, positions, metrics, StageClock())  # type: ignore[arg-type]
+
+    def _durable(self, partition: int, end: int | None) -> None:
+        self.journals[partition].durable += 1
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> asyncio.Future[None]:
+        self.committed.append(dict(offsets))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def batch(self, n: int, partitions: list[int]) -> dict[int, TaskBatch]:
+        """Batch `n`: per task, one decision (`d<n>.<p>`) and one changed key (`s<n>.<p>`)."""
+        work = {}
+        for p in partitions:
+            self.journals[p].changed = {f"s{n}.{p}".encode(): b"state"}
+            work[p] = TaskBatch(
+                outputs=[Outgoing("decisions", f"d{n}.{p}".encode(), b"", partition=p)],
+                offsets={TopicPartition("claims", p): n},
+            )
+        return work
+
+
+def settled(scenario: Coroutine[Any, Any, None]) -> Coroutine[Any, Any, None]:
+    """A hang guard: what the scenario waits for is settled by the test itself, or never."""
+    return asyncio.wait_for(scenario, 10)
+
+
+async def turn() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_batch_is_journaled_only_once_its_outputs_are_acknowledged_and_committed_after() -> None:
+    async def scenario() -> None:
+        parts = Parts(2)
+        collector = parts.collector
+        assert not (await parts.commits.commit(parts.batch(1, [0, 1]), [])).rewind
+        await turn()
+        assert collector.sent == [b"d1.0", b"d1.1"]
+        collector.ack(b"d1.0")
+        await turn()
+        assert collector.sent == [b"d1.0", b"d1.1"], "journaled before all outputs were acked"
+        collector.ack(b"d1.1")
+        await turn()
+        assert collector.sent[2:] == [b"s1.0", b"s1.1"]
+        assert parts.committed == []
+        collector.ack(b"s1.0", b"s1.1")
+        await turn()
+        assert not (await parts.commits.flush()).rewind
+        assert parts.committed == [{TopicPartition("claims", 0): 1, TopicPartition("claims", 1): 1}]
+        assert [j.durable for j in parts.journals.values()] == [1, 1]
+
+    asyncio.run(settled(scenario()))
+
+
+def test_two_batches_stay_in_flight_and_the_third_settles_the_first() -> None:
+    async def scenario() -> None:
+        parts = Parts(1)
+        collector = parts.collector
+        await parts.commits.commit(parts.batch(1, [0]), [])
+        await parts.commits.commit(parts.batch(2, [0]), [])
+        assert parts.committed == [], "a batch settled with only one sent after it"
+        collector.ack(b"d1.0", b"d2.0")
+        await turn()
+        # The second batch's changelog waits for the first's: a key's records stay in order.
+        assert collector.sent == [b"d1.0", b"d2.0", b"s1.0"]
+        collector.ack(b"s1.0")
+        await turn()
+        assert collector.sent[3:] == [b"s2.0"]
+        third = asyncio.ensure_future(parts.commits.commit(parts.batch(3, [0]), []))
+        await turn()
+        assert third.done()
+        assert not third.result().rewind
+        assert parts.committed == [{TopicPartition("claims", 0): 1}]
+
+    asyncio.run(settled(scenario()))
+
+
+def test_a_refused_output_journals_nothing_of_its_batch_or_the_next_and_rewinds_both() -> None:
+    async def scenario() -> None:
+        parts = Parts(3)
+        collector = parts.collector
+        await parts.commits.commit(parts.batch(1, [0, 1]), [])
+        await parts.commits.commit(parts.batch(2, [2]), [])
+        collector.ack(b"d1.0", b"d2.2")
+        collector.ack(b"d1.1", error=ValueError("record too large"))
+        failed = await parts.commits.flush()
+        await turn()
+        assert failed.rewind == {0, 1, 2}
+        assert [key for key in collector.sent if key.startswith(b"s")] == []
+        assert parts.committed == []
+        assert [j.durable for j in parts.journals.values()] == [0, 0, 0]
+
+    asyncio.run(settled(scenario()))
