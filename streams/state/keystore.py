@@ -41,10 +41,15 @@ class Timer(NamedTuple):
 
 @dataclass
 class Changes:
-    """One atomic write: encoded states (None deletes) and timers (None: nothing due, not open)."""
+    """One atomic write: encoded states (None deletes) and timers (None: nothing due, not open).
+
+    `old_timers` holds, for some of the keys in `timers`, the timer the store holds for the key
+    when this write applies (that of the state it replaces), as its writer knew it: a store that
+    indexes timers need not read those back."""
 
     states: dict[bytes, bytes | None] = field(default_factory=dict)
     timers: dict[bytes, Timer | None] = field(default_factory=dict)
+    old_timers: dict[bytes, Timer | None] = field(default_factory=dict)
 
 
 class KeyStore(Protocol):

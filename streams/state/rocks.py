@@ -69,6 +69,16 @@ def _options(budget: Budget) -> Options:
     return options
 
 
+def _due_bytes(timer: Timer | None) -> bytes | None:
+    """The timer's instant as `due_of` holds it."""
+    return _INSTANT.pack(timer.due) if timer is not None and timer.due is not None else None
+
+
+def _is_open(timer: Timer) -> bool:
+    """Whether the timer names an open conflict, as `open` holds it."""
+    return timer.open_field is not None and timer.open_since is not None
+
+
 class RocksKeyStore:
     """A task's encoded key states and timers in a RocksDB database at `path`."""
 
@@ -108,25 +118,33 @@ class RocksKeyStore:
                 batch.delete(key)
             else:
                 batch.put(key, data)
-        if changes.timers:
-            # Each key's old timer, read in one multi-get per family: its old `due` entry is
-            # deleted, and a key that was no open conflict leaves no tombstone in `open`.
-            keys: list[str | int | float | bytes | bool] = list(changes.timers)
-            dues = cast(list[bytes | None], self._due_of.get(keys))
-            opens = cast(list[bytes | None], self._open_cf.get(keys))
-            for (key, timer), old, was_open in zip(
-                changes.timers.items(), dues, opens, strict=True
-            ):
-                if timer is not None or old is not None or was_open is not None:
-                    self._plan(batch, key, timer, old, was_open is not None)
+        # Each key's old timer: its old `due` entry is deleted, and a key that was no open
+        # conflict leaves no tombstone in `open`. Those the writer did not carry are read, in
+        # one multi-get per family.
+        known = changes.old_timers
+        unknown = [key for key in changes.timers if key not in known]
+        read: dict[bytes, tuple[bytes | None, bool]] = {}
+        if unknown:
+            asked = cast(list[str | int | float | bytes | bool], unknown)
+            dues = cast(list[bytes | None], self._due_of.get(asked))
+            opens = cast(list[bytes | None], self._open_cf.get(asked))
+            for key, due, opened in zip(unknown, dues, opens, strict=True):
+                read[key] = due, opened is not None
+        for key, timer in changes.timers.items():
+            if key in known:
+                old_timer = known[key]
+                old, was_open = _due_bytes(old_timer), old_timer is not None and _is_open(old_timer)
+            else:
+                old, was_open = read[key]
+            if timer is not None or old is not None or was_open:
+                self._plan(batch, key, timer, old, was_open)
         self._db.write(batch)
 
     def _plan(
         self, batch: WriteBatch, key: bytes, timer: Timer | None, old: bytes | None, was_open: bool
     ) -> None:
         due_cf, due_of_cf, open_cf = self._handles
-        due = timer.due if timer is not None else None
-        new = _INSTANT.pack(due) if due is not None else None
+        new = _due_bytes(timer)
         if old != new:
             if old is not None:
                 batch.delete(old + key, due_cf)
@@ -135,9 +153,9 @@ class RocksKeyStore:
             else:
                 batch.put(new + key, b"", due_cf)
                 batch.put(key, new, due_of_cf)
-        if timer is not None and timer.open_field is not None and timer.open_since is not None:
-            since = _INSTANT.pack(timer.open_since)
-            batch.put(key, since + timer.open_field.encode(), open_cf)
+        if timer is not None and _is_open(timer):
+            since = _INSTANT.pack(cast(int, timer.open_since))
+            batch.put(key, since + cast(str, timer.open_field).encode(), open_cf)
         elif was_open:
             batch.delete(key, open_cf)
 

@@ -89,6 +89,10 @@ class TaskStore:
         self.store: KeyStore = store if store is not None else MemoryKeyStore()
         self.owner = next(_owners)  # names this store's entries in the shared cache
         self._unjournaled: dict[bytes, KeyState] = {}
+        # The state each unjournaled key had before its first put since the last journal, where
+        # the cache still held it: its timer is the one the store holds when this journal is
+        # written (after those before it), so the store need not read it back.
+        self._replaced: dict[bytes, KeyState] = {}
         self._records: dict[bytes, bytes] = {}  # task-level records put since the last journal
         self._pending: deque[Changes] = deque()  # journaled, not yet known to be in the changelog
         self._handed: dict[bytes, int] = {}  # due keys handed out, until their timer is rewritten
@@ -127,7 +131,12 @@ class TaskStore:
     def put(self, key: bytes, state: KeyState) -> None:
         """Keep `state` for `key`, encoded by the next `journal` (a key changed several times
         in one batch is encoded and journaled once)."""
-        self._unjournaled[key] = state
+        unjournaled = self._unjournaled
+        if key not in unjournaled:
+            replaced = self.cache.peek(key)
+            if replaced is not None:
+                self._replaced[key] = replaced
+        unjournaled[key] = state
         self.cache.put(key, state, self.owner)
 
     def get_encoded(self, key: bytes) -> bytes | None:
@@ -145,10 +154,12 @@ class TaskStore:
         """Encode what changed since the last call: key -> the changelog record's value."""
         changed = {key: encode_state(state) for key, state in self._unjournaled.items()}
         timers = {key: timer_of(state) for key, state in self._unjournaled.items()}
+        old_timers = {key: timer_of(state) for key, state in self._replaced.items()}
         changed.update(self._records)
         self._unjournaled.clear()
+        self._replaced.clear()
         self._records = {}
-        self._pending.append(Changes(dict(changed), timers))
+        self._pending.append(Changes(dict(changed), timers, old_timers))
         return changed
 
     def journaled(self) -> None:
@@ -166,6 +177,7 @@ class TaskStore:
         for key in [*self._unjournaled, *(k for c in self._pending for k in c.states)]:
             self.cache.discard(key)
         self._unjournaled.clear()
+        self._replaced.clear()
         self._records = {}
         self._pending.clear()
         self._handed.clear()
@@ -183,6 +195,9 @@ class TaskStore:
         for key, data in records:
             self.cache.discard(key)
             self._unjournaled.pop(key, None)
+            self._replaced.pop(key, None)
+            for pending in self._pending:  # the store's timer is now this record's
+                pending.old_timers.pop(key, None)
             states[key] = data
             if key.startswith(RESERVED):
                 continue
