@@ -90,23 +90,30 @@ class TaskStore:
         self.owner = next(_owners)  # names this store's entries in the shared cache
         self._unjournaled: dict[bytes, KeyState] = {}
         # The state each unjournaled key had before its first put since the last journal, where
-        # the cache still held it: its timer is the one the store holds when this journal is
-        # written (after those before it), so the store need not read it back.
+        # it was known (decoded, or still cached): its timer is the one the store holds when
+        # this journal is written (after those before it), so the store need not read it back.
         self._replaced: dict[bytes, KeyState] = {}
+        # States a batch decoded (from `read_ahead` to `journal`), cached once: those it put
+        # are cached as put, the others when it is journaled.
+        self._batch_open = False
+        self._decoded: dict[bytes, KeyState] = {}
         self._records: dict[bytes, bytes] = {}  # task-level records put since the last journal
         self._pending: deque[Changes] = deque()  # journaled, not yet known to be in the changelog
         self._handed: dict[bytes, int] = {}  # due keys handed out, until their timer is rewritten
         self._read: dict[bytes, bytes | None] = {}  # read ahead from the store (`read_ahead`)
 
     def get(self, key: bytes) -> KeyState | None:
-        state = self._unjournaled.get(key) or self.cache.get(key)
+        state = self._unjournaled.get(key) or self._decoded.get(key) or self.cache.get(key)
         if state is None:
             data = self._encoded(key)
             if data is None:
                 return None
             state = decode_state(data)
             self.cache.misses += 1
-            self.cache.put(key, state, self.owner)
+            if self._batch_open:
+                self._decoded[key] = state
+            else:
+                self.cache.put(key, state, self.owner)
         return state
 
     def _encoded(self, key: bytes) -> bytes | None:
@@ -122,18 +129,21 @@ class TaskStore:
         """Read the stored states of the keys a batch is about to `get` that are not decoded
         yet, in one `get_many`: on disk one multi-get for the batch instead of a get a key.
         What the batch does not take is forgotten by the next read ahead or store write."""
-        unjournaled, cached = self._unjournaled, self.cache
+        unjournaled, decoded, cached = self._unjournaled, self._decoded, self.cache
         wanted = [
-            key for key in dict.fromkeys(keys) if key not in unjournaled and key not in cached
+            key
+            for key in dict.fromkeys(keys)
+            if key not in unjournaled and key not in decoded and key not in cached
         ]
         self._read = dict(zip(wanted, self.store.get_many(wanted), strict=True))
+        self._batch_open = True
 
     def put(self, key: bytes, state: KeyState) -> None:
         """Keep `state` for `key`, encoded by the next `journal` (a key changed several times
         in one batch is encoded and journaled once)."""
         unjournaled = self._unjournaled
         if key not in unjournaled:
-            replaced = self.cache.peek(key)
+            replaced = self._decoded.pop(key, None) or self.cache.peek(key)
             if replaced is not None:
                 self._replaced[key] = replaced
         unjournaled[key] = state
@@ -158,9 +168,18 @@ class TaskStore:
         changed.update(self._records)
         self._unjournaled.clear()
         self._replaced.clear()
+        self._close_batch()
         self._records = {}
         self._pending.append(Changes(dict(changed), timers, old_timers))
         return changed
+
+    def _close_batch(self) -> None:
+        """Cache what the batch decoded and did not put."""
+        cache, owner = self.cache, self.owner
+        for key, state in self._decoded.items():
+            cache.put(key, state, owner)
+        self._decoded.clear()
+        self._batch_open = False
 
     def journaled(self) -> None:
         """The changelog holds the oldest journal not yet written: write it to the store."""
@@ -178,6 +197,8 @@ class TaskStore:
             self.cache.discard(key)
         self._unjournaled.clear()
         self._replaced.clear()
+        self._decoded.clear()
+        self._batch_open = False
         self._records = {}
         self._pending.clear()
         self._handed.clear()
@@ -196,6 +217,7 @@ class TaskStore:
             self.cache.discard(key)
             self._unjournaled.pop(key, None)
             self._replaced.pop(key, None)
+            self._decoded.pop(key, None)
             for pending in self._pending:  # the store's timer is now this record's
                 pending.old_timers.pop(key, None)
             states[key] = data
@@ -228,6 +250,7 @@ class TaskStore:
     def evict(self) -> None:
         """Drop this task's keys from the shared cache (the task is moving elsewhere)."""
         self.cache.discard_owned(self.owner)
+        self._decoded.clear()
 
     def count(self) -> int:
         """Keys in the store (an estimate on disk): what the worker's gauge shows."""
