@@ -233,12 +233,18 @@ class TaskStore:
     def due(self, until: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to `limit` (due, key) pairs due by `until`, earliest first, not yet handed out;
         keys changing in a batch not yet written wait for it."""
-        changing = set(self._unjournaled).union(*(c.timers for c in self._pending))
-        return [
-            (due, key)
-            for due, key in self.store.due(until, limit + len(self._handed) + len(changing))
-            if self._handed.get(key) != due and key not in changing
-        ][:limit]
+        # Only the due keys are looked up among the changing ones (most ticks find none due).
+        unjournaled, pending, handed = self._unjournaled, self._pending, self._handed
+        changing = len(unjournaled) + sum(len(changes.timers) for changes in pending)
+        found: list[tuple[int, bytes]] = []
+        for due, key in self.store.due(until, limit + len(handed) + changing):
+            if len(found) >= limit:
+                break
+            if handed.get(key) == due or key in unjournaled:
+                continue
+            if not any(key in changes.timers for changes in pending):
+                found.append((due, key))
+        return found
 
     def hand_out(self, due: Iterable[tuple[int, bytes]]) -> None:
         """These timers were handed out: not again until they change."""
