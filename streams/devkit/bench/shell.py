@@ -14,6 +14,12 @@ each stage boundary is then a system call, ~2 µs a claim's boundary added to th
 and to `cpu_us`).
 
     python -m streams.devkit.bench.shell --claims 20000 --subjects 2400 --rounds 3
+
+With `--at-size KEYS` it runs the scale phase's probe (`streams.devkit.bench.scale`) instead:
+KEYS keys filled in RocksDB task stores, then `--probe` updates of keys most of which the
+decoded cache no longer holds, read ahead as the loop does.
+
+    python -m streams.devkit.bench.shell --at-size 300000 --probe 30000 --cpu-stages
 """
 
 from __future__ import annotations
