@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 # Compiled apart from these models (see instants.py); the core imports them from here.
 from streams.core.instants import instant as instant
 from streams.core.instants import micros as micros
+from streams.core.instants import micros_from_seconds as micros_from_seconds
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -76,13 +77,6 @@ class Outcome(StrEnum):
 
 
 OPEN_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.QUARANTINED})  # a person may need to act
-
-
-def micros_from_seconds(seconds: float) -> int:
-    """POSIX seconds as integer microseconds, rounded as `datetime.fromtimestamp` rounds them
-    (the fraction's microseconds, half to even), without building the datetime."""
-    whole = int(seconds // 1)
-    return whole * 1_000_000 + round((seconds - whole) * 1e6)
 
 
 def parse_instant(raw: str) -> datetime:
