@@ -5,11 +5,13 @@ tests/reliability."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from aiokafka.partitioner import DefaultPartitioner
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streams.arbiter.routing import RoutingAssignor
@@ -17,7 +19,7 @@ from streams.arbiter.schedule import Schedule
 from streams.core.keystate import KeyState
 from streams.pipeline.rekey import partition_of
 from streams.state.cache import StateCache
-from streams.state.keystore import Changes, Timer, micros
+from streams.state.keystore import Changes, Timer, instant, micros
 from streams.state.task import TaskStore
 
 TOPICS = ["claims.tools", "claims.users", "claimstream-rekeyed", "claims.resolutions"]
@@ -108,3 +110,54 @@ def test_due_keys_are_handed_out_earliest_first_within_a_budget() -> None:
     rest = schedule.take_due(now, limit=100)
     assert [key for key, _ in rest] == [f"k{n}|f".encode() for n in range(3, 9)]
     assert schedule.take_due(now) == []
+
+
+def _reference_take_due(
+    schedule: Schedule, now: datetime, limit: int
+) -> list[tuple[bytes, datetime]]:
+    """Every task asked for the whole budget: what the schedule's answer must equal."""
+    stores = schedule._stores
+    found = {p: store.due(micros(now), limit) for p, store in stores.items()}
+    runs = [[(entry, p) for entry in due] for p, due in found.items()]
+    chosen = list(itertools.islice(heapq.merge(*runs), limit))
+    for partition, store in stores.items():
+        store.hand_out(entry for entry, p in chosen if p == partition)
+    return [(key, instant(due)) for (due, key), _ in chosen]
+
+
+def _scheduled(timers: list[list[int | None]]) -> Schedule:
+    """A schedule over one task per list; the list's n-th timer is key n's, in seconds."""
+    schedule = Schedule()
+    for partition, planned in enumerate(timers):
+        store = TaskStore(StateCache(10))
+        store.store.write(
+            Changes(
+                timers={
+                    f"p{partition}k{n}|f".encode(): (
+                        Timer(micros(NOON + timedelta(seconds=s))) if s is not None else None
+                    )
+                    for n, s in enumerate(planned)
+                }
+            )
+        )
+        schedule.attach(partition, store)
+    return schedule
+
+
+NOON = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(st.lists(st.none() | st.integers(-20, 20), max_size=12), max_size=5),
+    st.lists(st.tuples(st.integers(-20, 25), st.integers(1, 12)), min_size=1, max_size=6),
+)
+@example(timers=[[-9, -8, -7, -6], [-20]], takes=[(0, 2)])  # one task holds all but one
+@example(timers=[[-9, -8], [-20, -19, -18]], takes=[(0, 4), (0, 2)])  # short, then handed
+def test_the_tasks_asked_for_their_share_give_what_the_whole_budget_from_each_would(
+    timers: list[list[int | None]], takes: list[tuple[int, int]]
+) -> None:
+    schedule, reference = _scheduled(timers), _scheduled(timers)
+    for seconds, limit in takes:
+        now = NOON + timedelta(seconds=seconds)
+        assert schedule.take_due(now, limit) == _reference_take_due(reference, now, limit)

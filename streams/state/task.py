@@ -233,11 +233,27 @@ class TaskStore:
     def due(self, until: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to `limit` (due, key) pairs due by `until`, earliest first, not yet handed out;
         keys changing in a batch not yet written wait for it."""
+        # The keys handed out are due (the earliest, mostly); the changing ones seldom are. So
+        # the store is asked for enough to pass the handed ones, and for enough to pass the
+        # changing ones too only if that fell short and it has more.
+        asked = limit + len(self._handed)
+        stored = self.store.due(until, asked)
+        found = self._not_handed_nor_changing(stored, limit)
+        if len(found) < limit and len(stored) == asked:
+            changing = len(self._unjournaled) + sum(len(c.timers) for c in self._pending)
+            if changing:
+                found = self._not_handed_nor_changing(
+                    self.store.due(until, asked + changing), limit
+                )
+        return found
+
+    def _not_handed_nor_changing(
+        self, stored: list[tuple[int, bytes]], limit: int
+    ) -> list[tuple[int, bytes]]:
         # Only the due keys are looked up among the changing ones (most ticks find none due).
         unjournaled, pending, handed = self._unjournaled, self._pending, self._handed
-        changing = len(unjournaled) + sum(len(changes.timers) for changes in pending)
         found: list[tuple[int, bytes]] = []
-        for due, key in self.store.due(until, limit + len(handed) + changing):
+        for due, key in stored:
             if len(found) >= limit:
                 break
             if handed.get(key) == due or key in unjournaled:
