@@ -112,6 +112,9 @@ def test_due_keys_are_handed_out_earliest_first_within_a_budget() -> None:
     assert schedule.take_due(now) == []
 
 
+NOON = datetime(2026, 11, 29, 12, tzinfo=UTC)
+
+
 def _reference_take_due(
     schedule: Schedule, now: datetime, limit: int
 ) -> list[tuple[bytes, datetime]]:
@@ -142,9 +145,6 @@ def _scheduled(timers: list[list[int | None]]) -> Schedule:
         )
         schedule.attach(partition, store)
     return schedule
-
-
-NOON = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
 @settings(max_examples=300)
