@@ -152,6 +152,13 @@ class Settings(BaseModel):
         "warned of at start",
     )
     expiry_interval_s: float = Field(default=1.0, gt=0)
+    commit_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="at least once: how often, at most, the input offsets of the batches "
+        "settled are committed (each commit is a write on the broker); a crash reads again "
+        "what was read since, and every revocation or stop commits first",
+    )
     expiry_ticks_per_batch: int = Field(
         default=64,
         ge=1,

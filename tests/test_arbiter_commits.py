@@ -1,5 +1,6 @@
 """At least once, the order of a batch's commit: outputs, then (once they are all acknowledged)
-the changelog, then the input offsets; two batches in flight.
+the changelog, then the input offsets; the loop waits for none of it until `IN_FLIGHT` batches
+are on their way.
 
 Driven on stand-ins for the tasks, the producer's acknowledgements and the group's offsets, so
 that a single output can be refused while the rest are taken: the same failure against a real
@@ -14,7 +15,7 @@ from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from streams.arbiter.commit import AtLeastOnce, TaskBatch
+from streams.arbiter.commit import IN_FLIGHT, AtLeastOnce, TaskBatch
 from streams.metrics import StageClock
 from streams.pipeline import Outgoing
 
@@ -66,9 +67,11 @@ class Journal:
 
 
 class Parts:
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, commit_interval_s: float = 0.0) -> None:
         self.journals = {p: Journal() for p in range(partitions)}
         self.committed: list[dict[TopicPartition, int]] = []
+        self.commits_running: list[asyncio.Future[None]] = []  # held only if `hold_commits`
+        self.hold_commits = False
         self.collector = Collector()
         tasks = SimpleNamespace(
             changelog=CHANGELOG,
@@ -77,7 +80,14 @@ class Parts:
         )
         positions = SimpleNamespace(commit=self._commit)
         metrics = SimpleNamespace(commit_failures=SimpleNamespace(inc=lambda: None))
-        self.commits = AtLeastOnce(tasks, self.collector, positions, metrics, StageClock())  # type: ignore[arg-type]
+        self.commits = AtLeastOnce(
+            tasks,  # type: ignore[arg-type]
+            self.collector,  # type: ignore[arg-type]
+            positions,
+            metrics,
+            StageClock(),
+            commit_interval_s=commit_interval_s,
+        )
 
     def _durable(self, partition: int, end: int | None) -> None:
         self.journals[partition].durable += 1
@@ -85,7 +95,10 @@ class Parts:
     def _commit(self, offsets: dict[TopicPartition, int]) -> asyncio.Future[None]:
         self.committed.append(dict(offsets))
         done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
+        if self.hold_commits:
+            self.commits_running.append(done)
+        else:
+            done.set_result(None)
         return done
 
     def batch(self, n: int, partitions: list[int]) -> dict[int, TaskBatch]:
@@ -133,25 +146,84 @@ def test_a_batch_is_journaled_only_once_its_outputs_are_acknowledged_and_committ
     asyncio.run(settled(scenario()))
 
 
-def test_two_batches_stay_in_flight_and_the_third_settles_the_first() -> None:
+def test_a_settled_batch_is_committed_at_the_next_look_without_waiting_for_the_others() -> None:
     async def scenario() -> None:
         parts = Parts(1)
         collector = parts.collector
         await parts.commits.commit(parts.batch(1, [0]), [])
         await parts.commits.commit(parts.batch(2, [0]), [])
-        assert parts.committed == [], "a batch settled with only one sent after it"
-        collector.ack(b"d1.0", b"d2.0")
+        assert parts.committed == [], "committed before anything was journaled"
+        collector.ack(b"d2.0")
         await turn()
         # The second batch's changelog waits for the first's: a key's records stay in order.
-        assert collector.sent == [b"d1.0", b"d2.0", b"s1.0"]
+        assert collector.sent == [b"d1.0", b"d2.0"]
+        collector.ack(b"d1.0")
+        await turn()
+        # ...to be handed to the producer, not acknowledged.
+        assert collector.sent[2:] == [b"s1.0", b"s2.0"]
         collector.ack(b"s1.0")
         await turn()
-        assert collector.sent[3:] == [b"s2.0"]
         third = asyncio.ensure_future(parts.commits.commit(parts.batch(3, [0]), []))
         await turn()
-        assert third.done()
+        assert third.done(), "the loop waited for a batch in flight"
         assert not third.result().rewind
         assert parts.committed == [{TopicPartition("claims", 0): 1}]
+        collector.ack(b"s2.0")
+        await turn()
+        assert not (await parts.commits.idle()).rewind
+        assert parts.committed[1:] == [{TopicPartition("claims", 0): 2}]
+        assert parts.journals[0].durable == 2
+
+    asyncio.run(settled(scenario()))
+
+
+def test_the_loop_waits_for_the_oldest_batch_only_past_the_window() -> None:
+    async def scenario() -> None:
+        parts = Parts(1)
+        collector = parts.collector
+        for n in range(1, IN_FLIGHT + 1):
+            await parts.commits.commit(parts.batch(n, [0]), [])
+        over = asyncio.ensure_future(parts.commits.commit(parts.batch(IN_FLIGHT + 1, [0]), []))
+        await turn()
+        assert not over.done(), "more than IN_FLIGHT batches on their way"
+        collector.ack(b"d1.0")
+        await turn()
+        collector.ack(b"s1.0")
+        await turn()
+        assert over.done()
+        assert parts.committed == [{TopicPartition("claims", 0): 1}]
+
+    asyncio.run(settled(scenario()))
+
+
+def test_offsets_settled_while_a_commit_runs_go_out_together_in_the_next() -> None:
+    async def scenario() -> None:
+        parts = Parts(2)
+        parts.hold_commits = True
+        collector = parts.collector
+        await parts.commits.commit(parts.batch(1, [0]), [])
+        collector.ack(b"d1.0")
+        await turn()
+        collector.ack(b"s1.0")
+        await turn()
+        await parts.commits.idle()
+        assert parts.committed == [{TopicPartition("claims", 0): 1}]
+        for n, partition in ((2, 1), (3, 0)):
+            await parts.commits.commit(parts.batch(n, [partition]), [])
+            collector.ack(f"d{n}.{partition}".encode())
+            await turn()
+            collector.ack(f"s{n}.{partition}".encode())
+            await turn()
+        await parts.commits.idle()
+        assert len(parts.committed) == 1, "a commit went out before the one before it was done"
+        parts.commits_running[0].set_exception(RuntimeError("coordinator moved"))
+        flushing = asyncio.ensure_future(parts.commits.flush())
+        await turn()
+        assert parts.committed[1:] == [
+            {TopicPartition("claims", 1): 2, TopicPartition("claims", 0): 3}
+        ]
+        parts.commits_running[1].set_result(None)
+        assert not (await flushing).rewind
 
     asyncio.run(settled(scenario()))
 
@@ -170,5 +242,54 @@ def test_a_refused_output_journals_nothing_of_its_batch_or_the_next_and_rewinds_
         assert [key for key in collector.sent if key.startswith(b"s")] == []
         assert parts.committed == []
         assert [j.durable for j in parts.journals.values()] == [0, 0, 0]
+
+    asyncio.run(settled(scenario()))
+
+
+async def settle(parts: Parts, n: int, partition: int) -> None:
+    """Send batch `n` on one task and acknowledge its output and then its changelog."""
+    await parts.commits.commit(parts.batch(n, [partition]), [])
+    parts.collector.ack(f"d{n}.{partition}".encode())
+    await turn()
+    parts.collector.ack(f"s{n}.{partition}".encode())
+    await turn()
+
+
+def test_settled_offsets_wait_for_the_commit_interval_unless_flushed() -> None:
+    async def scenario() -> None:
+        parts = Parts(1, commit_interval_s=3600)
+        await settle(parts, 1, 0)
+        await parts.commits.idle()
+        assert parts.committed == [{TopicPartition("claims", 0): 1}], "the first waits for none"
+        for n in (2, 3):
+            await settle(parts, n, 0)
+            await parts.commits.idle()
+        assert len(parts.committed) == 1, "committed before the interval was over"
+        assert parts.journals[0].durable == 3, "settling waits for no commit"
+        assert not (await parts.commits.flush()).rewind
+        assert parts.committed[1:] == [{TopicPartition("claims", 0): 3}]
+
+    asyncio.run(settled(scenario()))
+
+
+def test_a_failed_changelog_rewinds_only_once_the_later_batches_changelog_has_landed() -> None:
+    async def scenario() -> None:
+        parts = Parts(2)
+        collector = parts.collector
+        await parts.commits.commit(parts.batch(1, [0]), [])
+        await parts.commits.commit(parts.batch(2, [1]), [])
+        collector.ack(b"d1.0", b"d2.1")
+        await turn()
+        assert collector.sent[2:] == [b"s1.0", b"s2.1"]
+        collector.ack(b"s1.0", error=RuntimeError("not leader for partition"))
+        await turn()
+        looking = asyncio.ensure_future(parts.commits.idle())
+        await turn()
+        # Reloaded now, task 1 could read its changelog without the record still on its way.
+        assert not looking.done(), "rewound while a later changelog record was in flight"
+        collector.ack(b"s2.1")
+        assert (await looking).rewind == {0, 1}
+        assert parts.committed == []
+        assert [j.durable for j in parts.journals.values()] == [0, 0]
 
     asyncio.run(settled(scenario()))

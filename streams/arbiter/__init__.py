@@ -13,9 +13,10 @@ rest (aliases, outcome windows, web, lifecycle):
 - **Batches.** Fetch many records; run each through `Processor` against its task's state; then
   send the outputs plus one changelog record per changed key, and commit the input offsets only
   once all of that is acknowledged (at least once: the changelog only once the outputs are, and
-  a batch's acknowledgements are awaited after the next two batches are decided, so commits lag
-  two batches), or inside the same Kafka transaction (exactly once, one transactional producer
-  per task, so a task's new owner fences the old one).
+  the loop goes on deciding while up to eight batches' acknowledgements are on their way; the
+  settled batches' offsets are committed together, at most every `commit_interval_s`), or
+  inside the same Kafka transaction (exactly once, one transactional producer per task, so a
+  task's new owner fences the old one).
 - **Rebalances.** A revoked task stops before its partitions move (the batch in flight finishes
   and commits first). The assignment callback only records the new partitions and pauses them:
   aiokafka heartbeats only once that callback returns, so a callback that restores state would

@@ -7,8 +7,8 @@ The loop repairs those; a strategy never calls back into it. What a guarantee ad
 task (`Opening`) is the strategy's too.
 
 - `AtLeastOnce`: a batch's outputs are sent, its changelog records once the outputs are all
-  acknowledged, and both are awaited only after the next two batches are decided (two batches in
-  flight), then its offsets are committed: commits lag two batches.
+  acknowledged, and its offsets are committed once those are; the loop decides the next batches
+  meanwhile and waits for one only when `IN_FLIGHT` are on their way.
 - `ExactlyOnce`: one Kafka transaction per task, through the task's own transactional producer,
   with its input offsets inside; opening a task fences its previous owner.
 
@@ -23,7 +23,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, Protocol
 
 from aiokafka.errors import ProducerFenced
@@ -92,7 +92,9 @@ def commits_for(
     """The strategy of the configured guarantee: the one place that asks which it is."""
     if settings.processing_guarantee is Guarantee.EXACTLY_ONCE:
         return ExactlyOnce(settings, group, tasks, collector, positions, metrics, stages)
-    return AtLeastOnce(tasks, collector, positions, metrics, stages)
+    return AtLeastOnce(
+        tasks, collector, positions, metrics, stages, commit_interval_s=settings.commit_interval_s
+    )
 
 
 def journaled(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
@@ -124,10 +126,12 @@ def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
 
 @dataclass
 class InFlight:
-    """An at-least-once batch on its way: its outputs are sent, its changelog records follow
-    once they are all acknowledged (`journaled`), its offsets are committed once those are. The
-    next batches are read and decided meanwhile."""
+    """An at-least-once batch on its way: its outputs are sent, its changelog records are handed
+    to the producer once they are all acknowledged (`queued`) and settle once acknowledged in
+    turn (`journaled`), its offsets are committed after that. The next batches are read and
+    decided meanwhile."""
 
+    queued: asyncio.Future[Pending]
     journaled: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
     offsets: dict[TopicPartition, int]
     partitions: set[int]
@@ -151,29 +155,40 @@ class _Committer:
         self.stages = stages
 
 
-IN_FLIGHT = 2  # at-least-once batches sent and not yet settled, at most
+# At-least-once batches sent and not yet settled, at most: past it the loop waits for the
+# oldest. Below it the loop never waits for an acknowledgement: a settled batch is committed
+# when the loop next looks (after a batch, or a fetch that found none).
+IN_FLIGHT = 8
 
 
 class AtLeastOnce(_Committer):
-    """Two batches in flight: a batch is settled once the next two are sent.
+    """Batches in flight: a batch is settled once its changelog is acknowledged, and the loop
+    looks for settled batches without waiting for any, unless `IN_FLIGHT` are on their way.
 
     A batch's changelog records go out only once all its outputs are acknowledged. Sent with
     them, they could be taken while a decision is refused: the batch is rewound, its task
     reloads a changelog that already holds its claims, and the claims read again count as
     redeliveries, which repeat only the key's latest decision (an earlier one, an escalation,
-    is never sent). Held back, a changelog never holds a claim whose outputs are not out. The
-    changelog goes out in the loop's first pause after the outputs' acknowledgement, so a batch
-    is settled only after the one after it is decided too: settled after one, the loop would
-    wait a round trip for the changelog at every batch."""
+    is never sent). Held back, a changelog never holds a claim whose outputs are not out.
+
+    Waiting for a batch two behind, as this did, the loop spent 189 ms a second of the latency
+    phase in that wait, while the claims behind it queued (`claimstream bench`, half load). The
+    offsets go the same way: a batch's are committed once the commit before it is done, or
+    folded into the next (commits are cumulative: a lost one only means a later one, or the
+    next owner, re-reads a little more)."""
 
     isolation = "read_uncommitted"
     idempotent = False
-    _commit: asyncio.Future[None] | None = None  # the last batch's offset commit
+    _commit: asyncio.Future[None] | None = None  # the last offset commit
 
-    def __init__(self, *parts: Any) -> None:
-        """`_Committer`'s parts."""
+    def __init__(self, *parts: Any, commit_interval_s: float = 0.0) -> None:
+        """`_Committer`'s parts; settled offsets are committed at most every
+        `commit_interval_s` (and whenever the batches in flight are flushed)."""
         super().__init__(*parts)
         self._in_flight: deque[InFlight] = deque()  # oldest first, until its changelog is acked
+        self._settled: dict[TopicPartition, int] = {}  # offsets settled, not committed yet
+        self.commit_interval_s = commit_interval_s
+        self._committed_at = -commit_interval_s  # monotonic time of the last offset commit
 
     async def fence(self, tasks: Sequence[Task]) -> None:
         """Nothing to fence: a previous owner still sending only repeats decisions."""
@@ -192,80 +207,117 @@ class AtLeastOnce(_Committer):
         except Exception as exc:
             _failed(self.metrics, len(work), exc)
             return await self.flush() | Failed(rewind=frozenset(work))
-        # This batch's acknowledgements are awaited after the next batches are decided, not
-        # before: the loop no longer idles for a round trip to the broker per batch.
         in_flight = self._in_flight
-        before = in_flight[-1].journaled if in_flight else None
-        journaled = asyncio.ensure_future(self._journal(sent, journal, before))
-        journaled.add_done_callback(_retrieved)
+        before = in_flight[-1].queued if in_flight else None
+        queued = asyncio.ensure_future(self._queue_journal(sent, journal, before))
+        journaled = asyncio.ensure_future(self._journaled(queued))
+        for future in (queued, journaled):
+            future.add_done_callback(_retrieved)
         offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
-        in_flight.append(InFlight(journaled, offsets, set(work)))
+        in_flight.append(InFlight(queued, journaled, offsets, set(work)))
         started = stages.add(PRODUCE, started)
-        failed = await self._settle(staying=None) if len(in_flight) > IN_FLIGHT else NOTHING_FAILED
+        failed = await self._settle_ready(staying=None)
+        while len(in_flight) > IN_FLIGHT and not failed.rewind:
+            await asyncio.wait([in_flight[0].journaled])
+            failed |= await self._settle_ready(staying=None)
         stages.add(COMMIT, started)
         return failed
 
-    async def _journal(
-        self,
-        sent: Pending,
-        journal: list[Outgoing],
-        before: asyncio.Future[dict[int, int]] | None,
-    ) -> dict[int, int]:
-        """Send a batch's changelog records once its outputs are all acknowledged and the batch
-        before it is journaled (a key's records stay in order); a failure of either fails this
-        batch too, which is rewound with it."""
+    async def _queue_journal(
+        self, sent: Pending, journal: list[Outgoing], before: asyncio.Future[Pending] | None
+    ) -> Pending:
+        """Hand a batch's changelog records to the producer once its outputs are all
+        acknowledged and the batch before it handed its own (the producer keeps a partition's
+        records in the order they were handed: a key's records stay in order); a failure of
+        either fails this batch too, which is rewound with it.
+
+        Not after the batch before is acknowledged: then each batch's changelog waited for a
+        round trip of its own, one batch after another, and under a steady input the batches in
+        flight piled up behind them until the loop waited too."""
         await self.collector.acknowledged(sent)
         if before is not None:
             await before
-        return await self.collector.send_all(journal)
+        return await self.collector.enqueue(journal)
+
+    async def _journaled(self, queued: asyncio.Future[Pending]) -> dict[int, int]:
+        return await self.collector.acknowledged(await queued)
 
     async def idle(self) -> Failed:
-        return await self.flush() if self._in_flight else NOTHING_FAILED
+        return await self._settle_ready(staying=None)
 
     async def flush(self, staying: Collection[int] | None = None) -> Failed:
-        """Settle the batches in flight, and wait for the last offset commit."""
+        """Settle the batches in flight, and wait for their offsets' commit. Failed tasks are
+        rewound only if in `staying` (None: all)."""
         failed = NOTHING_FAILED
         while self._in_flight:
-            failed |= await self._settle(staying)
+            await asyncio.wait([self._in_flight[0].journaled])
+            failed |= await self._settle_ready(staying)
         await self._settled_commit()
+        if self._settled:
+            self._commit_settled()
+            await self._settled_commit()
         return failed
 
-    async def _settle(self, staying: Collection[int] | None) -> Failed:
-        """Wait for the oldest batch in flight to be journaled, then commit its offsets. A
-        failed send rewinds, of its tasks and those of the batches sent after it, the ones that
-        stay on this worker (`staying`; None: all of them) to the last commit; the others' next
-        owner reads again from there."""
-        in_flight = self._in_flight.popleft()
-        try:
-            ends = await in_flight.journaled
-        except Exception as exc:
-            partitions = in_flight.partitions.union(*(b.partitions for b in self._in_flight))
-            self._in_flight.clear()
-            _failed(self.metrics, len(partitions), exc)
-            if staying is not None:
-                partitions &= set(staying)
-            return Failed(rewind=frozenset(partitions))
-        for partition in in_flight.partitions:
-            self.tasks.durable(partition, ends.get(partition))
-        if in_flight.offsets:
-            # Commits are cumulative: the next batch need not wait for this one. A lost commit
-            # only means a later one (or the new owner) re-reads a little more.
-            await self._settled_commit()
-            self._commit = self.positions.commit(in_flight.offsets)
+    async def _settle_ready(self, staying: Collection[int] | None) -> Failed:
+        """Settle the oldest batches whose changelog is acknowledged, without waiting for any;
+        commit what they read if the last commit is done.
+
+        A failed batch rewinds, of its tasks and those of the batches sent after it, the ones
+        that stay on this worker (`staying`; None: all of them) to the last commit; the others'
+        next owner reads again from there. The later batches' changelog records may be on their
+        way: they land (or fail) before the tasks reload their changelog."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].journaled.done():
+            batch = in_flight.popleft()
+            try:
+                ends = batch.journaled.result()
+            except Exception as exc:
+                later = list(in_flight)
+                in_flight.clear()
+                self._settled.clear()
+                if later:
+                    await asyncio.wait([b.journaled for b in later])
+                partitions = batch.partitions.union(*(b.partitions for b in later))
+                _failed(self.metrics, len(partitions), exc)
+                if staying is not None:
+                    partitions &= set(staying)
+                return Failed(rewind=frozenset(partitions))
+            for partition in batch.partitions:
+                self.tasks.durable(partition, ends.get(partition))
+            self._settled.update(batch.offsets)
+        if (
+            self._settled
+            and (self._commit is None or self._commit.done())
+            and monotonic() - self._committed_at >= self.commit_interval_s
+        ):
+            self._commit_settled()
         return NOTHING_FAILED
+
+    def _commit_settled(self) -> None:
+        """Commit the settled offsets; the commit before it is done (or was never made)."""
+        previous, self._commit = self._commit, self.positions.commit(self._settled)
+        self._settled = {}
+        self._committed_at = monotonic()
+        if previous is not None:
+            _logged(previous, self.metrics)
 
     async def _settled_commit(self) -> None:
         commit, self._commit = self._commit, None
         if commit is None:
             return
-        try:
-            await commit
-        except Exception as exc:
-            self.metrics.commit_failures.inc()
-            log.warning("arbiter: offset commit failed (%s: %s)", type(exc).__name__, exc)
+        await asyncio.wait([commit])
+        _logged(commit, self.metrics)
 
 
-def _retrieved(acks: asyncio.Future[dict[int, int]]) -> None:
+def _logged(commit: asyncio.Future[None], metrics: Metrics) -> None:
+    """Count and log a failed offset commit: the next one covers its offsets."""
+    if commit.cancelled() or (exc := commit.exception()) is None:
+        return
+    metrics.commit_failures.inc()
+    log.warning("arbiter: offset commit failed (%s: %s)", type(exc).__name__, exc)
+
+
+def _retrieved(acks: asyncio.Future[Any]) -> None:
     """Mark a failure as seen: a batch dropped by a rewind is never awaited."""
     if not acks.cancelled():
         acks.exception()

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -27,12 +28,16 @@ class Offered:
     """What an offered load measured: each decision's claim-to-decision latency (from the
     claim's timestamp, which it is decided as of, to this process reading the decision), split
     at the decision record's own timestamp (when the worker appended it to a producer batch,
-    in ms): in the worker (fetch, decide, until sent) and delivery (broker, this consumer); and
-    the decisions per second the worker kept up with."""
+    in ms): in the worker (fetch, decide, until sent) and delivery (broker, this consumer); the
+    part of the first before the claim was acknowledged to this process; and the decisions per
+    second the worker kept up with."""
 
     latencies: list[float] = field(default_factory=list)
     in_worker: list[float] = field(default_factory=list)
     delivery: list[float] = field(default_factory=list)
+    # From the claim's timestamp to its producer batch's acknowledgement (seen by this process):
+    # of the time in the worker, how much the claim took to be on the broker at all.
+    to_broker: list[float] = field(default_factory=list)
     rate: float = 0.0
 
 
@@ -58,6 +63,11 @@ def fresh_claims(
         yield key.replace(marker, subject), value.replace(marker, subject)
 
 
+def _stamp_acked(acked: list[float], first: int, end: int, _: object) -> None:
+    """When the producer batches of claims `first` to `end` were all acknowledged."""
+    acked[first:end] = [time.time()] * (end - first)
+
+
 async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Offered:
     """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision).
 
@@ -75,6 +85,7 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
     tag = uuid.uuid4().hex[:6]
     prefix = FRESH_PREFIX.format(tag=tag).encode()
     stamped_ms = [0] * total  # each claim's record timestamp, 0 until sent
+    acked = [0.0] * total  # when each claim's producer batch was acknowledged here
     offered = Offered()
     latencies = offered.latencies
     started = time.perf_counter()
@@ -91,7 +102,9 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
             observed_at = datetime.fromtimestamp(wall, UTC)
             stamped_ms[sent:due] = [stamp] * (due - sent)
             claims = fresh_claims(topics.claims, tag, range(sent, due), observed_at)
-            acks += await send_batched(producer, topics.claims, partitions, claims, stamp)
+            batches = await send_batched(producer, topics.claims, partitions, claims, stamp)
+            asyncio.gather(*batches).add_done_callback(partial(_stamp_acked, acked, sent, due))
+            acks += batches
             sent = due
             await asyncio.sleep(PACE_S)
         await asyncio.gather(*acks)
@@ -117,13 +130,18 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
                     latencies.append(received - claimed)
                     offered.in_worker.append(appended - claimed)
                     offered.delivery.append(received - appended)
+                    decided_at[number] = received
                     finished = time.perf_counter()
 
+    decided_at = [0.0] * total
     try:
         await asyncio.gather(send_all(), collect())
     finally:
         await producer.stop()
         await consumer.stop()
+    offered.to_broker = [
+        acked[n] - stamped_ms[n] / 1000 for n in range(total) if decided_at[n] and acked[n]
+    ]
     offered.rate = len(latencies) / max(finished - started, 1e-6)
     return offered
 

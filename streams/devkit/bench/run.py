@@ -201,8 +201,8 @@ def _latency_phases(
     stalls["pinned_cores"] = pinning
     # The throughput phase's keys going stale meanwhile: their re-decisions share the loop.
     stalls["latency_expiry_ticks"] = ticks
-    # Where the worker's loop spent the phase, in ms a second by stage (commit: waiting for the
-    # batch in flight's acknowledgements too).
+    # Where the worker's loop spent the phase, in ms a second by stage (commit: waiting for
+    # acknowledgements too, when more batches than the window are in flight).
     stalls["latency_stage_ms_per_s"] = {
         stage: round(s / wall * 1000, 1) for stage, s in staged.items()
     }
@@ -241,6 +241,7 @@ def _figures(
         # Where the time went: until the worker appended the decision, then until read here.
         **_percentiles("worker_", offered.in_worker),
         **_percentiles("delivery_", offered.delivery),
+        **_percentiles("to_broker_", offered.to_broker),
         **measured.stalls,
         "peak_rss_bytes": measured.peak_rss,
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
