@@ -127,7 +127,7 @@ def test_a_batch_is_journaled_only_once_its_outputs_are_acknowledged_and_committ
     async def scenario() -> None:
         parts = Parts(2)
         collector = parts.collector
-        assert not (await parts.commits.commit(parts.batch(1, [0, 1]), [])).rewind
+        assert not (await parts.commits.commit(parts.batch(1, [0, 1]))).rewind
         await turn()
         assert collector.sent == [b"d1.0", b"d1.1"]
         collector.ack(b"d1.0")
@@ -150,8 +150,8 @@ def test_a_settled_batch_is_committed_at_the_next_look_without_waiting_for_the_o
     async def scenario() -> None:
         parts = Parts(1)
         collector = parts.collector
-        await parts.commits.commit(parts.batch(1, [0]), [])
-        await parts.commits.commit(parts.batch(2, [0]), [])
+        await parts.commits.commit(parts.batch(1, [0]))
+        await parts.commits.commit(parts.batch(2, [0]))
         assert parts.committed == [], "committed before anything was journaled"
         collector.ack(b"d2.0")
         await turn()
@@ -163,7 +163,7 @@ def test_a_settled_batch_is_committed_at_the_next_look_without_waiting_for_the_o
         assert collector.sent[2:] == [b"s1.0", b"s2.0"]
         collector.ack(b"s1.0")
         await turn()
-        third = asyncio.ensure_future(parts.commits.commit(parts.batch(3, [0]), []))
+        third = asyncio.ensure_future(parts.commits.commit(parts.batch(3, [0])))
         await turn()
         assert third.done(), "the loop waited for a batch in flight"
         assert not third.result().rewind
@@ -182,8 +182,8 @@ def test_the_loop_waits_for_the_oldest_batch_only_past_the_window() -> None:
         parts = Parts(1)
         collector = parts.collector
         for n in range(1, IN_FLIGHT + 1):
-            await parts.commits.commit(parts.batch(n, [0]), [])
-        over = asyncio.ensure_future(parts.commits.commit(parts.batch(IN_FLIGHT + 1, [0]), []))
+            await parts.commits.commit(parts.batch(n, [0]))
+        over = asyncio.ensure_future(parts.commits.commit(parts.batch(IN_FLIGHT + 1, [0])))
         await turn()
         assert not over.done(), "more than IN_FLIGHT batches on their way"
         collector.ack(b"d1.0")
@@ -201,7 +201,7 @@ def test_offsets_settled_while_a_commit_runs_go_out_together_in_the_next() -> No
         parts = Parts(2)
         parts.hold_commits = True
         collector = parts.collector
-        await parts.commits.commit(parts.batch(1, [0]), [])
+        await parts.commits.commit(parts.batch(1, [0]))
         collector.ack(b"d1.0")
         await turn()
         collector.ack(b"s1.0")
@@ -209,7 +209,7 @@ def test_offsets_settled_while_a_commit_runs_go_out_together_in_the_next() -> No
         await parts.commits.idle()
         assert parts.committed == [{TopicPartition("claims", 0): 1}]
         for n, partition in ((2, 1), (3, 0)):
-            await parts.commits.commit(parts.batch(n, [partition]), [])
+            await parts.commits.commit(parts.batch(n, [partition]))
             collector.ack(f"d{n}.{partition}".encode())
             await turn()
             collector.ack(f"s{n}.{partition}".encode())
@@ -232,8 +232,8 @@ def test_a_refused_output_journals_nothing_of_its_batch_or_the_next_and_rewinds_
     async def scenario() -> None:
         parts = Parts(3)
         collector = parts.collector
-        await parts.commits.commit(parts.batch(1, [0, 1]), [])
-        await parts.commits.commit(parts.batch(2, [2]), [])
+        await parts.commits.commit(parts.batch(1, [0, 1]))
+        await parts.commits.commit(parts.batch(2, [2]))
         collector.ack(b"d1.0", b"d2.2")
         collector.ack(b"d1.1", error=ValueError("record too large"))
         failed = await parts.commits.flush()
@@ -248,7 +248,7 @@ def test_a_refused_output_journals_nothing_of_its_batch_or_the_next_and_rewinds_
 
 async def settle(parts: Parts, n: int, partition: int) -> None:
     """Send batch `n` on one task and acknowledge its output and then its changelog."""
-    await parts.commits.commit(parts.batch(n, [partition]), [])
+    await parts.commits.commit(parts.batch(n, [partition]))
     parts.collector.ack(f"d{n}.{partition}".encode())
     await turn()
     parts.collector.ack(f"s{n}.{partition}".encode())
@@ -276,8 +276,8 @@ def test_a_failed_changelog_rewinds_only_once_the_later_batches_changelog_has_la
     async def scenario() -> None:
         parts = Parts(2)
         collector = parts.collector
-        await parts.commits.commit(parts.batch(1, [0]), [])
-        await parts.commits.commit(parts.batch(2, [1]), [])
+        await parts.commits.commit(parts.batch(1, [0]))
+        await parts.commits.commit(parts.batch(2, [1]))
         collector.ack(b"d1.0", b"d2.1")
         await turn()
         assert collector.sent[2:] == [b"s1.0", b"s2.1"]

@@ -70,8 +70,8 @@ class Commits(Opening, Protocol):
     isolation: str  # how this worker reads its inputs and changelog
     idempotent: bool  # whether its producers are
 
-    async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
-        """Send a batch's outputs, journal and outcome tallies; commit its offsets."""
+    async def commit(self, work: Mapping[int, TaskBatch]) -> Failed:
+        """Send a batch's outputs and journal; commit its offsets."""
 
     async def idle(self) -> Failed:
         """No input this time: commit what the last batch read."""
@@ -196,12 +196,12 @@ class AtLeastOnce(_Committer):
     async def positioned(self, task: Task) -> None:
         """The offsets fetched on assignment stand: the previous owner committed before leaving."""
 
-    async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
+    async def commit(self, work: Mapping[int, TaskBatch]) -> Failed:
         stages = self.stages
         started = perf_counter()
         journal = journal_of(self.tasks, work)
         started = stages.add(JOURNAL, started)
-        outputs = [record for batch in work.values() for record in batch.outputs] + tallies
+        outputs = [record for batch in work.values() for record in batch.outputs]
         try:
             sent = await self.collector.enqueue(outputs)
         except Exception as exc:
@@ -359,7 +359,7 @@ class ExactlyOnce(_Committer):
         # transaction, which opening the task has only now settled.
         await self.positions.seek_to_committed({task.partition})
 
-    async def commit(self, work: Mapping[int, TaskBatch], tallies: list[Outgoing]) -> Failed:
+    async def commit(self, work: Mapping[int, TaskBatch]) -> Failed:
         stages = self.stages
         started = perf_counter()
         records = {p: journaled(self.tasks, {p: batch}) for p, batch in work.items()}
@@ -387,7 +387,6 @@ class ExactlyOnce(_Committer):
             elif isinstance(result, Exception):
                 _failed(self.metrics, 1, result)
                 rewind.add(partition)
-        await self.collector.send_all(tallies)
         return Failed(frozenset(rewind), frozenset(fenced))
 
     async def idle(self) -> Failed:
