@@ -1,5 +1,4 @@
-"""The loop's ticks and outcome counts: sent without waiting for their acknowledgement, one
-send in flight.
+"""The loop's ticks: sent without waiting for their acknowledgement, one send in flight.
 
 Driven on a stand-in for the loop's parts (settings, schedule, collector): the batches around
 the ticks run against real brokers in tests/stream."""
@@ -7,7 +6,6 @@ the ticks run against real brokers in tests/stream."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -106,41 +104,3 @@ def test_ticks_take_a_share_of_the_time_since_the_last_at_the_cost_of_a_record()
 
     asyncio.run(scenario())
     assert budgets == [6, 12, 1, 1]
-
-
-def test_outcome_counts_go_out_summed_over_batches_once_a_second_and_all_at_stop() -> None:
-    async def scenario() -> None:
-        collector = Collector()
-        parts = SimpleNamespace(
-            settings=SimpleNamespace(topics=SimpleNamespace(outcomes="outcomes")),
-            tallies_out=Unawaited(collector),
-            _tallies=Counter({b"f|resolved|none": 2}),
-            _tallied_at=0.0,
-        )
-
-        def sent(n: int) -> dict[bytes, bytes]:
-            assert all(record.topic == "outcomes" for record in collector.sent[n])
-            return {record.key: record.value for record in collector.sent[n]}
-
-        await Arbiter._send_tallies(parts)
-        assert sent(0) == {b"f|resolved|none": b"2"}
-        collector.acks[0].set_result(None)
-        await settle()
-        for batch in ({b"f|resolved|none": 1}, {b"f|resolved|none": 3, b"f|conflict|value": 1}):
-            parts._tallies.update(batch)
-            await Arbiter._send_tallies(parts)
-        assert len(collector.sent) == 1, "counts went out before the interval was over"
-        parts._tallied_at -= 1.0
-        await Arbiter._send_tallies(parts)
-        assert sent(1) == {b"f|resolved|none": b"4", b"f|conflict|value": b"1"}
-        parts._tallies.update({b"f|insufficient|none": 1})
-        stopping = asyncio.ensure_future(Arbiter._send_tallies(parts, now=True))
-        await settle()
-        assert not stopping.done(), "sent beside an unacknowledged send"
-        collector.acks[1].set_result(None)
-        await asyncio.wait_for(stopping, 1)
-        assert sent(2) == {b"f|insufficient|none": b"1"}
-        await Arbiter._send_tallies(parts, now=True)
-        assert len(collector.sent) == 3, "nothing gathered, nothing sent"
-
-    asyncio.run(scenario())

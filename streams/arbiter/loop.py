@@ -15,7 +15,6 @@ import asyncio
 import gc
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from time import perf_counter
@@ -30,11 +29,12 @@ from streams.arbiter.collector import RecordCollector, Unawaited, producer_optio
 from streams.arbiter.commit import Failed, TaskBatch, commits_for
 from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
 from streams.arbiter.schedule import Schedule
+from streams.arbiter.tallies import Tallies
 from streams.arbiter.tasks import InputPositions, Task, Tasks
 from streams.client import client_options
 from streams.health import Pulse
 from streams.metrics import Metrics
-from streams.pipeline import Incoming, Outgoing, Processor, TaskCorrupted
+from streams.pipeline import Incoming, Processor, TaskCorrupted
 from streams.settings import Settings
 from streams.sources import SourceLedgers
 from streams.state.cache import StateCache
@@ -49,8 +49,6 @@ log = logging.getLogger(__name__)
 # next batch was decided too: its decisions would wait one more batch (0.3-0.7 s a batch held
 # the loop at half load on a loaded machine, by `GET /api/stalls`).
 SEND_TURN_S = 0.001
-# How often, at most, the outcome counts gathered from batches go out (kept by the minute).
-TALLY_INTERVAL_S = 1.0
 # The share of the loop's time re-decisions by time alone may take (`Arbiter._tick`): while
 # input arrives, and when a fetch found none.
 TICK_SHARE = 0.25
@@ -109,9 +107,7 @@ class Arbiter(Service):
         )
         self.collector = RecordCollector(settings.changelog_topic, self.tasks.journaled_to)
         self.ticks_out = Unawaited(self.collector)
-        self.tallies_out = Unawaited(self.collector)
-        self._tallies: Counter[bytes] = Counter()  # outcome counts not sent yet
-        self._tallied_at = 0.0  # monotonic time the last tallies went out
+        self.tallies = Tallies(self.collector, settings.topics.outcomes)
         self.commits = commits_for(
             settings,
             self.group,
@@ -182,8 +178,8 @@ class Arbiter(Service):
             # Stopping: no task stays here; the next owner reads on from the commit.
             await self._repair(await self.commits.flush(staying=()))
             await self.ticks_out.settled()  # one lost only delays its key: timers stay stored
-            await self._send_tallies(now=True)
-            await self.tallies_out.settled()
+            await self.tallies.send(now=True)
+            await self.tallies.settled()
             await self.tasks.close_all()
             for client in self._clients:
                 await client.stop()
@@ -204,7 +200,7 @@ class Arbiter(Service):
                 else:
                     await self._repair(await self.commits.idle())
                 await self._tick(sum(len(messages) for messages in fetched.values()))
-                await self._send_tallies()
+                await self.tallies.send()
                 await self._scan()
             self.pulse.beat()
             if any(tp.partition not in self.tasks.open for tp in fetched):
@@ -254,7 +250,7 @@ class Arbiter(Service):
                 continue
             batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
         for batch in work.values():
-            self._tallies.update(batch.tallies)
+            self.tallies.add(batch.tallies)
         failed = await self.commits.commit(work)
         if corrupted:
             # As after a failed commit: what is in flight settles first, so that the reloaded
@@ -268,30 +264,6 @@ class Arbiter(Service):
         self._record_cost = cost if not self._record_cost else 0.8 * self._record_cost + 0.2 * cost
         self.metrics.state_keys.set(self.tasks.keys())
         self.metrics.state_bytes.set(self.tasks.encoded_bytes())
-
-    async def _send_tallies(self, *, now: bool = False) -> None:
-        """Send the outcome counts gathered since the last time: one record per
-        field|outcome|kind, summed over batches and tasks, every `TALLY_INTERVAL_S` (`now`:
-        whatever is gathered, once the last send is acknowledged).
-
-        Sent with each batch, they were one record or more a batch, each an event for the
-        Faust agent that keeps the windowed counts, which its consumer thread fetched as it came:
-        9% of the worker's CPU samples went to Faust at half load (py-spy), for counts kept by
-        the minute. A count is at least once either way: a rewound batch's were sent already."""
-        if not self._tallies:
-            return
-        if now:
-            await self.tallies_out.settled()
-        elif self.tallies_out.in_flight() or (
-            time.monotonic() - self._tallied_at < TALLY_INTERVAL_S
-        ):
-            return
-        topic = self.settings.topics.outcomes
-        tallies, self._tallies = self._tallies, Counter()
-        self._tallied_at = time.monotonic()
-        await self.tallies_out.send(
-            [Outgoing(topic, key, str(count).encode()) for key, count in tallies.items()]
-        )
 
     async def _repair(self, failed: Failed) -> None:
         """Close the tasks another worker fenced; rewind the ones whose commit failed."""
