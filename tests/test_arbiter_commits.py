@@ -123,6 +123,15 @@ async def turn() -> None:
         await asyncio.sleep(0)
 
 
+async def settle(parts: Parts, n: int, partition: int) -> None:
+    """Send batch `n` on one task and acknowledge its output and then its changelog."""
+    await parts.commits.commit(parts.batch(n, [partition]))
+    parts.collector.ack(f"d{n}.{partition}".encode())
+    await turn()
+    parts.collector.ack(f"s{n}.{partition}".encode())
+    await turn()
+
+
 def test_a_batch_is_journaled_only_once_its_outputs_are_acknowledged_and_committed_after() -> None:
     async def scenario() -> None:
         parts = Parts(2)
@@ -200,20 +209,11 @@ def test_offsets_settled_while_a_commit_runs_go_out_together_in_the_next() -> No
     async def scenario() -> None:
         parts = Parts(2)
         parts.hold_commits = True
-        collector = parts.collector
-        await parts.commits.commit(parts.batch(1, [0]))
-        collector.ack(b"d1.0")
-        await turn()
-        collector.ack(b"s1.0")
-        await turn()
+        await settle(parts, 1, 0)
         await parts.commits.idle()
         assert parts.committed == [{TopicPartition("claims", 0): 1}]
         for n, partition in ((2, 1), (3, 0)):
-            await parts.commits.commit(parts.batch(n, [partition]))
-            collector.ack(f"d{n}.{partition}".encode())
-            await turn()
-            collector.ack(f"s{n}.{partition}".encode())
-            await turn()
+            await settle(parts, n, partition)
         await parts.commits.idle()
         assert len(parts.committed) == 1, "a commit went out before the one before it was done"
         parts.commits_running[0].set_exception(RuntimeError("coordinator moved"))
@@ -244,15 +244,6 @@ def test_a_refused_output_journals_nothing_of_its_batch_or_the_next_and_rewinds_
         assert [j.durable for j in parts.journals.values()] == [0, 0, 0]
 
     asyncio.run(settled(scenario()))
-
-
-async def settle(parts: Parts, n: int, partition: int) -> None:
-    """Send batch `n` on one task and acknowledge its output and then its changelog."""
-    await parts.commits.commit(parts.batch(n, [partition]))
-    parts.collector.ack(f"d{n}.{partition}".encode())
-    await turn()
-    parts.collector.ack(f"s{n}.{partition}".encode())
-    await turn()
 
 
 def test_settled_offsets_wait_for_the_commit_interval_unless_flushed() -> None:

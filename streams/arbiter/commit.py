@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -171,11 +172,11 @@ class AtLeastOnce(_Committer):
     redeliveries, which repeat only the key's latest decision (an earlier one, an escalation,
     is never sent). Held back, a changelog never holds a claim whose outputs are not out.
 
-    Waiting for a batch two behind, as this did, the loop spent 189 ms a second of the latency
-    phase in that wait, while the claims behind it queued (`claimstream bench`, half load). The
-    offsets go the same way: a batch's are committed once the commit before it is done, or
-    folded into the next (commits are cumulative: a lost one only means a later one, or the
-    next owner, re-reads a little more)."""
+    Waiting instead for the batch two behind before deciding the next, the loop spent 189 ms a
+    second of the latency phase in that wait, while the claims behind it queued (`claimstream
+    bench`, half load). The offsets go the same way: a batch's are committed once the commit
+    before it is done, or folded into the next (commits are cumulative: a lost one only means a
+    later one, or the next owner, re-reads a little more)."""
 
     isolation = "read_uncommitted"
     idempotent = False
@@ -188,7 +189,7 @@ class AtLeastOnce(_Committer):
         self._in_flight: deque[InFlight] = deque()  # oldest first, until its changelog is acked
         self._settled: dict[TopicPartition, int] = {}  # offsets settled, not committed yet
         self.commit_interval_s = commit_interval_s
-        self._committed_at = -commit_interval_s  # monotonic time of the last offset commit
+        self._committed_at = -math.inf  # monotonic time of the last offset commit
 
     async def fence(self, tasks: Sequence[Task]) -> None:
         """Nothing to fence: a previous owner still sending only repeats decisions."""

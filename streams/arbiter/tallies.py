@@ -10,6 +10,7 @@ and a send that failed goes out again with the next.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 
@@ -25,18 +26,21 @@ TALLY_INTERVAL_S = 1.0
 class Tallies:
     """Outcome counts by field|outcome|kind, gathered from batches until they are sent."""
 
-    def __init__(self, collector: RecordCollector, topic: str) -> None:
+    def __init__(
+        self, collector: RecordCollector, topic: str, interval_s: float = TALLY_INTERVAL_S
+    ) -> None:
         self.topic = topic
+        self.interval_s = interval_s
         self.out = Unawaited(collector)
         self.gathered: Counter[bytes] = Counter()
         self._sending: Counter[bytes] = Counter()  # the last send's, until it is acknowledged
-        self._sent_at = 0.0  # monotonic time the last counts went out
+        self._sent_at = -math.inf  # monotonic time the last counts went out
 
     def add(self, counts: Counter[bytes]) -> None:
         self.gathered.update(counts)
 
     async def send(self, *, now: bool = False) -> None:
-        """Send what was gathered, one record per field|outcome|kind, if `TALLY_INTERVAL_S`
+        """Send what was gathered, one record per field|outcome|kind, if `interval_s`
         passed since the last send and it is acknowledged (`now`: once the last send is
         acknowledged, whenever that was)."""
         if now:
@@ -45,7 +49,7 @@ class Tallies:
             await self.out.settled()
         elif (
             self._in_flight()
-            or time.monotonic() - self._sent_at < TALLY_INTERVAL_S
+            or time.monotonic() - self._sent_at < self.interval_s
             or not self.gathered
         ):
             return

@@ -94,6 +94,7 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
     prefix = FRESH_PREFIX.format(tag=tag).encode()
     stamped_ms = [0] * total  # each claim's record timestamp, 0 until sent
     acked = [0.0] * total  # when each claim's producer batch was acknowledged here
+    decided_at = [0.0] * total  # when each claim's decision was read here, 0 until then
     offered = Offered()
     latencies = offered.latencies
     started = time.perf_counter()
@@ -141,7 +142,6 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
                     decided_at[number] = received
                     finished = time.perf_counter()
 
-    decided_at = [0.0] * total
     try:
         await asyncio.gather(send_all(), collect())
     finally:
