@@ -209,7 +209,7 @@ class AtLeastOnce(_Committer):
             _failed(self.metrics, len(work), exc)
             return await self.flush() | Failed(rewind=frozenset(work))
         in_flight = self._in_flight
-        before = in_flight[-1].queued if in_flight else None
+        before = in_flight[-1].journaled if in_flight else None
         queued = asyncio.ensure_future(self._queue_journal(sent, journal, before))
         journaled = asyncio.ensure_future(self._journaled(queued))
         for future in (queued, journaled):
@@ -225,16 +225,19 @@ class AtLeastOnce(_Committer):
         return failed
 
     async def _queue_journal(
-        self, sent: Pending, journal: list[Outgoing], before: asyncio.Future[Pending] | None
+        self,
+        sent: Pending,
+        journal: list[Outgoing],
+        before: asyncio.Future[dict[int, int]] | None,
     ) -> Pending:
         """Hand a batch's changelog records to the producer once its outputs are all
-        acknowledged and the batch before it handed its own (the producer keeps a partition's
-        records in the order they were handed: a key's records stay in order); a failure of
-        either fails this batch too, which is rewound with it.
+        acknowledged and the batch before it is journaled (a key's records stay in order); a
+        failure of either fails this batch too, which is rewound with it.
 
-        Not after the batch before is acknowledged: then each batch's changelog waited for a
-        round trip of its own, one batch after another, and under a steady input the batches in
-        flight piled up behind them until the loop waited too."""
+        Handed on as soon as the batch before had handed its own (one round trip a batch less
+        of waiting in the loop), the Apache Kafka leader-kill scenario lost 92 admitted claims
+        in one of two runs: a changelog batch then can land before the one before it, across a
+        leader's failover, on a producer without idempotence."""
         await self.collector.acknowledged(sent)
         if before is not None:
             await before
