@@ -128,9 +128,9 @@ def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
 @dataclass
 class InFlight:
     """An at-least-once batch on its way: its outputs are sent, its changelog records are handed
-    to the producer once they are all acknowledged (`queued`) and settle once acknowledged in
-    turn (`journaled`), its offsets are committed after that. The next batches are read and
-    decided meanwhile."""
+    to the producer once they and the batch before's changelog are acknowledged (`queued`) and
+    settle once acknowledged in turn (`journaled`), its offsets are committed after that. The
+    next batches are read and decided meanwhile."""
 
     queued: asyncio.Future[Pending]
     journaled: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
