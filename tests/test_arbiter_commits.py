@@ -28,6 +28,7 @@ class Collector:
     def __init__(self) -> None:
         self.acks: dict[bytes, asyncio.Future[Any]] = {}
         self.sent: list[bytes] = []
+        self.values: dict[bytes, bytes] = {}  # the last value sent under each key
 
     async def enqueue(self, records: list[Outgoing], via: Any = None) -> list[Any]:
         loop = asyncio.get_running_loop()
@@ -35,6 +36,7 @@ class Collector:
         for record in records:
             assert record.key is not None
             self.sent.append(record.key)
+            self.values[record.key] = record.value
             ack = self.acks[record.key] = loop.create_future()
             pending.append((record.topic, record.partition, ack))
         return pending
@@ -60,6 +62,7 @@ class Journal:
     def __init__(self) -> None:
         self.changed: dict[bytes, bytes] = {}
         self.durable = 0
+        self.ends: list[int | None] = []  # as each batch was noted durable
 
     def journal(self) -> dict[bytes, bytes]:
         changed, self.changed = self.changed, {}
@@ -91,6 +94,7 @@ class Parts:
 
     def _durable(self, partition: int, end: int | None) -> None:
         self.journals[partition].durable += 1
+        self.journals[partition].ends.append(end)
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> asyncio.Future[None]:
         self.committed.append(dict(offsets))
@@ -123,11 +127,16 @@ async def turn() -> None:
         await asyncio.sleep(0)
 
 
+async def settle_outputs(parts: Parts, n: int, partitions: list[int]) -> None:
+    """Send batch `n` on `partitions` and acknowledge its outputs."""
+    await parts.commits.commit(parts.batch(n, partitions))
+    parts.collector.ack(*(f"d{n}.{p}".encode() for p in partitions))
+    await turn()
+
+
 async def settle(parts: Parts, n: int, partition: int) -> None:
     """Send batch `n` on one task and acknowledge its output and then its changelog."""
-    await parts.commits.commit(parts.batch(n, [partition]))
-    parts.collector.ack(f"d{n}.{partition}".encode())
-    await turn()
+    await settle_outputs(parts, n, [partition])
     parts.collector.ack(f"s{n}.{partition}".encode())
     await turn()
 
@@ -164,25 +173,53 @@ def test_a_settled_batch_is_committed_at_the_next_look_without_waiting_for_the_o
         assert parts.committed == [], "committed before anything was journaled"
         collector.ack(b"d2.0")
         await turn()
-        # The second batch's changelog waits for the first's: a key's records stay in order.
+        # The first batch's changelog waits for its outputs, and the second's for the first's.
         assert collector.sent == [b"d1.0", b"d2.0"]
         collector.ack(b"d1.0")
         await turn()
-        # ...to be acknowledged: a changelog batch never lands before the one before it.
-        assert collector.sent[2:] == [b"s1.0"]
+        assert collector.sent[2:] == [b"s1.0", b"s2.0"], "ready together, sent together"
+        await parts.commits.commit(parts.batch(3, [0]))
+        collector.ack(b"d3.0")
+        await turn()
+        # One changelog send at a time: a later one never lands before an earlier that fails.
+        assert collector.sent[4:] == [b"d3.0"]
+        fourth = asyncio.ensure_future(parts.commits.commit(parts.batch(4, [0])))
+        await turn()
+        assert fourth.done(), "the loop waited for a batch in flight"
+        assert not fourth.result().rewind
+        assert parts.committed == []
+        collector.ack(b"s1.0", b"s2.0")
+        await turn()
+        assert collector.sent[5:] == [b"d4.0", b"s3.0"]
+        assert not (await parts.commits.idle()).rewind
+        assert parts.committed == [{TopicPartition("claims", 0): 2}]
+        assert parts.journals[0].ends == [None, 1], "the send's end is its last batch's to note"
+
+    asyncio.run(settled(scenario()))
+
+
+def test_batches_ready_while_a_changelog_is_on_its_way_send_each_key_once_in_the_next() -> None:
+    async def scenario() -> None:
+        parts = Parts(2)
+        collector = parts.collector
+        await settle_outputs(parts, 1, [0])
+        assert collector.sent[1:] == [b"s1.0"]
+        for n, partitions in ((2, [0, 1]), (3, [0])):
+            work = parts.batch(n, partitions)
+            parts.journals[0].changed = {b"k": f"state {n}".encode()}
+            await parts.commits.commit(work)
+            collector.ack(*(f"d{n}.{p}".encode() for p in partitions))
+        await turn()
+        assert collector.sent[1:] == [b"s1.0", b"d2.0", b"d2.1", b"d3.0"]
         collector.ack(b"s1.0")
         await turn()
-        assert collector.sent[3:] == [b"s2.0"]
-        third = asyncio.ensure_future(parts.commits.commit(parts.batch(3, [0])))
-        await turn()
-        assert third.done(), "the loop waited for a batch in flight"
-        assert not third.result().rewind
-        assert parts.committed == [{TopicPartition("claims", 0): 1}]
-        collector.ack(b"s2.0")
-        await turn()
-        assert not (await parts.commits.idle()).rewind
-        assert parts.committed[1:] == [{TopicPartition("claims", 0): 2}]
-        assert parts.journals[0].durable == 2
+        assert collector.sent[5:] == [b"k", b"s2.1"]
+        assert collector.values[b"k"] == b"state 3", "the key's latest record"
+        collector.ack(b"k", b"s2.1")
+        assert not (await parts.commits.flush()).rewind
+        assert parts.journals[0].ends == [1, None, 1]
+        assert parts.journals[1].ends == [1]
+        assert parts.committed == [{TopicPartition("claims", 0): 3, TopicPartition("claims", 1): 2}]
 
     asyncio.run(settled(scenario()))
 
@@ -266,18 +303,22 @@ def test_settled_offsets_wait_for_the_commit_interval_unless_flushed() -> None:
 
 def test_a_failed_changelog_sends_none_of_the_later_batches_changelog_and_rewinds_them() -> None:
     async def scenario() -> None:
-        parts = Parts(2)
+        parts = Parts(3)
         collector = parts.collector
-        await parts.commits.commit(parts.batch(1, [0]))
-        await parts.commits.commit(parts.batch(2, [1]))
-        collector.ack(b"d1.0", b"d2.1")
-        await turn()
-        assert collector.sent[2:] == [b"s1.0"]
+        await settle_outputs(parts, 1, [0])
+        await settle_outputs(parts, 2, [1])
+        assert collector.sent == [b"d1.0", b"s1.0", b"d2.1"]
         collector.ack(b"s1.0", error=RuntimeError("not leader for partition"))
         await turn()
-        assert (await parts.commits.idle()).rewind == {0, 1}
-        assert collector.sent[2:] == [b"s1.0"], "a later changelog went out after a failed one"
+        # Batch 3 was decided before the loop saw the failure: it is rewound with the others.
+        assert (await parts.commits.commit(parts.batch(3, [2]))).rewind == {0, 1, 2}
+        collector.ack(b"d3.2")
+        await turn()
+        assert collector.sent[3:] == [b"d3.2"], "a changelog went out after a failed one"
         assert parts.committed == []
-        assert [j.durable for j in parts.journals.values()] == [0, 0]
+        assert [j.durable for j in parts.journals.values()] == [0, 0, 0]
+        await settle(parts, 4, 0)
+        assert not (await parts.commits.flush()).rewind, "the rewound batches are written again"
+        assert parts.committed == [{TopicPartition("claims", 0): 4}]
 
     asyncio.run(settled(scenario()))

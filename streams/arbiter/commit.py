@@ -30,7 +30,8 @@ from typing import Any, Protocol
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import TopicPartition
 
-from streams.arbiter.collector import Pending, RecordCollector, producer_options
+from streams.arbiter.changelog import ChangelogWriter
+from streams.arbiter.collector import RecordCollector, producer_options
 from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
 from streams.client import client_options
 from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
@@ -127,12 +128,10 @@ def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
 
 @dataclass
 class InFlight:
-    """An at-least-once batch on its way: its outputs are sent, its changelog records are handed
-    to the producer once they and the batch before's changelog are acknowledged (`queued`) and
-    settle once acknowledged in turn (`journaled`), its offsets are committed after that. The
-    next batches are read and decided meanwhile."""
+    """An at-least-once batch on its way: its outputs are sent, its changelog records are with
+    the `ChangelogWriter` and settle once acknowledged (`journaled`), its offsets are committed
+    after that. The next batches are read and decided meanwhile."""
 
-    queued: asyncio.Future[Pending]
     journaled: asyncio.Future[dict[int, int]]  # how far each changelog partition reaches
     offsets: dict[TopicPartition, int]
     partitions: set[int]
@@ -170,7 +169,8 @@ class AtLeastOnce(_Committer):
     them, they could be taken while a decision is refused: the batch is rewound, its task
     reloads a changelog that already holds its claims, and the claims read again count as
     redeliveries, which repeat only the key's latest decision (an earlier one, an escalation,
-    is never sent). Held back, a changelog never holds a claim whose outputs are not out.
+    is never sent). Held back, a changelog never holds a claim whose outputs are not out. The
+    `ChangelogWriter` sends them, the batches ready by then together.
 
     Waiting instead for the batch two behind before deciding the next, the loop spent 189 ms a
     second of the latency phase in that wait, while the claims behind it queued (`claimstream
@@ -187,6 +187,7 @@ class AtLeastOnce(_Committer):
         `commit_interval_s` (and whenever the batches in flight are flushed)."""
         super().__init__(*parts)
         self._in_flight: deque[InFlight] = deque()  # oldest first, until its changelog is acked
+        self._changelog = ChangelogWriter(self.collector)
         self._settled: dict[TopicPartition, int] = {}  # offsets settled, not committed yet
         self.commit_interval_s = commit_interval_s
         self._committed_at = -math.inf  # monotonic time of the last offset commit
@@ -208,14 +209,13 @@ class AtLeastOnce(_Committer):
         except Exception as exc:
             _failed(self.metrics, len(work), exc)
             return await self.flush() | Failed(rewind=frozenset(work))
-        in_flight = self._in_flight
-        before = in_flight[-1].journaled if in_flight else None
-        queued = asyncio.ensure_future(self._queue_journal(sent, journal, before))
-        journaled = asyncio.ensure_future(self._journaled(queued))
-        for future in (queued, journaled):
+        acks = asyncio.ensure_future(self.collector.acknowledged(sent))
+        journaled = self._changelog.write(acks, journal, set(work))
+        for future in (acks, journaled):
             future.add_done_callback(_retrieved)
         offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
-        in_flight.append(InFlight(queued, journaled, offsets, set(work)))
+        in_flight = self._in_flight
+        in_flight.append(InFlight(journaled, offsets, set(work)))
         started = stages.add(PRODUCE, started)
         failed = await self._settle_ready(staying=None)
         while len(in_flight) > IN_FLIGHT and not failed.rewind:
@@ -223,28 +223,6 @@ class AtLeastOnce(_Committer):
             failed |= await self._settle_ready(staying=None)
         stages.add(COMMIT, started)
         return failed
-
-    async def _queue_journal(
-        self,
-        sent: Pending,
-        journal: list[Outgoing],
-        before: asyncio.Future[dict[int, int]] | None,
-    ) -> Pending:
-        """Hand a batch's changelog records to the producer once its outputs are all
-        acknowledged and the batch before it is journaled (a key's records stay in order); a
-        failure of either fails this batch too, which is rewound with it.
-
-        Handed on as soon as the batch before had handed its own (one round trip a batch less
-        of waiting in the loop), the Apache Kafka leader-kill scenario lost 92 admitted claims
-        in one of two runs: a changelog batch then can land before the one before it, across a
-        leader's failover, on a producer without idempotence."""
-        await self.collector.acknowledged(sent)
-        if before is not None:
-            await before
-        return await self.collector.enqueue(journal)
-
-    async def _journaled(self, queued: asyncio.Future[Pending]) -> dict[int, int]:
-        return await self.collector.acknowledged(await queued)
 
     async def idle(self) -> Failed:
         return await self._settle_ready(staying=None)
@@ -281,6 +259,7 @@ class AtLeastOnce(_Committer):
                 self._settled.clear()
                 if later:
                     await asyncio.wait([b.journaled for b in later])
+                self._changelog.resume()
                 partitions = batch.partitions.union(*(b.partitions for b in later))
                 _failed(self.metrics, len(partitions), exc)
                 if staying is not None:
