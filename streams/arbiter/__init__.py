@@ -12,9 +12,10 @@ rest (aliases, outcome windows, web, lifecycle):
   worker's web API serves each partition.
 - **Batches.** Fetch many records; run each through `Processor` against its task's state; then
   send the outputs plus one changelog record per changed key, and commit the input offsets only
-  once all of that is acknowledged (at least once: the changelog only once the outputs are, and
-  the loop goes on deciding while up to eight batches' acknowledgements are on their way; the
-  settled batches' offsets are committed together, at most every `commit_interval_s`), or
+  once all of that is acknowledged (at least once: the changelog only once the outputs are, one
+  changelog send at a time carrying every batch ready by then, and the loop goes on deciding
+  while up to eight batches' acknowledgements are on their way; the settled batches' offsets are
+  committed together, at most every `commit_interval_s`), or
   inside the same Kafka transaction (exactly once, one transactional producer per task, so a
   task's new owner fences the old one).
 - **Rebalances.** A revoked task stops before its partitions move (the batch in flight finishes
@@ -28,8 +29,9 @@ rest (aliases, outcome windows, web, lifecycle):
   that stay here) reload from the changelog and re-read from the last committed offsets.
 
 The rooms, in the order a batch flows through them. Imports point one way: `loop` imports the
-others, `commit` imports `tasks` and `collector`, `routing` imports `tasks` and `schedule`, `tasks`
-imports `schedule`; nothing imports `loop`.
+others, `commit` imports `tasks`, `changelog` and `collector`, `changelog` and `tallies` import
+`collector`, `routing` imports `tasks` and `schedule`, `tasks` imports `schedule`; nothing imports
+`loop`.
 
 - `loop`: `Arbiter`, the service: fetch, run each record through `Processor`, apply, commit,
   repair what failed, tick; and, from the consumer's listener, revoke and assign.
@@ -38,9 +40,13 @@ imports `schedule`; nothing imports `loop`.
   changelog off the rebalance callback, install, reload, close).
 - `schedule`: `Schedule`, the keys due a tick and the open conflicts (a punctuation queue).
 - `collector`: `RecordCollector`, records to producer batches per partition, and their acks.
-- `commit`: the guarantee as a strategy, chosen once (`commits_for`): `AtLeastOnce` (one batch in
-  flight) or `ExactlyOnce` (a transaction per task). Both return what failed (`Failed`: tasks to
-  rewind, tasks fenced) for the loop to repair, rather than calling back into it.
+- `commit`: the guarantee as a strategy, chosen once (`commits_for`): `AtLeastOnce` (a window of
+  batches in flight) or `ExactlyOnce` (a transaction per task). Both return what failed
+  (`Failed`: tasks to rewind, tasks fenced) for the loop to repair, rather than calling back into
+  it.
+- `changelog`: `ChangelogWriter`, at least once: one changelog send at a time, each carrying the
+  batches whose outputs are acknowledged by then.
+- `tallies`: `Tallies`, the decisions' outcome counts, summed over batches and sent once a second.
 - `routing`: `RoutingAssignor` (range assignment sharing web URLs) and `Ownership`, the query
   face the console, web API and health use (owner of a key, its state, open keys, peers, open
   tasks, the decisions feed).
