@@ -136,7 +136,7 @@ class Settings(BaseModel):
         "in memory or on disk as `store` says",
     )
     state_cache_mb: int = Field(
-        default=128,
+        default=64,
         ge=1,
         description="the decoded key states' memory, estimated from their claims, decisions, "
         "resolutions, disputed ids and last arbitration (MiB): a key of 10 claims and 10 "
