@@ -209,13 +209,14 @@ class AtLeastOnce(_Committer):
         except Exception as exc:
             _failed(self.metrics, len(work), exc)
             return await self.flush() | Failed(rewind=frozenset(work))
+        partitions = set(work)
         acks = asyncio.ensure_future(self.collector.acknowledged(sent))
-        journaled = self._changelog.write(acks, journal, set(work))
+        journaled = self._changelog.write(acks, journal, partitions)
         for future in (acks, journaled):
             future.add_done_callback(_retrieved)
         offsets = {tp: o for batch in work.values() for tp, o in batch.offsets.items()}
         in_flight = self._in_flight
-        in_flight.append(InFlight(journaled, offsets, set(work)))
+        in_flight.append(InFlight(journaled, offsets, partitions))
         started = stages.add(PRODUCE, started)
         failed = await self._settle_ready(staying=None)
         while len(in_flight) > IN_FLIGHT and not failed.rewind:
