@@ -42,27 +42,17 @@ from streams.state.local import Checkpoints
 
 log = logging.getLogger(__name__)
 
-# After a batch, the loop is let go for this many iterations before the next fetch: aiokafka's
-# sender puts the batch's records on the wire only when the loop runs it, a few callbacks after
-# they are enqueued, and a fetch that finds records buffered returns without letting the loop
-# run. So under a backlog, a batch whose predecessor was already acknowledged would go out only
-# once the next batch was decided too: its decisions would wait one more batch (0.3-0.7 s a
-# batch held the loop at half load on a loaded machine, by `GET /api/stalls`). Measured at half
-# load: when no request was in flight, the sender had written the batch after at most 2
-# iterations (the sender wakes, then its request task writes). A timer of 1 ms did the same but
-# held the loop 1.4 ms a batch, a fifth of its time there, while claims waited.
-SEND_TURN_ITERATIONS = 3
+# After a batch, the loop is let go this long before the next fetch: aiokafka's sender puts the
+# batch's records on the wire only when the loop runs it, a few callbacks after they are
+# enqueued, and a fetch that finds records buffered returns without letting the loop run. So
+# under a backlog, a batch whose predecessor was already acknowledged would go out only once the
+# next batch was decided too: its decisions would wait one more batch (0.3-0.7 s a batch held
+# the loop at half load on a loaded machine, by `GET /api/stalls`).
+SEND_TURN_S = 0.001
 # The share of the loop's time re-decisions by time alone may take (`Arbiter._tick`): while
 # input arrives, and when a fetch found none.
 TICK_SHARE = 0.25
 IDLE_TICK_SHARE = 0.5
-
-
-async def send_turn() -> None:
-    """Let the loop run `SEND_TURN_ITERATIONS` times: the producer's sender writes what the batch
-    enqueued."""
-    for _ in range(SEND_TURN_ITERATIONS):
-        await asyncio.sleep(0)
 
 
 def collect_after_batch() -> None:
@@ -216,7 +206,7 @@ class Arbiter(Service):
             if any(tp.partition not in self.tasks.open for tp in fetched):
                 await asyncio.sleep(0.05)  # a rebalance is preparing this worker's tasks
             elif fetched:
-                await send_turn()
+                await asyncio.sleep(SEND_TURN_S)
             if fetched:
                 # After the send turn: the batch's records are on the wire. Its input records
                 # are let go first, not walked and frozen.
