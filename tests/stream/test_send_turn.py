@@ -36,6 +36,8 @@ def test_a_batch_is_on_the_wire_after_the_send_turn_and_not_after_one_iteration(
                 ]
                 pending = await collector.enqueue(records)
                 if turn:
+                    # Not a race with the clock: the sender's wake-ups were queued before the
+                    # turn's timer, so they run first even if 1 ms passes in one iteration.
                     await send_turn()
                 else:
                     await asyncio.sleep(0)  # one iteration: the sender has not written yet
