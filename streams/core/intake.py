@@ -97,8 +97,8 @@ class AdmittedClaim:
     valid_to_us: int | None
     """The claim's instants as integer microseconds since the epoch."""
     journaled: Raw | None
-    """Its stored form (JSON), kept once a key's state is first journaled with it: a key's state
-    is written again on every change, and its older claims never change."""
+    """Its stored form (the journal's bytes), kept once a key's state is first journaled with
+    it: a key's state is written again on every change, and its older claims never change."""
     evidence_avro: bytes | None
     """Its Avro Evidence record up to the role, kept once a decision first sends it: every
     decision of the key sends it again, with only its role changed."""

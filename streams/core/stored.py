@@ -1,12 +1,13 @@
-"""The stored forms of a key's state (version 3) as msgspec Structs: what the journal writes to
-the changelog and the state store, field by field, in the order written; and `EarlierSummary`,
-which validates a decision summary as versions 1 and 2 stored it.
+"""The stored forms of a key's state (versions 3 and 4) as msgspec Structs: what the journal
+writes to the changelog and the state store, field by field, in the order written; and
+`EarlierSummary`, which validates a decision summary as versions 1 and 2 stored it.
 
 Where it sits: journal.py turns a `KeyState` into a `StoredState` and one msgspec encoder writes
 it; a typed decoder reads the bytes back into these Structs, and journal.py rebuilds the state.
-This module holds only these classes: msgspec's Struct and pydantic's model have a metaclass,
-which mypyc cannot compile, so a compiled core leaves this module interpreted and the journal's
-code around it native.
+Version 4 writes these records in MessagePack, version 3 wrote the same records in JSON: one
+set of Structs reads both. This module holds only these classes: msgspec's Struct and pydantic's
+model have a metaclass, which mypyc cannot compile, so a compiled core leaves this module
+interpreted and the journal's code around it native.
 
 Each field is the record model's own under its stored short name, left out at its default (None,
 a model default, or UNSET for what is stored only when it differs), times in microseconds since
@@ -36,10 +37,9 @@ class StoredMoney(msgspec.Struct, gc=False):
     currency: str
 
 
-# A float outside [1e-4, 1e16) is carried as `msgspec.Raw` holding Python's spelling of it (see
-# journal.py), so the bytes stay those `json` wrote; decoded, every number is an int or a float.
-StoredValue = None | bool | int | float | str | StoredMoney | msgspec.Raw
-StoredNumber = float | msgspec.Raw
+# An integer MessagePack has no form for (below -2**63 or above 2**64 - 1) is stored as its
+# digits, the one item of an array (version 3's JSON held it as a number).
+StoredValue = None | bool | int | float | str | StoredMoney | tuple[str]
 
 
 class StoredClaim(
@@ -87,7 +87,7 @@ class StoredClaim(
     epoch: int | None = None
     lineage: str | None = None
     scope: str | None = None
-    confidence: StoredNumber | None = None
+    confidence: float | None = None
     trace_id: str | None = None
     producer: str | None = None
     attributes: dict[str, str] = msgspec.field(default_factory=dict)
@@ -147,9 +147,10 @@ class StoredSummary(
 
 
 class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A key's state; `version` first, so a reader knows the form before reading the rest."""
+    """A key's state; `version` first, so a reader knows the form before reading the rest (3 in
+    JSON, 4 in MessagePack)."""
 
-    version: Literal[3]
+    version: Literal[3, 4]
     subject: str
     field: str
     resolutions: tuple[StoredResolution, ...] = ()

@@ -45,8 +45,8 @@ class DecisionSummary:
     decided_at: datetime
     supersedes: str | None
     journaled: Raw | None
-    """Its stored form (JSON), kept once made or as read: a key's state is journaled again on
-    every change, and the decisions in its history never change."""
+    """Its stored form (the journal's bytes), kept once made or as read: a key's state is
+    journaled again on every change, and the decisions in its history never change."""
 
     def __init__(
         self,

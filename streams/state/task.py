@@ -55,17 +55,17 @@ class _Decided(msgspec.Struct, rename={"outcome": "o"}):
 
 
 class _Timing(msgspec.Struct):
-    """The fields of a stored state (`streams.core.stored.StoredState`, journal version 3) that
+    """The fields of a stored state (`streams.core.stored.StoredState`, journal version 4) that
     say its timer; the rest of the record is skipped unread."""
 
-    version: Literal[3]
+    version: Literal[4]
     field: str
     history: tuple[_Decided, ...] = ()
     conflict_since: int | None = None
     next_check_at: int | None = None
 
 
-_TIMING = msgspec.json.Decoder(_Timing)
+_TIMING = msgspec.msgpack.Decoder(_Timing)
 
 
 def encoded_timer(data: bytes) -> Timer | None:

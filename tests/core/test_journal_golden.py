@@ -1,5 +1,6 @@
 """The journal's bytes do not move: states grown from a fixed history encode exactly as a
-recorded copy (tests/core/golden/journal.json, written by the code that first stored them).
+recorded copy (tests/core/golden/journal-v4.json, written by the code that first stored them),
+and the copy version 3 recorded in JSON (journal-v3.json) reads back as the same states.
 
 A changelog written before a change must read the same after it, and a state journaled again
 must not change its bytes (the store compares them); the decision ids inside are held too.
@@ -11,6 +12,8 @@ import hashlib
 import json
 from datetime import timedelta
 from pathlib import Path
+
+import msgspec
 
 from streams.core.contracts import Resolution
 from streams.core.errors import ContractError
@@ -28,7 +31,8 @@ from streams.devkit.synthetic import generate_claims
 from tests.core.conftest import NOW, REPO, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
-GOLDEN = Path(__file__).parent / "golden" / "journal.json"
+GOLDEN = Path(__file__).parent / "golden" / "journal-v4.json"
+GOLDEN_V3 = Path(__file__).parent / "golden" / "journal-v3.json"
 
 
 def journals() -> dict[str, bytes]:
@@ -92,29 +96,41 @@ def _digest(encoded: dict[str, bytes]) -> str:
     return hashed.hexdigest()
 
 
-def _samples(encoded: dict[str, bytes]) -> dict[str, str]:
-    """A few states written out in full, for a reader: the first of each kind seen."""
-    wanted = ('"resolutions"', '"escalated"', '"disputed"', '"V"', '"L"', '"amount_minor"')
-    chosen: dict[str, str] = {}
-    for mark in wanted:
-        key = next(k for k, data in encoded.items() if mark.encode() in data)
-        chosen[key] = encoded[key].decode()
+def _samples(encoded: dict[str, bytes]) -> dict[str, dict[str, str]]:
+    """A few states written out in full, the first of each kind seen: their bytes in hex, and
+    for a reader what they hold, as JSON."""
+    wanted = ("resolutions", "escalated", "disputed", "V", "L", "amount_minor")
+    chosen: dict[str, dict[str, str]] = {}
+    for name in wanted:
+        mark = msgspec.msgpack.encode(name)
+        key = next(k for k, data in encoded.items() if mark in data)
+        data = encoded[key]
+        shown = msgspec.json.encode(msgspec.msgpack.decode(data)).decode()
+        chosen[key] = {"hex": data.hex(), "holds": shown}
     return chosen
 
 
 def test_the_journal_bytes_are_the_recorded_ones() -> None:
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
     encoded = journals()
-    for key, data in golden["samples"].items():
-        assert encoded[key].decode() == data
+    for key, sample in golden["samples"].items():
+        assert encoded[key].hex() == sample["hex"]
     assert len(encoded) == golden["keys"]
     assert _digest(encoded) == golden["digest"]
 
 
 def test_the_recorded_states_read_back_and_encode_to_the_same_bytes() -> None:
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
-    for data in golden["samples"].values():
-        assert encode_state(decode_state(data.encode())).decode() == data
+    for sample in golden["samples"].values():
+        data = bytes.fromhex(sample["hex"])
+        assert encode_state(decode_state(data)) == data
+
+
+def test_the_states_version_3_recorded_read_back_as_the_same_states() -> None:
+    golden = json.loads(GOLDEN_V3.read_text(encoding="utf-8"))
+    encoded = journals()
+    for key, data in golden["samples"].items():
+        assert encode_state(decode_state(data.encode())) == encoded[key]
 
 
 if __name__ == "__main__":  # records the copy: only for a deliberate change of the format

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -262,7 +263,8 @@ def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:
     assert state is not None
     summary = state.current
     assert summary is not None
-    assert json.loads(bytes(stored_summary(summary)))["r"] == summary.reason  # made, and kept
+    made = msgspec.msgpack.decode(bytes(stored_summary(summary)))
+    assert made["r"] == summary.reason  # made, and kept
     copied = DecisionSummary(
         summary.decision_id,
         summary.outcome,
@@ -272,13 +274,13 @@ def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:
         summary.decided_at,
         summary.supersedes,
     )
-    assert json.loads(bytes(stored_summary(copied)))["r"] == "another_reason"
+    assert msgspec.msgpack.decode(bytes(stored_summary(copied)))["r"] == "another_reason"
 
 
 def _second_encoding(state: KeyState) -> bytes:
     """The state as version 2 wrote it: claims as now, resolutions and decision summaries as
     `model_dump` wrote them, and the key's own times as ISO text."""
-    written = json.loads(encode_state(state))
+    written = msgspec.msgpack.decode(encode_state(state))
     written["version"] = 2
     for name in ("conflict_since", "next_check_at"):
         moment = getattr(state, name)

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keystate import KeyState
+from streams.state import task
 from streams.state.cache import StateCache
-from streams.state.keystore import EPOCH, MemoryKeyStore
+from streams.state.keystore import EPOCH, MemoryKeyStore, Timer
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore, encoded_timer, timer_of
 from tests.core.test_journal_properties import _states, _written
@@ -36,9 +39,28 @@ def test_a_records_timer_is_the_one_its_decoded_state_gives(state: KeyState) -> 
         assert encoded_timer(data) == expected == timer_of(decode_state(data)), version
 
 
-@pytest.mark.parametrize("version", [4, 0, "3", 3.0, True])
-def test_a_record_of_a_format_this_release_does_not_read_stops_the_load(version: object) -> None:
-    data = json.dumps({"version": version, "subject": "s", "field": "f"}).encode()
+def test_the_current_form_is_timed_without_decoding_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = KeyState("s", "f", next_check_at=EPOCH + timedelta(seconds=5))
+    data = encode_state(state)
+
+    def undecodable(data: bytes) -> KeyState:
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(task, "decode_state", undecodable)
+    assert encoded_timer(data) == timer_of(state) == Timer(5_000_000)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        *(json.dumps({"version": v, "subject": "s", "field": "f"}).encode() for v in (4, 0, "3")),
+        *(msgspec.msgpack.encode({"version": v, "subject": "s", "field": "f"}) for v in (5, 3)),
+    ],
+)
+def test_a_record_of_a_format_this_release_does_not_read_stops_the_load(data: bytes) -> None:
+    version = (json.loads(data) if data[:1] == b"{" else msgspec.msgpack.decode(data))["version"]
     store = TaskStore(StateCache(2))
     with pytest.raises(UnknownStateFormat) as refused:
         store.load_all([(b"s|f", data)], "changelog partition 0, ")
