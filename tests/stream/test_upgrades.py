@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -36,7 +36,7 @@ async def create_changelog(bootstrap: str, name: str, partitions: int) -> None:
 def test_a_state_format_from_a_newer_release_stops_the_worker_before_it_consumes(
     kafka: KafkaBroker, deployment_factory: Any
 ) -> None:
-    """A rolled-back worker meets a v4 record (as a newer release would write) in every task's
+    """A rolled-back worker meets a v5 record (as a newer release would write) in every task's
     changelog partition: it stops naming the version, and decides and commits nothing."""
     deployment: Deployment = deployment_factory(kafka.bootstrap)
     changelog = f"{deployment.name}-key-state-changelog"
@@ -44,8 +44,8 @@ def test_a_state_format_from_a_newer_release_stops_the_worker_before_it_consumes
     field = one_claim(0, "paid").field
     newer = [
         (
-            state_key(f"inv:v4-{p}", field).encode(),
-            json.dumps({"version": 4, "subject": f"inv:v4-{p}", "field": field}).encode(),
+            state_key(f"inv:v5-{p}", field).encode(),
+            msgspec.msgpack.encode({"version": 5, "subject": f"inv:v5-{p}", "field": field}),
             [],
             p,
         )
@@ -64,7 +64,7 @@ def test_a_state_format_from_a_newer_release_stops_the_worker_before_it_consumes
         while worker.alive and time.monotonic() < deadline:
             time.sleep(0.5)
         log = worker.log_tail(100_000)
-        assert "key state format v4 is newer than this release reads (v1-v3)" in log, log[-3000:]
+        assert "key state format v5 is newer than this release reads (v1-v4)" in log, log[-3000:]
         assert "upgrade, or restore from a changelog written by this release" in log
         assert not worker.alive, f"the worker kept running:\n{worker.diagnosis()}"
         assert worker.proc is not None
