@@ -39,7 +39,7 @@ COMPILED: dict[str, str] = {
     # .records, .outputs, statestore) added nothing above the noise (2.87k interpreted ->
     # 2.87k/3.41k/2.69k) until their records were built by __init__s mypyc compiles (below).
     # pipeline.rekey fails the strict type check; state.task's TaskStore must stay weakly
-    # referable (streams.sources keys its ledgers by store), which a native class is not;
+    # referable (streams.arbiter.sources keys its ledgers by store), which a native class is not;
     # pipeline.outputs stays interpreted: tests/test_emit_retry.py replaces an Outputs' `emit`
     # on the instance, which a native class refuses.
     "streams.core.engine": f"the rules table and its steps: {_ENGINE}",
@@ -56,15 +56,15 @@ COMPILED: dict[str, str] = {
     "streams.core.journal": f"the state's stored form, once per changed key: {_CLAIM}",
     "streams.core.instants": f"micros and instant, several times a claim: {_INSTANTS}",
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
-    "streams.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
-    "streams.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
+    "streams.wire.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
+    "streams.wire.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
     # The worker's shell around the core, compiled together: `python -m streams.devkit.bench.shell`
     # (the per-claim path without a broker) measured in instructions a claim under valgrind.
     "streams.pipeline.processor": f"the dispatcher, once per record: {_SHELL}",
     "streams.pipeline.records": f"Incoming, Outgoing, Handled, built per record: {_SHELL}",
-    "streams.decision_bytes": f"each decision record: {_SHELL}",
-    "streams.avro_writer": f"the field writers of every record sent: {_SHELL}",
-    "streams.metrics": f"the per-claim tallies and stage clocks: {_SHELL}",
+    "streams.wire.decision_bytes": f"each decision record: {_SHELL}",
+    "streams.wire.avro_writer": f"the field writers of every record sent: {_SHELL}",
+    "streams.ops.metrics": f"the per-claim tallies and stage clocks: {_SHELL}",
     "streams.arbiter.bookkeeping": f"the loop's handling of each handled record: {_BOOKKEEPING}",
 }
 """Module -> where it sits on the hot path and the measurement that justifies compiling it."""

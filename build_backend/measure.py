@@ -58,7 +58,7 @@ def _claim_loop(count: int) -> float:
 def _worker_loop(count: int) -> float:
     from streams.core.policy import load_policy
     from streams.devkit.bench.workload import CODEC, workload
-    from streams.metrics import Metrics
+    from streams.ops.metrics import Metrics
     from streams.packaged import example_path
     from streams.pipeline.processor import Processor
     from streams.pipeline.records import Incoming

@@ -32,7 +32,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from streams.agents.outputs import claim_from_tool_output
+from streams.agents.tool_claims import claim_from_tool_output
 from streams.core.contracts import Claim
 
 PAYMENT = "order.payment_status"

@@ -1,4 +1,4 @@
-"""The client side: create topics, publish claims and people's resolutions, ask what is believed,
+"""The public client: publish claims and people's resolutions, ask what is believed,
 follow decisions, gate plan steps.
 
 Services publish with `ClaimPublisher` (`publish_and_wait` also waits until the key's decision
@@ -22,8 +22,7 @@ from typing import Any
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from streams.core.contracts import (
@@ -40,78 +39,9 @@ from streams.core.intake import admit_resolution
 from streams.core.keystate import state_key
 from streams.core.policy import Policy
 from streams.pipeline.authentication import STEWARD_HEADER, alias_payload
-from streams.registry import WireCodec, registry_for
-from streams.retention import topic_configs, warn_short_retention
 from streams.settings import Settings
-
-
-def client_options(settings: Settings) -> dict[str, Any]:
-    """aiokafka connection options (SASL/TLS pass through)."""
-    options: dict[str, Any] = {
-        "bootstrap_servers": settings.bootstrap,
-        "security_protocol": settings.security_protocol,
-    }
-    if settings.sasl_mechanism:
-        options["sasl_mechanism"] = settings.sasl_mechanism
-        options["sasl_plain_username"] = settings.sasl_username
-        options["sasl_plain_password"] = (
-            settings.sasl_password.get_secret_value() if settings.sasl_password else None
-        )
-    context = settings.ssl_context()
-    if context is not None:
-        options["ssl_context"] = context
-    return options
-
-
-async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[str]:
-    """Create the pipeline's topics (idempotent) with their configs (`streams.retention`), and
-    warn of an existing one that keeps its records for less. Returns those created."""
-    topics = settings.topics
-    changelog = settings.changelog_topic
-    durability = {"min.insync.replicas": str(settings.min_insync_replicas)}
-    extra = list(extra)
-    configs = topic_configs(settings, extra)
-    names = [
-        changelog,
-        *topics.inputs(),
-        *extra,
-        topics.aliases,
-        topics.decisions,
-        topics.dead_letters,
-        topics.epoch_changes,
-        topics.reobserve,
-        topics.escalations,
-        topics.outcomes,
-    ]
-    admin = AIOKafkaAdminClient(**client_options(settings))
-    await admin.start()
-    created = []
-    try:
-        existing = set(await admin.list_topics())
-        for name in names:
-            if name in existing:
-                continue
-            try:
-                await admin.create_topics(
-                    [
-                        NewTopic(
-                            name,
-                            settings.partitions,
-                            settings.replication_factor,
-                            topic_configs={**durability, **configs.get(name, {})},
-                        )
-                    ]
-                )
-                created.append(name)
-            except TopicAlreadyExistsError:
-                pass
-        await warn_short_retention(admin, settings, existing & set(names), extra)
-    except KafkaError as exc:
-        raise ClaimstreamError(f"cannot create topics on {settings.bootstrap}: {exc}") from exc
-    finally:
-        await admin.close()
-    return created
-
+from streams.wire.kafka import client_options
+from streams.wire.registry import WireCodec, registry_for
 
 Signer = Callable[[bytes], list[tuple[str, bytes]]]
 """A record value's signature headers (`authenticity.sign` bound to a key and the time)."""

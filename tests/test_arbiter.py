@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 
 from streams.arbiter.routing import RoutingAssignor
 from streams.arbiter.schedule import Schedule
+from streams.core.instants import instant, micros
 from streams.core.keystate import KeyState
 from streams.pipeline.rekey import partition_of
 from streams.state.cache import StateCache
-from streams.state.keystore import Changes, Timer, instant, micros
+from streams.state.keystore import Changes, Timer
 from streams.state.task import TaskStore
 
 TOPICS = ["claims.tools", "claims.users", "claimstream-rekeyed", "claims.resolutions"]

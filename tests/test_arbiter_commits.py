@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 
 from streams.arbiter.commit import IN_FLIGHT, AtLeastOnce, TaskBatch
-from streams.metrics import StageClock
+from streams.ops.metrics import StageClock
 from streams.pipeline import Outgoing
 
 CHANGELOG = "changelog"

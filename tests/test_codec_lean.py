@@ -11,7 +11,6 @@ import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.codec import claim_from_avro, parsed_schema
 from streams.core.contracts import (
     Claim,
     LeanClaim,
@@ -26,8 +25,9 @@ from streams.core.intake import AdmittedClaim, admit, admit_micros, parse_claim
 from streams.core.journal import encode_state
 from streams.core.keystate import KeyState
 from streams.core.policy import load_policy
-from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Settings
+from streams.wire.codec import claim_from_avro, parsed_schema
+from streams.wire.registry import FolderRegistry, WireCodec
 
 CODEC = WireCodec(FolderRegistry())
 POLICY = load_policy(Settings().policy)

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams.codec import decode, encode, parsed_schema
 from streams.core.contracts import Claim, Decision, Evidence, Money
 from streams.core.intake import admit
 from streams.core.keystate import add_claim
 from streams.core.policy import load_policy
 from streams.settings import Settings
+from streams.wire.codec import decode, encode, parsed_schema
 
 texts = st.text(min_size=1, max_size=20)
 moments = st.datetimes(

@@ -1,5 +1,5 @@
-"""The hand-written Claim reader (streams.claim_reader) reads what fastavro reads: every field to
-the bit and the type, every optional field present or absent, maps in any block layout, longs in
+"""The hand-written Claim reader (streams.wire.claim_reader) reads what fastavro reads: every field
+to the bit and the type, every optional field present or absent, maps in any block layout, longs in
 any valid encoding; and bad bytes reach the dead-letter topic with fastavro's reason and
 message, as it defers them to fastavro."""
 
@@ -16,16 +16,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams.claim_reader import LAYOUT, layout, read_claim
-from streams.codec import (
+from streams.core.contracts import LeanClaim, Money
+from streams.core.errors import RejectedInput
+from streams.wire.claim_reader import LAYOUT, layout, read_claim
+from streams.wire.codec import (
     _claim_reader,
     decode_claim,
     expanded_schema,
     fastavro_claim,
     parsed_schema,
 )
-from streams.core.contracts import LeanClaim, Money
-from streams.core.errors import RejectedInput
 
 INT64 = (-(2**63), 2**63 - 1)
 longs = st.integers(*INT64) | st.sampled_from([0, 1, -1, 63, 64, -64, -65, *INT64])
@@ -230,7 +230,7 @@ def test_a_schema_laid_out_otherwise_is_read_by_fastavro(caplog: pytest.LogCaptu
     _claim_reader.cache_clear()
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("streams.codec.expanded_schema", lambda name: moved)
+            patch.setattr("streams.wire.codec.expanded_schema", lambda name: moved)
             assert _claim_reader()(PLAIN) is None
             assert slots(decode_claim(PLAIN)) == slots(fastavro_claim(PLAIN))
         assert "claims are read by fastavro until the reader is changed" in caplog.text

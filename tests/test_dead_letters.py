@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from streams.dead_letters import Choice, Replayed
+from streams.cli.dead_letters import Choice, Replayed
 
 T = datetime(2026, 12, 1, 9, tzinfo=UTC)
 

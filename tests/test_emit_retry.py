@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from streams.core.journal import decode_state, encode_state
 from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Processor, TaskCorrupted
 from streams.pipeline.rekey import HEADER_DUE, HEADER_KIND, KIND_TICK, partition_of
-from streams.registry import FolderRegistry, RegistryUnavailable, WireCodec
 from streams.settings import Settings
+from streams.wire.registry import FolderRegistry, RegistryUnavailable, WireCodec
 from tests.core.conftest import claim
 
 REPO = Path(__file__).resolve().parents[1]

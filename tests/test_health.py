@@ -6,8 +6,8 @@ worker and Prometheus: tests/ops/test_live_prometheus.py."""
 from __future__ import annotations
 
 from streams.core.policy import load_policy
-from streams.health import Pulse
-from streams.metrics import Metrics
+from streams.ops.health import Pulse
+from streams.ops.metrics import Metrics
 from streams.settings import Settings
 
 LIVENESS_S, RESTORE_S = 60.0, 600.0

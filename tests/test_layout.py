@@ -1,4 +1,5 @@
-"""The package stays readable: bounded module, class and function sizes, and no import cycle.
+"""The package stays readable: its layers import downward only, module, class and function sizes
+are bounded, and no modules import each other.
 
 Imports are read from the source (every `import`, at module level or inside a function: a lazy
 import hides a cycle, it does not remove it), so the check needs nothing installed.
@@ -17,7 +18,26 @@ MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 90
 # An argument table reads best as one list of `add_argument` calls, however long.
-LONG_BY_DESIGN = {("streams.cli", "build_parser")}
+LONG_BY_DESIGN = {("streams.cli.main", "build_parser")}
+
+# The layers, lowest first: a module may import its own layer and the ones before it, never one
+# after (each package's docstring says what its rooms hold). The foundation is the package's
+# face and what every layer reads: its settings, the files it ships, which modules run compiled.
+# The console, the agents' server and the public client sit below the worker because the worker
+# wires the console's routes into its web server; the command line starts everything.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("streams.core",)),
+    ("foundation", ("streams", "streams.build_info", "streams.packaged", "streams.settings")),
+    ("wire", ("streams.wire",)),
+    ("ops", ("streams.ops",)),
+    ("pipeline", ("streams.pipeline",)),
+    ("state", ("streams.state",)),
+    ("arbiter", ("streams.arbiter",)),
+    ("interfaces", ("streams.client", "streams.console", "streams.agents")),
+    ("worker", ("streams.worker",)),
+    ("devkit", ("streams.devkit",)),
+    ("cli", ("streams.cli",)),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -140,6 +160,58 @@ def test_the_cycle_finder_sees_a_lazy_import_cycle() -> None:
     }
     assert graph["streams.c"] == {"streams.a"}
     assert _cycles(graph) == [["streams.a", "streams.b"]]
+
+
+def _layer_of(module: str) -> int:
+    """The index in LAYERS of the layer holding `module` (its longest matching prefix)."""
+    matches = [
+        (len(prefix), index)
+        for index, (_, prefixes) in enumerate(LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    assert matches, f"{module} is in no layer: add it to LAYERS"
+    return max(matches)[1]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module from a layer above its own, as `importer (layer) -> imported
+    (layer)`."""
+    return [
+        f"{name} ({LAYERS[_layer_of(name)][0]}) -> {target} ({LAYERS[_layer_of(target)][0]})"
+        for name, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if _layer_of(target) > _layer_of(name)
+    ]
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for name in _modules():
+        _layer_of(name)
+
+
+def test_the_layers_import_downward_only() -> None:
+    modules = _modules()
+    graph = {
+        name: _imported(name, _package_of(name, path), ast.parse(path.read_text()), set(modules))
+        for name, path in modules.items()
+    }
+    assert _upward(graph) == []
+
+
+def test_the_direction_check_sees_a_planted_upward_import() -> None:
+    known = {"streams.core.policy", "streams.wire.codec", "streams.worker.app", "streams.cli.main"}
+    sources = {
+        "streams.core.policy": "def load():\n    from streams.wire import codec\n",
+        "streams.wire.codec": "from streams.core import policy\n",
+        "streams.worker.app": "import streams.wire.codec\n",
+        "streams.cli.main": "from streams.worker.app import create_app\n",
+    }
+    graph = {
+        name: _imported(name, name.rpartition(".")[0], ast.parse(src), known)
+        for name, src in sources.items()
+    }
+    assert _upward(graph) == ["streams.core.policy (core) -> streams.wire.codec (wire)"]
 
 
 def _package_of(name: str, path: Path) -> str:

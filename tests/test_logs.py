@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from streams.logs import configure_logging
+from streams.ops.logs import configure_logging
 from streams.settings import LogFormat, load_settings
 
 

@@ -6,8 +6,8 @@ from aiokafka.partitioner import murmur2 as reference_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.partitioner import murmur2
 from streams.pipeline.rekey import partition_of
+from streams.wire.partitioner import murmur2
 
 
 @given(st.binary(max_size=200))

@@ -16,11 +16,11 @@ from streams.core.authenticity import sign
 from streams.core.contracts import Claim, Resolution
 from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Processor
 from streams.pipeline.rekey import partition_of
-from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Settings
+from streams.wire.registry import FolderRegistry, WireCodec
 from tests.stream.support import crc32_partition
 
 REPO = Path(__file__).resolve().parents[1]

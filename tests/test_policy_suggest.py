@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from streams.cli import main
+from streams.arbiter.sources import sources_report
+from streams.cli.main import main
 from streams.core.settlement import Ledger
-from streams.sources import sources_report
 from tests.core.conftest import NOW
 from tests.core.test_settlement import POLICY, synthetic
 

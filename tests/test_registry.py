@@ -20,8 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams import registry as reg
-from streams.codec import encode, expanded_schema
 from streams.core.contracts import (
     RECORD_MODELS,
     Claim,
@@ -37,7 +35,9 @@ from streams.core.contracts import (
 from streams.core.errors import CodecError
 from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.packaged import schema_dir
-from streams.registry import (
+from streams.wire import registry as reg
+from streams.wire.codec import encode, expanded_schema
+from streams.wire.registry import (
     FolderRegistry,
     HttpRegistry,
     RegistryError,
@@ -399,7 +399,7 @@ def test_ids_are_stable_across_instances_and_processes(folder: FolderRegistry) -
     assert len(set(ids.values())) == len(ids), "every schema file has its own id"
     assert all(0 <= sid < 2**31 for sid in ids.values())
     script = (
-        "import json; from streams.registry import FolderRegistry as F; "
+        "import json; from streams.wire.registry import FolderRegistry as F; "
         "print(json.dumps(F().files()))"
     )
     other = subprocess.run(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from streams.retention import DAY_MS, shortfall, topic_configs
 from streams.settings import Settings
+from streams.worker.retention import DAY_MS, shortfall, topic_configs
 
 
 def test_every_topic_the_worker_creates_has_explicit_configs() -> None:

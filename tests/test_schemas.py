@@ -18,9 +18,9 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 from avro.schema import parse as parse_avro
 from pydantic import BaseModel
 
-from streams.codec import decode, encode, expanded_schema
 from streams.core.contracts import RECORD_MODELS, Claim, Rejection
 from streams.packaged import schema_dir
+from streams.wire.codec import decode, encode, expanded_schema
 
 HISTORY = Path(schema_dir()) / "history"
 _PRIMITIVES = {

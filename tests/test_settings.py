@@ -6,15 +6,15 @@ import logging
 
 import pytest
 
-from streams.app import faust_settings
 from streams.core.errors import ClaimstreamError
-from streams.registry import HttpRegistry, registry_for
 from streams.settings import (
     load_settings,
     setting_variables,
     unknown_variables,
     warn_unknown_variables,
 )
+from streams.wire.registry import HttpRegistry, registry_for
+from streams.worker.app import faust_settings
 
 
 def test_an_instance_id_makes_both_consumer_groups_static() -> None:

@@ -7,12 +7,12 @@ from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
 
+from streams.arbiter.sources import LEDGER_KEY, SourceLedgers, ledger_of, merged, sources_report
 from streams.core.contracts import Resolution
 from streams.core.intake import admit
 from streams.core.keystate import Transition, add_resolution, apply_claim
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled
-from streams.sources import LEDGER_KEY, SourceLedgers, ledger_of, merged, sources_report
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
 from tests.core.conftest import NOW, claim

@@ -12,8 +12,8 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from streams.stall_watch import StallWatch
-from streams.stalls import CollectorHooks, frame_names
+from streams.ops.stall_watch import StallWatch
+from streams.ops.stalls import CollectorHooks, frame_names
 
 
 def hold_the_loop(seconds: float) -> None:

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from streams.core.journal import encode_state
 from streams.core.keystate import KeyState
-from streams.stalls import (
+from streams.ops.stalls import (
     COLLECTOR_HOOKS,
     CollectorHooks,
     LoopLagProbe,

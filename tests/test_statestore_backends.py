@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.core.instants import micros
 from streams.core.journal import encode_state
 from streams.settings import Settings
 from streams.state.cache import StateCache
-from streams.state.keystore import micros
 from streams.state.local import Checkpoints
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streams.commands import _steward_signer
+from streams.cli.commands import _steward_signer
 from streams.core.authenticity import sign
 from streams.core.contracts import Resolution
 from streams.core.errors import ClaimstreamError, ContractError
 from streams.core.keystate import state_key
 from streams.core.policy import Policy, load_policy
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline import Incoming, Processor
 from streams.pipeline.authentication import STEWARD_HEADER, alias_payload
 from streams.settings import Settings

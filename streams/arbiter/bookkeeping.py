@@ -3,8 +3,9 @@
 Where it sits: `loop.Arbiter._batch` hands every handled record of a batch to `apply` (the dev
 kit's shell bench, `devkit/bench/shell.py`, to the same, without a broker). The key's new state
 goes into its task's store, its timer into the schedule and its settled conflicts into the source
-ledgers; its records into the task's batch, outcome counts summed per batch; its decisions are
-counted, timed from the input record's timestamp and shown to the console's observers.
+ledgers; its records into the task's batch; its decisions are counted (in the batch's outcome
+counts and the metrics), timed from the input record's timestamp and shown to the console's
+observers.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Sequence
 from streams.arbiter.commit import TaskBatch
 from streams.arbiter.routing import Observer
 from streams.arbiter.schedule import Schedule
-from streams.metrics import Metrics
+from streams.arbiter.sources import SourceLedgers
+from streams.arbiter.tallies import OutcomeKeys
+from streams.ops.metrics import Metrics
 from streams.pipeline import Handled
-from streams.sources import SourceLedgers
 from streams.state.task import TaskStore
 
 
@@ -25,13 +27,12 @@ class Bookkeeping:
     def __init__(
         self,
         metrics: Metrics,
-        outcomes: str,
         sources: SourceLedgers,
         schedule: Schedule,
         observers: Sequence[Observer] = (),
     ) -> None:
         self.metrics = metrics
-        self.outcomes = outcomes  # the outcome-counts topic
+        self.outcome_key = OutcomeKeys()
         self.sources = sources
         self.schedule = schedule
         self.observers = observers
@@ -44,15 +45,11 @@ class Bookkeeping:
             self.sources.settle(store, handled)
             store.put(handled.key, handled.state)
             self.schedule.note(partition, handled.key, handled.state)
-        for record in handled.outputs:
-            if record.topic == self.outcomes:
-                # Outcome counts are summed per batch: one record per field|outcome|kind.
-                batch.tallies[record.key or b""] += int(record.value or b"1")
-            else:
-                batch.outputs.append(record)
+        batch.outputs += handled.outputs
         if handled.emitted:
             now = time.time()
             for arbitration in handled.emitted:
+                batch.tallies[self.outcome_key(arbitration)] += 1
                 self.metrics.decided(arbitration, now)
                 for observe in self.observers:
                     observe(arbitration)

@@ -33,10 +33,10 @@ from aiokafka.structs import TopicPartition
 from streams.arbiter.changelog import ChangelogWriter
 from streams.arbiter.collector import RecordCollector, producer_options
 from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
-from streams.client import client_options
-from streams.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
+from streams.ops.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
 from streams.pipeline import Outgoing
 from streams.settings import Guarantee, Settings
+from streams.wire.kafka import client_options
 
 log = logging.getLogger(__name__)
 

@@ -29,16 +29,16 @@ from streams.arbiter.collector import RecordCollector, Unawaited, producer_optio
 from streams.arbiter.commit import Failed, TaskBatch, commits_for
 from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
 from streams.arbiter.schedule import Schedule
+from streams.arbiter.sources import SourceLedgers
 from streams.arbiter.tallies import Tallies
 from streams.arbiter.tasks import InputPositions, Task, Tasks
-from streams.client import client_options
-from streams.health import Pulse
-from streams.metrics import Metrics
+from streams.ops.health import Pulse
+from streams.ops.metrics import Metrics
 from streams.pipeline import Incoming, Processor, TaskCorrupted
 from streams.settings import Settings
-from streams.sources import SourceLedgers
 from streams.state.cache import StateCache
 from streams.state.local import Checkpoints
+from streams.wire.kafka import client_options
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def collect_after_batch() -> None:
     batch's survivors while they are still in cache: at most 0.5 ms (1.6 ms for batches of 500),
     230 ms in all against 820 ms. A middle collection finds every unreachable cycle among the
     objects not frozen (the oldest generation holds only what one since the last freeze kept);
-    the survivors are frozen as after a full collection (`streams.stalls.CollectorHooks`), and
+    the survivors are frozen as after a full collection (`streams.ops.stalls.CollectorHooks`), and
     are still freed by reference counting."""
     gc.collect(1)
     gc.freeze()
@@ -131,9 +131,7 @@ class Arbiter(Service):
         self.ownership = Ownership(
             self.assignor, settings.partitions, self.tasks, self.schedule, self._observers
         )
-        self.bookkeeping = Bookkeeping(
-            metrics, settings.topics.outcomes, self.sources, self.schedule, self._observers
-        )
+        self.bookkeeping = Bookkeeping(metrics, self.sources, self.schedule, self._observers)
         self.turn = asyncio.Lock()  # a batch and a rebalance never interleave
         self.assigned_partitions: set[int] = set()
         self._consumer: AIOKafkaConsumer | None = None

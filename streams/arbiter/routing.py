@@ -4,7 +4,7 @@
 topic to one member, so a task's partitions stay together) that also shares every member's web
 URL. `Ownership` answers from that assignment and the open tasks: the owner of a key, a key's
 state, the open conflicts, the peers, and the live feed of decisions (`subscribe`); the console
-and `streams.app` ask it rather than the loop's parts. Modelled on Kafka Streams'
+and `streams.worker.app` ask it rather than the loop's parts. Modelled on Kafka Streams'
 `KafkaStreams.queryMetadataForKey` over `StreamsMetadataState`.
 """
 

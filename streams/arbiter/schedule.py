@@ -16,8 +16,8 @@ import sys
 from collections import ChainMap
 from datetime import datetime
 
+from streams.core.instants import instant, micros
 from streams.core.keystate import KeyState
-from streams.state.keystore import instant, micros
 from streams.state.task import TaskStore, open_since
 
 

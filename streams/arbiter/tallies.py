@@ -15,12 +15,31 @@ import time
 from collections import Counter
 
 from streams.arbiter.collector import RecordCollector, Unawaited
+from streams.core.arbitration import Arbitration
+from streams.core.contracts import ConflictKind, Outcome
 from streams.pipeline import Outgoing
 
 log = logging.getLogger(__name__)
 
 # How often, at most, the outcome counts gathered from batches go out.
 TALLY_INTERVAL_S = 1.0
+
+
+class OutcomeKeys:
+    """`field|outcome|conflict kind` (`none` without one), the outcome counts' key of a decision;
+    made once per combination (the policy's fields, the outcomes and kinds are few)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, Outcome, ConflictKind | None], bytes] = {}
+
+    def __call__(self, arbitration: Arbitration) -> bytes:
+        kind = arbitration.verdict.kind
+        combination = (arbitration.field, arbitration.outcome, kind)
+        known = self._known.get(combination)
+        if known is None:
+            text = f"{arbitration.field}|{arbitration.outcome.value}|{kind or 'none'}"
+            known = self._known[combination] = text.encode()
+        return known
 
 
 class Tallies:

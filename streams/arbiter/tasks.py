@@ -1,14 +1,13 @@
 """The arbiter's tasks: task `p` is partition `p` of every input topic and the state of its keys.
 
 Sits between the loop (which asks for tasks to be opened, reloaded and closed) and the stores
-(`streams.state`): a task is restored from its changelog partition off the rebalance callback,
-from its local checkpoint when it has a usable one (`streams.state.local`), else from the
-beginning, each record's timer with it; installed (its input partitions fetched again);
-checkpointed after commits as the guarantee says; and closed (off the schedule, out of the shared
-cache) when revoked, rewound or fenced. What the processing
+(`streams.state`): a task is restored from its changelog partition off the rebalance callback
+(`streams.state.restore`), from its local checkpoint when it has a usable one
+(`streams.state.local`), else from the beginning, each record's timer with it; installed (its
+input partitions fetched again); checkpointed after commits as the guarantee says; and closed
+(off the schedule, out of the shared cache) when revoked, rewound or fenced. What the processing
 guarantee adds to opening a task (fencing its previous owner, re-reading the committed offsets)
-is the commit strategy's, reached through `Opening`. Modelled on Kafka Streams' `StreamTask` and
-`StoreChangelogReader`, quix-streams' `state/recovery.py`.
+is the commit strategy's, reached through `Opening`. Modelled on Kafka Streams' `StreamTask`.
 """
 
 from __future__ import annotations
@@ -26,16 +25,15 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 from streams.arbiter.schedule import Schedule
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.state.cache import StateCache
 from streams.state.local import Checkpoints
+from streams.state.restore import ChangelogReader
 from streams.state.task import TaskStore
 
 log = logging.getLogger(__name__)
 
-RESTORE_FETCH_MS = 500  # getmany returns as soon as records arrive; this only bounds an idle wait
 RESTORE_RETRY_S = 1.0
-PROGRESS_S = 5.0  # how often a long restore logs how far it is
 
 
 @dataclass
@@ -152,11 +150,11 @@ class Tasks:
         self.metrics = metrics
         self.open: dict[int, Task] = {}
         self.standby: dict[int, Task] = {}  # revoked tasks, kept to catch up if they come back
-        self._restorer: AIOKafkaConsumer | None = None
+        self.reader = ChangelogReader(changelog, metrics)
         self._reading = asyncio.Lock()  # one reader of the changelog at a time
 
     def attach(self, restorer: AIOKafkaConsumer) -> None:
-        self._restorer = restorer
+        self.reader.attach(restorer)
 
     def keys(self) -> int:
         return sum(task.states.count() for task in self.open.values())
@@ -236,61 +234,13 @@ class Tasks:
         )
 
     async def restore(self, tasks: list[Task], opening: Opening) -> None:
-        """Read the tasks' changelog partitions, all at once, from where each task last saw its
-        own to the end offset it has now; install each task the moment its partition is done."""
+        """Fence the tasks' previous owners, then read their changelog partitions, all at once,
+        installing each task the moment its partition is read to its end."""
         if not tasks:
             return
-        restorer = self._restorer
-        assert restorer is not None
         async with self._reading:
             await opening.fence(tasks)
-            restoring = {TopicPartition(self.changelog, task.partition): task for task in tasks}
-            restorer.assign(list(restoring))
-            # Under read_committed this is the last stable offset: nothing past it may count.
-            ends = await restorer.end_offsets(list(restoring))
-            for tp, task in restoring.items():
-                if task.changelog_offset > ends[tp]:
-                    self._rebuild(
-                        task,
-                        f"restores from offset {task.changelog_offset}, past its changelog's "
-                        f"end {ends[tp]} (a checkpoint ahead of the changelog)",
-                    )
-                restorer.seek(tp, task.changelog_offset)
-            progress = _Progress(self.metrics, restoring, ends)
-            try:
-                await self._read_to_ends(restorer, restoring, ends, progress, opening)
-            finally:
-                self.metrics.restore_records_remaining.set(0)  # done, failed or cancelled
-
-    async def _read_to_ends(
-        self,
-        restorer: AIOKafkaConsumer,
-        restoring: dict[TopicPartition, Task],
-        ends: Mapping[TopicPartition, int],
-        progress: _Progress,
-        opening: Opening,
-    ) -> None:
-        while True:
-            for tp in list(restoring):
-                position = await restorer.position(tp)
-                if position >= ends[tp]:
-                    task = restoring.pop(tp)
-                    task.changelog_offset = position
-                    progress.caught_up(tp, position)
-                    await self._install(task, opening)
-            if not restoring:
-                return
-            fetched = await restorer.getmany(
-                *restoring, timeout_ms=RESTORE_FETCH_MS, max_records=10000
-            )
-            for tp, messages in fetched.items():
-                task = restoring[tp]
-                # A record of a state format this release does not read stops the restore (and
-                # the worker) before any input is consumed.
-                where = f"{self.changelog} partition {task.partition}, "
-                task.states.load_all(((m.key, m.value) for m in messages), where)
-                task.changelog_offset = messages[-1].offset + 1
-            progress.read(fetched)
+            await self.reader.read(tasks, self._rebuild, lambda task: self._install(task, opening))
 
     async def _install(self, task: Task, opening: Opening) -> None:
         """Put a restored task in service and let its partitions be fetched again."""
@@ -360,53 +310,3 @@ class Tasks:
         for task in [*self.open.values(), *self.standby.values()]:
             if task.producer is not None:
                 await task.producer.stop()
-
-
-class _Progress:
-    """How far a restore is: the remaining-records gauge, and a log line now and then."""
-
-    def __init__(
-        self, metrics: Metrics, restoring: Mapping[TopicPartition, Task], ends: Mapping[Any, int]
-    ) -> None:
-        self.gauge = metrics.restore_records_remaining
-        self.ends = dict(ends)
-        self.started = {tp: task.changelog_offset for tp, task in restoring.items()}
-        self.positions = dict(self.started)
-        self.began = self.logged = time.monotonic()
-        self._show()
-
-    def _show(self) -> None:
-        self.gauge.set(sum(max(0, self.ends[tp] - o) for tp, o in self.positions.items()))
-
-    def read(self, fetched: Mapping[TopicPartition, Sequence[Any]]) -> None:
-        for tp, messages in fetched.items():
-            self.positions[tp] = messages[-1].offset + 1
-        self._show()
-        now = time.monotonic()
-        if now - self.logged >= PROGRESS_S:
-            self.logged = now
-            read = sum(self.positions[tp] - self.started[tp] for tp in self.positions)
-            total = sum(self.ends[tp] - self.started[tp] for tp in self.positions)
-            log.info(
-                "arbiter: restoring: %d of %d changelog records read (%.0f records/s)",
-                read,
-                total,
-                read / max(now - self.began, 1e-9),
-            )
-
-    def caught_up(self, tp: TopicPartition, position: int) -> None:
-        self.positions[tp] = position
-        self._show()
-        elapsed = time.monotonic() - self.began
-        read = position - self.started[tp]
-        log.info(
-            "arbiter: task %d caught up to changelog offset %d (end %d): %d records read "
-            "from offset %d in %.2fs (%.0f records/s)",
-            tp.partition,
-            position,
-            self.ends[tp],
-            read,
-            self.started[tp],
-            elapsed,
-            read / max(elapsed, 1e-9),
-        )

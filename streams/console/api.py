@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from faust.web import Request, Response, View
 
 from streams.arbiter.routing import Ownership
+from streams.arbiter.sources import LEDGER_KEY, merged, readable, sources_report
 from streams.client import build_resolution, publish_resolutions
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
@@ -34,10 +35,9 @@ from streams.core.explain import explain
 from streams.core.keystate import KeyState, current_decision, split_key, stale_view, state_key
 from streams.core.policy import FieldRules, Policy
 from streams.core.settlement import ledger_document
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
 from streams.settings import Settings
-from streams.sources import LEDGER_KEY, merged, readable, sources_report
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from streams.console.forward import Peers
 from streams.console.live import LiveDecisions
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core.policy import Policy
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.settings import Settings
 
 CONTENT_SECURITY_POLICY = (

@@ -2,11 +2,11 @@
 
 Where it sits: beside the decision, never in it. When a key that was open (a conflict or a
 quarantine) is settled, by a person's resolution or by a later observation that the rules let
-decide, `judge` compares every claim that was evidence of the open decision with the settled
+decide, `settlement_of` compares every claim that was evidence of the open decision with the settled
 value, as the engine compares values (normalized, the field's tolerance): `agreed` or
 `disagreed`, per source, replica and field. A `Ledger` sums those judgements per day, with the
 pairwise co-agreement that `dependence.py` reads, and is kept as one task-level record of the
-changelog by the stream shell (`streams.sources`). Nothing here is read back by the rules:
+changelog by the stream shell (`streams.arbiter.sources`). Nothing here is read back by the rules:
 authority stays the operator's.
 
 A ledger depends only on the set of settlements it was given, not their order (counts are sums,
@@ -74,7 +74,9 @@ class Settlement:
     judgements: tuple[Judgement, ...]
 
 
-def judge(before: KeyState | None, decision: Decision, tolerance: float) -> Settlement | None:
+def settlement_of(
+    before: KeyState | None, decision: Decision, tolerance: float
+) -> Settlement | None:
     """The settlement `decision` makes of the key's open decision in `before`, if it makes one:
     the key was open, is now resolved, by a resolution or by a claim the open decision did not
     have winning (not by time alone, nor by a claim withdrawn). Judged: what each source and

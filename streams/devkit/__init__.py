@@ -4,6 +4,6 @@ The rooms: `brokers/` (real brokers on loopback ports: Apache Kafka from Maven j
 cluster, Tansu), `dev` and `demo` (the `dev` bundle and its scenarios), `synthetic` (generated
 claims), `bench/` (`claimstream bench`, phase by phase), and `registry_server` over
 `registry_store` (a small Confluent-compatible schema registry). Nothing outside this package
-imports it except the CLI's dev commands (lazily, in streams.commands) and the tests;
+imports it except the CLI's dev commands (lazily, in streams.cli.commands) and the tests;
 tests/devkit/test_boundary.py holds the line.
 """

@@ -14,15 +14,15 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from streams.app import Pipeline
 from streams.client import ClaimPublisher, DecisionFeed
 from streams.core.contracts import Resolution
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.devkit.brokers import start_broker
 from streams.devkit.demo import scenario_claims, scenario_resolutions
-from streams.runtime import run_worker
 from streams.settings import LogFormat, Settings
+from streams.worker.app import Pipeline
+from streams.worker.runtime import run_worker
 
 DEMO_ROUND_S = 20.0
 

@@ -39,7 +39,7 @@ from streams.devkit.registry_store import (
     registry_mode,
     schema_not_found,
 )
-from streams.registry import CONTENT_TYPE, FolderRegistry, RegistryError, canonical_json
+from streams.wire.registry import CONTENT_TYPE, FolderRegistry, RegistryError, canonical_json
 
 __all__ = ["RegistryServer", "serve_registry"]
 

@@ -19,7 +19,7 @@ import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
 from streams.core.errors import CodecError
-from streams.registry import FolderRegistry, RegistryError, schema_id
+from streams.wire.registry import FolderRegistry, RegistryError, schema_id
 
 log = logging.getLogger(__name__)
 

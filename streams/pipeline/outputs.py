@@ -1,7 +1,7 @@
 """What a decided record sends: the key's decision records, escalations and outcome counts
 (`Outputs.emit`), or a dead letter carrying the original record plus why it was refused
 (`Outputs.dead_letter`, headers under `ERROR_HEADER_PREFIX`). The last room of the pipeline.
-Decision records are assembled by streams.decision_bytes; every other record is written by the
+Decision records are assembled by streams.wire.decision_bytes; every other record is written by the
 codec from its model.
 """
 
@@ -12,14 +12,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from streams.core.arbitration import Arbitration
-from streams.core.contracts import Claim, ConflictKind, Decision, Outcome, RejectReason
+from streams.core.contracts import Claim, Decision, RejectReason
 from streams.core.errors import RejectedInput
 from streams.core.keystate import Transition
-from streams.decision_bytes import DecisionWriter
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
-from streams.registry import WireCodec
 from streams.settings import Settings
+from streams.wire.decision_bytes import DecisionWriter
+from streams.wire.registry import WireCodec
 
 # The pipeline's rooms log under the one name operators filter on.
 log = logging.getLogger(__package__)
@@ -43,7 +43,6 @@ class Outputs:
         self.wall_clock = wall_clock
         decisions = self.topics.decisions
         self.decision_bytes = DecisionWriter(lambda: codec.framing(decisions, Decision))
-        self._outcome_keys: dict[tuple[str, Outcome, ConflictKind | None], bytes] = {}
 
     def emit(self, key: bytes, step: Transition, record: Incoming) -> Handled:
         """The key's new state and the records its step sends (a refused claim: a dead letter)."""
@@ -57,7 +56,6 @@ class Outputs:
         if emitted is not None:
             self._arbitration_records(key, emitted, outputs)
             handled.emitted.append(emitted)
-            outputs.append(Outgoing(topics.outcomes, self._outcome_key(emitted), b"1"))
         if escalation is not None:
             outputs.append(
                 Outgoing(topics.escalations, key, self.codec.encode(topics.escalations, escalation))
@@ -91,17 +89,6 @@ class Outputs:
                     self.codec.encode(topics.reobserve, arbitration.reobserve),
                 )
             )
-
-    def _outcome_key(self, arbitration: Arbitration) -> bytes:
-        """`field|outcome|conflict kind` (`none` without one), the outcome counts' key; made
-        once per combination (the policy's fields, the outcomes and kinds are few)."""
-        kind = arbitration.verdict.kind
-        combination = (arbitration.field, arbitration.outcome, kind)
-        known = self._outcome_keys.get(combination)
-        if known is None:
-            text = f"{arbitration.field}|{arbitration.outcome.value}|{kind or 'none'}"
-            known = self._outcome_keys[combination] = text.encode()
-        return known
 
     def dead_letter(self, record: Incoming, exc: Exception, attempts: int) -> Outgoing:
         """The original record to the dead-letter topic, with the reason in its headers."""

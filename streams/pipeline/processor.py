@@ -36,7 +36,7 @@ from streams.core.keystate import (
     state_key,
 )
 from streams.core.policy import Policy
-from streams.metrics import DECODE, ENCODE, Metrics, StageClock
+from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
 from streams.pipeline.outputs import Outputs
 from streams.pipeline.records import Handled, Incoming, Outgoing
@@ -49,8 +49,8 @@ from streams.pipeline.rekey import (
     Rekeying,
     canonical,
 )
-from streams.registry import WireCodec
 from streams.settings import Settings
+from streams.wire.registry import WireCodec
 
 # The pipeline's rooms log under the one name operators filter on.
 log = logging.getLogger(__package__)

@@ -15,10 +15,10 @@ from typing import TypeVar
 
 from streams.core.contracts import LeanClaim, Resolution, SourceClass
 from streams.core.keystate import split_key, state_key
-from streams.metrics import Metrics
-from streams.partitioner import murmur2
+from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
 from streams.settings import Settings
+from streams.wire.partitioner import murmur2
 
 HEADER_KIND = "claimstream.kind"
 HEADER_SOURCE_CLASS = "claimstream.source_class"

@@ -1,5 +1,5 @@
 """Where a worker keeps its keys' state: a task's store, its backing key store, the local
-checkpoints that let a restart read only the changelog's tail.
+checkpoints that let a restart read only the changelog's tail, and the restore that reads it.
 
 - `cache`: `StateCache`, the decoded states of recently used keys, shared by a worker's tasks.
 - `keystore`: the `KeyStore` interface a task's encoded states and timers live behind, and
@@ -8,7 +8,9 @@ checkpoints that let a restart read only the changelog's tail.
 - `task`: `TaskStore`, one task's keys as the arbiter sees them: decoded through the cache,
   journaled per batch, written to the key store once the changelog holds them.
 - `local`: where each task's store lives on disk, and its checkpoint file.
+- `restore`: `ChangelogReader`, a task's changelog partition read into its store, from the
+  offset its checkpoint names to the partition's end.
 
-The arbiter's tasks (`streams.arbiter.tasks`) open, restore and close these; the loop reads and
-writes through `TaskStore`.
+The arbiter's tasks (`streams.arbiter.tasks`) open, restore (through `restore`) and close these;
+the loop reads and writes through `TaskStore`.
 """

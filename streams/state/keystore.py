@@ -13,21 +13,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, Protocol
 
 RESERVED = b"\x00"  # first byte of task-level records kept beside the key states
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
-
-
-def micros(instant: datetime) -> int:
-    """Microseconds since the epoch: exact for the UTC datetimes the key states hold."""
-    return (instant - EPOCH) // _MICRO
-
-
-def instant(micros_: int) -> datetime:
-    return EPOCH + timedelta(microseconds=micros_)
 
 
 class Timer(NamedTuple):

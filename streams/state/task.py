@@ -23,10 +23,11 @@ from typing import Literal
 import msgspec
 
 from streams.core.contracts import OPEN_OUTCOMES
+from streams.core.instants import micros
 from streams.core.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keystate import KeyState
 from streams.state.cache import StateCache
-from streams.state.keystore import RESERVED, Changes, KeyStore, MemoryKeyStore, Timer, micros
+from streams.state.keystore import RESERVED, Changes, KeyStore, MemoryKeyStore, Timer
 
 _owners = itertools.count(1)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from mcp.types import CallToolResult, TextContent
 
-from streams.agents.outputs import claim_from_tool_output
+from streams.agents.tool_claims import claim_from_tool_output
 from streams.core.contracts import ClaimStatus, Money
 from streams.core.errors import ClaimstreamError
 

@@ -22,7 +22,7 @@ from streams.core.settlement import (
     Settler,
     decode_ledger,
     encode_ledger,
-    judge,
+    settlement_of,
 )
 from tests.core.conftest import NOW, REPO, claim
 
@@ -56,7 +56,7 @@ def resolved(state: KeyState, value: str, n: int = 1, **overrides: Any) -> Settl
     )
     step = add_resolution(state, resolution, RULES, POLICY.version, NOW + timedelta(seconds=5))
     assert step.emitted is not None
-    return judge(state, step.emitted.decision, RULES.tolerance)
+    return settlement_of(state, step.emitted.decision, RULES.tolerance)
 
 
 def verdicts(settlement: Settlement | None) -> dict[str, bool]:
@@ -84,7 +84,7 @@ def test_a_later_observation_that_wins_settles_and_judges_what_was_said_while_op
     correction = claim(3, source="billing-export", observed_at=NOW)
     step = add_claim(state, admit(correction, POLICY, NOW), RULES, POLICY.version, NOW)
     assert step.emitted is not None
-    settlement = judge(state, step.emitted.decision, RULES.tolerance)
+    settlement = settlement_of(state, step.emitted.decision, RULES.tolerance)
     assert settlement is not None
     assert settlement.by is Settler.OBSERVATION
     assert verdicts(settlement) == {"crm": True, "billing-export": False}
@@ -96,12 +96,12 @@ def test_nothing_settles_without_an_open_decision_or_by_time_alone() -> None:
     again = add_claim(
         agreeing, admit(claim(3, source="order-form"), POLICY, NOW), RULES, POLICY.version, NOW
     )
-    assert again.emitted is None or judge(agreeing, again.emitted.decision, 0.0) is None
+    assert again.emitted is None or settlement_of(agreeing, again.emitted.decision, 0.0) is None
     conflict = opened([claim(1, source="crm"), claim(2, source="billing-export", value="unpaid")])
     later = advance(conflict, RULES, POLICY.version, NOW + timedelta(hours=1))
     if later.emitted is not None:  # the claims went stale: no one settled anything
-        assert judge(conflict, later.emitted.decision, 0.0) is None
-    assert judge(None, _decision_of(conflict), 0.0) is None
+        assert settlement_of(conflict, later.emitted.decision, 0.0) is None
+    assert settlement_of(None, _decision_of(conflict), 0.0) is None
 
 
 def _decision_of(state: KeyState) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streams.cli import build_parser
+from streams.cli.main import build_parser
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.devkit.bench.scale import DEFAULT_KEYS, FIELD, disk_bytes, lean_claims

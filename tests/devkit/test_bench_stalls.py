@@ -11,7 +11,7 @@ from streams.devkit.bench.worker import (
     stall_capture,
     stalls_between,
 )
-from streams.stalls import LoopLagProbe
+from streams.ops.stalls import LoopLagProbe
 
 
 def counts(probe: LoopLagProbe, registry: CollectorRegistry, gc_s: float) -> StallCounts:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from streams.codec import expanded_schema, schema_dir
 from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.devkit.registry_store import COMPATIBILITY_LEVELS, check_compatibility
-from streams.registry import CONTENT_TYPE, FolderRegistry, RegistryError, schema_id
+from streams.wire.codec import expanded_schema, schema_dir
+from streams.wire.registry import CONTENT_TYPE, FolderRegistry, RegistryError, schema_id
 
 CURRENT = expanded_schema("Claim")
 V1 = json.loads((schema_dir() / "history" / "claimstream.Claim.v1.avsc").read_text())

@@ -28,7 +28,7 @@ from tests.ops.promql import (
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "grafana" / "generate.py"
 DATASOURCES = REPO / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
-METRICS = (REPO / "streams" / "metrics.py", REPO / "streams" / "stalls.py")
+METRICS = (REPO / "streams" / "ops" / "metrics.py", REPO / "streams" / "ops" / "stalls.py")
 RULES = REPO / "deploy" / "prometheus" / "rules" / "claimstream.rules.yml"
 OVERVIEW = DASHBOARDS / "claimstream-overview.json"
 FIELD = DASHBOARDS / "claimstream-field.json"
@@ -50,7 +50,7 @@ def provisioned_uids() -> set[str]:
 
 
 def exposed_metrics() -> set[str]:
-    """Series names streams/metrics.py and streams/stalls.py expose (histograms as _bucket,
+    """Series names streams/ops/metrics.py and streams/ops/stalls.py expose (histograms as _bucket,
     _sum, _count; a scrape-time counter family as _total)."""
     text = "\n".join(path.read_text(encoding="utf-8") for path in METRICS)
     names = set(re.findall(r'"(claimstream_\w+)"', text))

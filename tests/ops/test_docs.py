@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from streams.app import ENDPOINTS
 from streams.console.api import ROUTES
 from streams.settings import DEPLOYMENT_VARIABLES, Settings, setting_variables
+from streams.worker.app import ENDPOINTS
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -21,7 +21,8 @@ DEPLOYMENT_FILES = (
     REPO / "docker-compose.yml",
     *sorted((REPO / "deploy").glob("kubernetes*/*.yaml")),
 )
-# `/` and `/api` answer ENDPOINTS itself (streams.app.register_views), so it does not list them.
+# `/` and `/api` answer ENDPOINTS itself (streams.worker.app.register_views), so it does not
+# list them.
 INDEX = {("GET", "/"), ("GET", "/api")}
 VARIABLE = re.compile(r"CLAIMSTREAM_[A-Z0-9_]+")
 ENDPOINT = re.compile(r"`(GET|POST) ([^`\s]+)`")

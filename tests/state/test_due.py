@@ -9,8 +9,8 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.core.instants import micros
 from streams.state.cache import StateCache
-from streams.state.keystore import micros
 from streams.state.task import TaskStore
 from tests.test_statestore import NOW
 from tests.test_statestore_backends import STEP, apply

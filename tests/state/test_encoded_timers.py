@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.core.instants import EPOCH
 from streams.core.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keystate import KeyState
 from streams.state import task
 from streams.state.cache import StateCache
-from streams.state.keystore import EPOCH, MemoryKeyStore, Timer
+from streams.state.keystore import MemoryKeyStore, Timer
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore, encoded_timer, timer_of
 from tests.core.test_journal_properties import _states, _written

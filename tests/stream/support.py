@@ -21,12 +21,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams import codec
 from streams.core.contracts import Decision
 from streams.devkit.brokers import free_port
-from streams.registry import FolderRegistry, WireCodec
 from streams.settings import Topics
 from streams.state.keystore import RESERVED
+from streams.wire import codec
+from streams.wire.registry import FolderRegistry, WireCodec
 
 REPO = Path(__file__).resolve().parents[2]
 CODEC = WireCodec(FolderRegistry())

@@ -29,8 +29,8 @@ from pydantic import SecretStr
 from streams.client import ClaimPublisher, DecisionFeed, build_resolution, publish_resolutions
 from streams.core.contracts import Decision
 from streams.devkit.brokers import KafkaBroker
-from streams.retention import retention_wanted, topic_configs
 from streams.settings import Settings, Topics
+from streams.worker.retention import retention_wanted, topic_configs
 from tests.stream.conftest import write_policy
 from tests.stream.support import REPO, Deployment
 

@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from streams.arbiter.loop import Arbiter
-from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
 from streams.devkit.brokers import KafkaBroker
-from streams.health import LagProbe, Pulse, report_health
-from streams.metrics import Metrics
+from streams.ops.health import LagProbe, Pulse, report_health
+from streams.ops.metrics import Metrics
 from streams.pipeline import Processor
 from streams.settings import Settings
+from streams.worker.topics import ensure_topics
 from tests.stream.support import CODEC, Deployment, produce
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from streams.codec import expanded_schema, to_avro
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
@@ -27,7 +26,8 @@ from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker
 from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.pipeline.rekey import partition_of
-from streams.registry import FolderRegistry
+from streams.wire.codec import expanded_schema, to_avro
+from streams.wire.registry import FolderRegistry
 from tests.stream.support import Deployment, changelog_partitions, crc32_partition
 from tests.stream.test_pipeline import metric_sum, warm_up
 

@@ -19,7 +19,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from streams.core.contracts import Claim, Decision
 from streams.core.keystate import state_key
 from streams.devkit.brokers import KafkaBroker
-from streams.retention import DAY_MS
+from streams.worker.retention import DAY_MS
 from tests.stream.support import CODEC, REPO, Deployment, produce, read_topic
 
 pytestmark = pytest.mark.integration

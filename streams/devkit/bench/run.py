@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from streams.build_info import compiled_modules
-from streams.client import ensure_topics
 from streams.core.policy import Policy, load_policy
 from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
@@ -42,6 +41,7 @@ from streams.devkit.bench.workload import Throughput, Workload, create_topics, f
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
 from streams.settings import Guarantee, Settings, Topics
+from streams.worker.topics import ensure_topics
 
 
 @dataclass(frozen=True)

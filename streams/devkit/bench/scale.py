@@ -34,7 +34,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.client import ensure_topics
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.devkit.bench.load import send_batched
@@ -42,6 +41,7 @@ from streams.devkit.bench.worker import BenchWorker, next_look_s, worker_env
 from streams.devkit.bench.workload import CODEC
 from streams.devkit.brokers import free_port
 from streams.settings import Settings, Topics
+from streams.worker.topics import ensure_topics
 
 DEFAULT_KEYS = 1_000_000
 FIELD = "contract.seats"  # freshness none: no key re-decides by time alone

@@ -44,17 +44,17 @@ from streams.arbiter.collector import RecordCollector
 from streams.arbiter.commit import TaskBatch, journaled
 from streams.arbiter.loop import collect_after_batch
 from streams.arbiter.schedule import Schedule
+from streams.arbiter.sources import SourceLedgers
 from streams.core.policy import load_policy
 from streams.devkit.bench.scale import UPDATE_AFTER, lean_claims
 from streams.devkit.bench.workload import CODEC, workload
-from streams.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics
+from streams.ops.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics
+from streams.ops.stalls import COLLECTOR_HOOKS, tune_collector
 from streams.packaged import example_path
 from streams.pipeline import Incoming, Outgoing, Processor
 from streams.pipeline import processor as processor_module
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
-from streams.sources import SourceLedgers
-from streams.stalls import COLLECTOR_HOOKS, tune_collector
 from streams.state.cache import StateCache
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore
@@ -136,7 +136,7 @@ class Shell:
         for partition, task in self.tasks.open.items():
             schedule.attach(partition, task.states)
         sources = SourceLedgers(self.processor.policy, self.metrics)
-        self.bookkeeping = Bookkeeping(self.metrics, settings.topics.outcomes, sources, schedule)
+        self.bookkeeping = Bookkeeping(self.metrics, sources, schedule)
         self.collector = RecordCollector(settings.changelog_topic, lambda partition, end: None)
         self.collector.attach(_Sink(settings.partitions))
 

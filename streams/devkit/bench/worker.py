@@ -17,9 +17,9 @@ from typing import Any
 
 from streams.devkit.bench.cores import cpu_seconds
 from streams.devkit.bench.workload import Throughput
-from streams.metrics import STAGES
+from streams.ops.metrics import STAGES
+from streams.ops.stalls import GENERATIONS, LOOP_LAG_BUCKETS
 from streams.settings import Settings
-from streams.stalls import GENERATIONS, LOOP_LAG_BUCKETS
 
 
 def _metric(text: str, name: str) -> float:

@@ -18,7 +18,7 @@ from streams.core.errors import ContractError
 from streams.core.intake import parse_claim
 from streams.core.keystate import state_key
 from streams.devkit.synthetic import generate_claims
-from streams.registry import FolderRegistry, WireCodec
+from streams.wire.registry import FolderRegistry, WireCodec
 
 CODEC = WireCodec(FolderRegistry())
 PAID = "order.payment_status"  # the field the latency, soak and engine phases use

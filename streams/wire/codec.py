@@ -1,11 +1,11 @@
 """Avro at the edge: the packaged schemas (schemas/) encode and decode the core's records.
 
 In file order: the schemas, expanded and parsed (`expanded_schema`, `parsed_schema`); a record
-to Avro (`to_avro`, `encode`, via the compiled writers of streams.avro_writer); Avro back to a
+to Avro (`to_avro`, `encode`, via the compiled writers of streams.wire.avro_writer); Avro back to a
 record (`decode_dict`, `decode`); and the claim's fast path, Avro to a `LeanClaim` without
-pydantic (`decode_claim`: streams.claim_reader's reader, fastavro's in `fastavro_claim` and
+pydantic (`decode_claim`: streams.wire.claim_reader's reader, fastavro's in `fastavro_claim` and
 `claim_from_avro`), which falls back to the contract's validation.
-The wire framing around these bodies is streams.registry's. fastavro's errors are translated
+The wire framing around these bodies is streams.wire.registry's. fastavro's errors are translated
 into CodecError here, so the rest of the code sees one error tree.
 """
 
@@ -23,8 +23,6 @@ from typing import Any, TypeVar, get_args
 import fastavro
 from pydantic import BaseModel, ValidationError
 
-from streams.avro_writer import compile_writer
-from streams.claim_reader import LAYOUT, layout, read_claim
 from streams.core.contracts import (
     CLAIM_FIELDS,
     ClaimStatus,
@@ -39,6 +37,8 @@ from streams.core.contracts import (
 from streams.core.errors import CodecError
 from streams.core.intake import parse_claim
 from streams.packaged import schema_dir
+from streams.wire.avro_writer import compile_writer
+from streams.wire.claim_reader import LAYOUT, layout, read_claim
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ def _raw_claim_schema() -> Any:
 def decode_claim(body: bytes, writer_schema: Any | None = None) -> LeanClaim:
     """`decode(Claim, body, writer_schema)` without pydantic (the same claim, or the same
     error). A body in the current schema (`writer_schema` None or the current parsed schema) is
-    read by streams.claim_reader, and by fastavro (`fastavro_claim`) only where that reader
+    read by streams.wire.claim_reader, and by fastavro (`fastavro_claim`) only where that reader
     defers to it; other writer schemas are resolved by fastavro."""
     if writer_schema is not None and writer_schema is not parsed_schema("Claim"):
         return claim_from_avro(decode_dict("Claim", body, writer_schema))

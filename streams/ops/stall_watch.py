@@ -1,6 +1,6 @@
-"""What ran while the event loop stalled: the worker's stall capture, beside `streams.stalls`.
+"""What ran while the event loop stalled: the worker's stall capture, beside `streams.ops.stalls`.
 
-`streams.stalls` measures how long the loop is held (lag, collector pauses); this room says by
+`streams.ops.stalls` measures how long the loop is held (lag, collector pauses); this room says by
 what. A heartbeat task on the loop notes when it is next due; a daemon thread (not the loop: a
 held loop cannot report on itself) checks every half of `threshold_s` whether the heartbeat
 is late by more than that, and while it is, samples the loop thread's stack
@@ -31,7 +31,7 @@ import prometheus_client
 from faust.web import Request, Response, View
 from mode import Service
 
-from streams.stalls import (
+from streams.ops.stalls import (
     COLLECTOR_HOOKS,
     Collection,
     CollectorHooks,

@@ -1,9 +1,9 @@
 """The source ledger in the worker: settled outcomes judged, kept with the task, reported.
 
 Where it sits: beside the arbiter's loop, after a record is decided. For each decision a record
-emits, `SourceLedgers.settle` asks `streams.core.settlement.judge` whether it settled the key's
-open decision (the key's previous state is still the store's, as the new one is put after), adds
-the judgements to the task's ledger, a task-level record of its store (`LEDGER_KEY`, journaled
+emits, `SourceLedgers.settle` asks `streams.core.settlement.settlement_of` whether it settled the
+key's open decision (the key's previous state is still the store's, as the new one is put after),
+adds the judgements to the task's ledger, a task-level record of its store (`LEDGER_KEY`, journaled
 with the batch, so it is restored with the task and rewound with its keys), and counts
 `claimstream_source_settled_total`. `GET /api/sources` (`streams.console.api`) merges the open
 tasks' ledgers, and the peers', into `streams.core.dependence.report`. Nothing here is read by
@@ -26,9 +26,9 @@ from streams.core.settlement import (
     UnknownLedgerFormat,
     decode_ledger,
     encode_ledger,
-    judge,
+    settlement_of,
 )
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled
 from streams.state.keystore import RESERVED
 from streams.state.task import TaskStore
@@ -57,7 +57,7 @@ class SourceLedgers:
         for arbitration in handled.emitted:
             decision = arbitration.decision
             rules = self.policy.rules_for(decision.field)
-            settlement = judge(before, decision, rules.tolerance if rules else 0.0)
+            settlement = settlement_of(before, decision, rules.tolerance if rules else 0.0)
             if settlement is None or not settlement.judgements:
                 continue
             ledger = self._ledger(store)

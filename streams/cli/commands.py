@@ -4,9 +4,9 @@ newcomer meets them. Offline: `init` (example files), `replay` (arbitrate record
 suggest` (candidate edits from settled conflicts). Against a broker: `worker`, `dev` (bundled
 broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in),
 `replay-dead-letters` (refused records back in), `tail` (streams out). Broker-side work is
-imported lazily from streams.runtime, streams.client and streams.dead_letters, so the offline
-commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay in
-streams.cli, the one module that may name the dev kit (tests/devkit/test_boundary.py).
+imported lazily from streams.worker.runtime, streams.client and streams.cli.dead_letters, so
+the offline commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay in
+streams.cli.main, the one module that may name the dev kit (tests/devkit/test_boundary.py).
 """
 
 from __future__ import annotations
@@ -234,14 +234,14 @@ def _client_logs_quiet() -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from streams.runtime import run_worker
+    from streams.worker.runtime import run_worker
 
     return run_worker(settings_from(args))
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from streams.client import publish_resolutions
-    from streams.runtime import publish_lines
+    from streams.worker.runtime import publish_lines
 
     _client_logs_quiet()
     settings = settings_from(args)
@@ -353,7 +353,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_replay_dead_letters(args: argparse.Namespace) -> int:
     """Exit 1 when a chosen dead letter could not be sent (a signature past max_age)."""
-    from streams.dead_letters import Choice, replay_dead_letters
+    from streams.cli.dead_letters import Choice, replay_dead_letters
 
     _client_logs_quiet()
     settings = settings_from(args)
@@ -369,7 +369,7 @@ def cmd_replay_dead_letters(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from streams.runtime import tail
+    from streams.worker.runtime import tail
 
     _client_logs_quiet()
     return asyncio.run(tail(settings_from(args), args.stream, args.count, args.timeout))

@@ -1,5 +1,5 @@
 """The `claimstream` command line: the argument table (`build_parser`) and the dispatch to the
-subcommands' handlers, which are in streams.commands (in the same order as here), but for the
+subcommands' handlers, which are in streams.cli.commands (in the same order as here), but for the
 dev kit's `dev` and `bench`: this is the one module that may name the dev kit, lazily.
 """
 
@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from streams import __version__
-from streams.agents.commands import add_agent_commands
 from streams.build_info import describe
-from streams.commands import (
+from streams.cli.agents import add_agent_commands
+from streams.cli.commands import (
     cmd_explain,
     cmd_init,
     cmd_policy_check,
@@ -392,7 +392,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C ends `tail` and friends; a traceback would say nothing
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

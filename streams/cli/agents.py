@@ -1,5 +1,5 @@
 """The agents' commands of the `claimstream` command line: `mcp` (the MCP server) and `get` (what
-is believed now about a subject and field). `streams.cli` adds them to its parser; the MCP SDK
+is believed now about a subject and field). `streams.cli.main` adds them to its parser; the MCP SDK
 is imported only when `mcp` runs, so the rest of the command line works without it."""
 
 from __future__ import annotations

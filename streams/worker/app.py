@@ -29,17 +29,17 @@ from streams.core.contracts import ConflictKind, Outcome
 from streams.core.errors import RejectedInput
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
-from streams.health import LagProbe, Pulse, report_health
-from streams.metrics import Metrics
+from streams.ops.health import LagProbe, Pulse, report_health
+from streams.ops.metrics import Metrics
+from streams.ops.stall_watch import StallWatch, stall_view
+from streams.ops.stalls import LoopLagProbe, StallCollector
 from streams.pipeline import Processor
 from streams.pipeline.authentication import principal_topics
 from streams.pipeline.records import Incoming
 from streams.pipeline.rekey import partition_of
-from streams.registry import WireCodec, registry_for
-from streams.retention import topic_configs
 from streams.settings import Settings
-from streams.stall_watch import StallWatch, stall_view
-from streams.stalls import LoopLagProbe, StallCollector
+from streams.wire.registry import WireCodec, registry_for
+from streams.worker.retention import topic_configs
 
 OUTCOME_WINDOW = timedelta(minutes=1)
 

@@ -1,9 +1,10 @@
 """What each of the worker's topics keeps, and for how long: the configs a topic is created with,
 and the warning at start when an existing topic keeps less than the audit horizon.
 
-Sits at the start of the data flow: `streams.client.ensure_topics` creates the topics with
+Sits at the start of the data flow: `streams.worker.topics.ensure_topics` creates the topics with
 `topic_configs` before the worker (or the bench) starts, then calls `warn_short_retention` on the
-ones that already existed; `streams.app` declares the same configs on the Faust topics it reads.
+ones that already existed; `streams.worker.app` declares the same configs on the Faust topics
+it reads.
 "Every claim can be found on the input topic" holds for `Settings.audit_retention_days`: input
 topics, dead letters and the event topics keep every record that long; decisions, the key-state
 changelog and aliases are compacted (the latest record per key, forever); resolutions are kept

@@ -1,8 +1,8 @@
 """Running things: a worker, publish and tail (the `dev` bundle is in streams.devkit.dev).
 
-`run_worker` starts the Faust worker over what streams.app builds (topics ensured, the garbage
-collector tuned for the hot path); `publish_lines` sends JSON claims in as Avro; `tail` prints a
-stream out as JSON lines, dead letters with their `claimstream.error.*` headers.
+`run_worker` starts the Faust worker over what streams.worker.app builds (topics ensured, the
+garbage collector tuned for the hot path); `publish_lines` sends JSON claims in as Avro; `tail`
+prints a stream out as JSON lines, dead letters with their `claimstream.error.*` headers.
 """
 
 from __future__ import annotations
@@ -21,18 +21,20 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer
 
-from streams.app import Pipeline, build
-from streams.client import ClaimPublisher, client_options, ensure_topics
+from streams.client import ClaimPublisher
 from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest
 from streams.core.errors import ClaimstreamError
 from streams.core.intake import parse_claim
 from streams.core.policy import load_policy
-from streams.logs import configure_logging
+from streams.ops.logs import configure_logging
+from streams.ops.stalls import tune_collector
 from streams.pipeline.authentication import principal_topics
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
-from streams.registry import WireCodec, registry_for
 from streams.settings import Settings, warn_unknown_variables
-from streams.stalls import tune_collector
+from streams.wire.kafka import client_options
+from streams.wire.registry import WireCodec, registry_for
+from streams.worker.app import Pipeline, build
+from streams.worker.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

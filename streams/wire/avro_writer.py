@@ -10,7 +10,7 @@ from every schema in schemas/.
 Only what the schemas use is compiled (records, enums, arrays, maps, unions, the primitives and
 timestamp-micros); anything else is refused when compiling, not when writing. `record_fields`
 gives a record's compiled field writers, for writers that assemble a record from parts
-(streams.decision_bytes).
+(streams.wire.decision_bytes).
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ from typing import TextIO
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
-from streams.client import client_options
 from streams.core.authenticity import SIGNED_AT_HEADER
 from streams.core.errors import ClaimstreamError
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.settings import Settings
+from streams.wire.kafka import client_options
 
 FETCH_MS = 500
 ASSIGNMENT_S = 30.0  # how long the topic's metadata may take to arrive

@@ -28,15 +28,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 from mode import Service
 
-from streams.client import client_options
-from streams.metrics import Metrics
+from streams.ops.metrics import Metrics
 from streams.settings import Settings
+from streams.wire.kafka import client_options
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ProbeAnswer:
     ok: bool
     reasons: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
@@ -91,7 +91,7 @@ class Pulse:
         self.fenced.setdefault(partition, self.clock())
         self.metrics.tasks_fenced.inc()
 
-    def liveness(self) -> Verdict:
+    def liveness(self) -> ProbeAnswer:
         now = self.clock()
         reasons = []
         if self.restoring_since is not None:
@@ -112,23 +112,23 @@ class Pulse:
                     f"task {partition} fenced by another owner {now - since:.0f}s ago "
                     "and its partition is still assigned here"
                 )
-        return Verdict(
+        return ProbeAnswer(
             not reasons,
             tuple(reasons),
             {"last_iteration_age_s": round(now - self.last_beat, 3)},
         )
 
-    def readiness(self, open_tasks: Iterable[int]) -> Verdict:
+    def readiness(self, open_tasks: Iterable[int]) -> ProbeAnswer:
         opened = set(open_tasks)
         if self.owned is None:
-            return Verdict(False, ("not yet assigned partitions by the consumer group",))
+            return ProbeAnswer(False, ("not yet assigned partitions by the consumer group",))
         waiting = sorted(self.owned - opened)
         reasons = []
         if self.restoring_since is not None:
             reasons.append("rebalancing")
         if waiting:
             reasons.append(f"tasks {waiting} not restored")
-        return Verdict(
+        return ProbeAnswer(
             not reasons,
             tuple(reasons),
             {"tasks_assigned": sorted(self.owned), "tasks_open": sorted(opened & self.owned)},

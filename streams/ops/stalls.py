@@ -10,7 +10,7 @@ worker's other metrics on the same registry:
 - **Collector pauses** (`CollectorHooks`): the process's one `gc.callbacks` hook times each
   collection by generation and, after a full one, freezes what survived; `StallCollector`
   publishes the tallies when Prometheus scrapes. Collections of `LONG_COLLECTION_S` or more are
-  kept with the stack that set them off, for the stall watch (`streams.stall_watch`).
+  kept with the stack that set them off, for the stall watch (`streams.ops.stall_watch`).
 - **State-cache misses**: decodes of a key's state from its encoded form (`StateCache.misses`),
   published by `StallCollector` too.
 
@@ -29,14 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from mode import Service
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from streams.state.cache import StateCache
 
 LOOP_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 GENERATIONS = (0, 1, 2)
@@ -46,7 +44,7 @@ GENERATIONS = (0, 1, 2)
 # holds. Measured in-process on the bench mix (40k claims): 211 -> 182-190 µs CPU a claim.
 COLLECTOR_THRESHOLDS = (20_000, 50, 20)
 # Collections at least this long are kept with the stack that triggered them (for the stall
-# watch in `streams.stall_watch`); shorter ones, the thousands a minute, only tallied.
+# watch in `streams.ops.stall_watch`); shorter ones, the thousands a minute, only tallied.
 LONG_COLLECTION_S = 0.01
 
 
@@ -90,7 +88,7 @@ def folded(stack: Stack) -> str:
 _ROOTS = (
     *(str(Path(p)) for p in sys.path if p.endswith("site-packages")),
     sysconfig.get_paths()["stdlib"],
-    str(Path(__file__).parent.parent),
+    str(Path(__file__).parents[2]),  # the folder holding the streams package
 )
 _short_names: dict[str, str] = {}
 
@@ -151,11 +149,18 @@ def tune_collector() -> None:
         gc.callbacks.append(COLLECTOR_HOOKS)
 
 
+class CountsMisses(Protocol):
+    """What the collector reads of the decoded-state cache (`streams.state.cache.StateCache`)."""
+
+    @property
+    def misses(self) -> int: ...
+
+
 class StallCollector(Collector):
     """Publishes the collector's pauses and the state cache's misses when Prometheus scrapes
     (the hot path only bumps plain integers)."""
 
-    def __init__(self, cache: StateCache, hooks: CollectorHooks = COLLECTOR_HOOKS) -> None:
+    def __init__(self, cache: CountsMisses, hooks: CollectorHooks = COLLECTOR_HOOKS) -> None:
         self.cache = cache
         self.hooks = hooks
 

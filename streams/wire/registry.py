@@ -34,11 +34,11 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import fastavro
 from pydantic import BaseModel
 
-from streams import codec
 from streams.core.contracts import Claim, LeanClaim, RejectReason
 from streams.core.errors import ClaimstreamError, CodecError
 from streams.packaged import schema_dir as packaged_schemas
 from streams.settings import Settings
+from streams.wire import codec
 
 __all__ = [
     "CONTENT_TYPE",

@@ -1,0 +1,9 @@
+"""The `claimstream` command line, the outermost layer: it may import every other one.
+
+- `main`: the argument table (`build_parser`) and the dispatch (`main`, the console script).
+- `commands`: one handler per subcommand.
+- `agents`: the agents' subcommands, `mcp` and `get`.
+- `dead_letters`: `replay-dead-letters`, refused records sent back to their topics.
+
+`python -m streams.cli` runs it as the console script does.
+"""

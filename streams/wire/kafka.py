@@ -1,0 +1,27 @@
+"""How every part of claimstream connects to Kafka: the aiokafka options (bootstrap servers,
+SASL and TLS from the settings) that the arbiter's consumer and producers, the worker's probes,
+the command line and the public client all open their connections with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streams.settings import Settings
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """aiokafka connection options (SASL/TLS pass through)."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.sasl_mechanism:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
+        options["sasl_plain_password"] = (
+            settings.sasl_password.get_secret_value() if settings.sasl_password else None
+        )
+    context = settings.ssl_context()
+    if context is not None:
+        options["ssl_context"] = context
+    return options

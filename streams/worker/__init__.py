@@ -1,0 +1,7 @@
+"""The worker: one process that runs the pipeline, the arbiter and the web views on Faust.
+
+- `app`: the one module that wires topics, tables, agents, the arbiter and the web views.
+- `runtime`: starting a worker (and the command line's publish and tail).
+- `topics`: the pipeline's topics, created before a worker starts.
+- `retention`: what each topic keeps, and for how long.
+"""

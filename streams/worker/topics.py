@@ -1,0 +1,65 @@
+"""The pipeline's topics, created before the worker starts (`claimstream worker`, `dev`, the bench):
+each with its partition count, replication, `min.insync.replicas` and the retention or compaction
+`retention.py` gives it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streams.core.errors import ClaimstreamError
+from streams.settings import Settings
+from streams.wire.kafka import client_options
+from streams.worker.retention import topic_configs, warn_short_retention
+
+
+async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[str]:
+    """Create the pipeline's topics (idempotent) with their configs (`retention.py`), and
+    warn of an existing one that keeps its records for less. Returns those created."""
+    topics = settings.topics
+    changelog = settings.changelog_topic
+    durability = {"min.insync.replicas": str(settings.min_insync_replicas)}
+    extra = list(extra)
+    configs = topic_configs(settings, extra)
+    names = [
+        changelog,
+        *topics.inputs(),
+        *extra,
+        topics.aliases,
+        topics.decisions,
+        topics.dead_letters,
+        topics.epoch_changes,
+        topics.reobserve,
+        topics.escalations,
+        topics.outcomes,
+    ]
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    await admin.start()
+    created = []
+    try:
+        existing = set(await admin.list_topics())
+        for name in names:
+            if name in existing:
+                continue
+            try:
+                await admin.create_topics(
+                    [
+                        NewTopic(
+                            name,
+                            settings.partitions,
+                            settings.replication_factor,
+                            topic_configs={**durability, **configs.get(name, {})},
+                        )
+                    ]
+                )
+                created.append(name)
+            except TopicAlreadyExistsError:
+                pass
+        await warn_short_retention(admin, settings, existing & set(names), extra)
+    except KafkaError as exc:
+        raise ClaimstreamError(f"cannot create topics on {settings.bootstrap}: {exc}") from exc
+    finally:
+        await admin.close()
+    return created
