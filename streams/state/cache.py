@@ -67,10 +67,6 @@ class StateCache:
             self._states.move_to_end(key)
         return state
 
-    def peek(self, key: bytes) -> KeyState | None:
-        """The key's state, if held, without marking it used."""
-        return self._states.get(key)
-
     def put(self, key: bytes, state: KeyState, owner: int = 0) -> None:
         size = decoded_bytes(state)
         held = self._held.get(key)

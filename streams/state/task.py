@@ -90,10 +90,14 @@ class TaskStore:
         self.store: KeyStore = store if store is not None else MemoryKeyStore()
         self.owner = next(_owners)  # names this store's entries in the shared cache
         self._unjournaled: dict[bytes, KeyState] = {}
-        # The state each unjournaled key had before its first put since the last journal, where
-        # it was known (decoded, or still cached): its timer is the one the store holds when
-        # this journal is written (after those before it), so the store need not read it back.
-        self._replaced: dict[bytes, KeyState] = {}
+        # The timer of each state a batch was handed (`get`), taken as it was handed: the caller
+        # may change that very object in place before it puts it back (`apply_claim` does), so
+        # by `put` the object no longer says what it replaced. None: the key had no state.
+        self._handed_timers: dict[bytes, Timer | None] = {}
+        # The timer each unjournaled key had before its first put since the last journal, where
+        # the batch was handed it: the one the store holds when this journal is written (after
+        # those before it), so the store need not read it back.
+        self._old_timers: dict[bytes, Timer | None] = {}
         # States a batch decoded (from `read_ahead` to `journal`), cached once: those it put
         # are cached as put, the others when it is journaled.
         self._batch_open = False
@@ -104,17 +108,21 @@ class TaskStore:
         self._read: dict[bytes, bytes | None] = {}  # read ahead from the store (`read_ahead`)
 
     def get(self, key: bytes) -> KeyState | None:
-        state = self._unjournaled.get(key) or self._decoded.get(key) or self.cache.get(key)
+        """The key's state: in a batch (from `read_ahead` to `journal`), the caller may change it
+        in place and `put` it back."""
+        unjournaled = self._unjournaled
+        state = unjournaled.get(key) or self._decoded.get(key) or self.cache.get(key)
         if state is None:
             data = self._encoded(key)
-            if data is None:
-                return None
-            state = decode_state(data)
-            self.cache.misses += 1
-            if self._batch_open:
-                self._decoded[key] = state
-            else:
-                self.cache.put(key, state, self.owner)
+            if data is not None:
+                state = decode_state(data)
+                self.cache.misses += 1
+                if self._batch_open:
+                    self._decoded[key] = state
+                else:
+                    self.cache.put(key, state, self.owner)
+        if self._batch_open and key not in unjournaled and key not in self._handed_timers:
+            self._handed_timers[key] = timer_of(state) if state is not None else None
         return state
 
     def _encoded(self, key: bytes) -> bytes | None:
@@ -144,9 +152,10 @@ class TaskStore:
         in one batch is encoded and journaled once)."""
         unjournaled = self._unjournaled
         if key not in unjournaled:
-            replaced = self._decoded.pop(key, None) or self.cache.peek(key)
-            if replaced is not None:
-                self._replaced[key] = replaced
+            self._decoded.pop(key, None)  # cached as put, below
+            handed = self._handed_timers
+            if key in handed:  # else the store reads the key's timer back when it writes
+                self._old_timers[key] = handed.pop(key)
         unjournaled[key] = state
         self.cache.put(key, state, self.owner)
 
@@ -165,10 +174,9 @@ class TaskStore:
         """Encode what changed since the last call: key -> the changelog record's value."""
         changed = {key: encode_state(state) for key, state in self._unjournaled.items()}
         timers = {key: timer_of(state) for key, state in self._unjournaled.items()}
-        old_timers = {key: timer_of(state) for key, state in self._replaced.items()}
+        old_timers, self._old_timers = self._old_timers, {}
         changed.update(self._records)
         self._unjournaled.clear()
-        self._replaced.clear()
         self._close_batch()
         self._records = {}
         self._pending.append(Changes(dict(changed), timers, old_timers))
@@ -180,6 +188,7 @@ class TaskStore:
         for key, state in self._decoded.items():
             cache.put(key, state, owner)
         self._decoded.clear()
+        self._handed_timers.clear()
         self._batch_open = False
 
     def journaled(self) -> None:
@@ -197,7 +206,8 @@ class TaskStore:
         for key in [*self._unjournaled, *(k for c in self._pending for k in c.states)]:
             self.cache.discard(key)
         self._unjournaled.clear()
-        self._replaced.clear()
+        self._old_timers.clear()
+        self._handed_timers.clear()
         self._decoded.clear()
         self._batch_open = False
         self._records = {}
@@ -217,7 +227,8 @@ class TaskStore:
         for key, data in records:
             self.cache.discard(key)
             self._unjournaled.pop(key, None)
-            self._replaced.pop(key, None)
+            self._old_timers.pop(key, None)
+            self._handed_timers.pop(key, None)
             self._decoded.pop(key, None)
             for pending in self._pending:  # the store's timer is now this record's
                 pending.old_timers.pop(key, None)

@@ -17,11 +17,13 @@ from streams.state.task import TaskStore, encoded_timer
 from tests.state.test_read_ahead import READ, assert_answer_alike, read
 from tests.test_statestore_backends import STEP
 
-# A key stored and journaled, then decoded again by a `get`: its next put carries its old timer.
+# A key stored and journaled, then decoded again by a batch's `get` (a batch opens with its read
+# ahead): its next put carries its old timer.
 _STORED_THEN_DECODED: list[tuple[object, ...]] = [
     ("put", 0, ["paid"]),
     ("journal",),
     ("journaled",),
+    ("read_ahead", [0]),
     ("get", 0),
 ]
 
@@ -69,7 +71,7 @@ def test_each_carried_old_timer_is_the_stored_one(
 
 
 def test_a_batch_of_updates_carries_every_old_timer(tmp_path: Path) -> None:
-    """A key put after its `get` decoded it carries its old timer (the check can fail)."""
+    """A key put after a batch's `get` decoded it carries its old timer (the check can fail)."""
     disk = _Checked(tmp_path / "rocksdb", Budget(1 << 20))
     store = TaskStore(StateCache(10), disk)
     steps = [*_STORED_THEN_DECODED, ("put", 0, ["unpaid", "paid"]), ("journal",), ("journaled",)]
