@@ -33,7 +33,7 @@ from streams.core.contracts import ClaimStatus, Decision, Resolution
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
-from streams.core.replay import ReplayResult, replay
+from streams.core.replay import ReplayResult, TimedReplay, replay, replay_with_clock
 from streams.core.suggestions import render, suggest
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
@@ -75,12 +75,15 @@ def _read_lines(path: Path) -> list[str]:
         raise ClaimstreamError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _run_replay(
-    policy_path: Path, now: datetime, claims: Path, resolutions: Path | None
-) -> ReplayResult:
-    policy = load_policy(policy_path)
-    resolution_lines = _read_lines(resolutions) if resolutions else []
-    return replay(_read_lines(claims), policy, now, resolution_lines, str(resolutions))
+def _final_replay(policy_path: Path, now: datetime, claims: Path) -> ReplayResult:
+    return replay(_read_lines(claims), load_policy(policy_path), now)
+
+
+def _run_replay(args: argparse.Namespace) -> ReplayResult | TimedReplay:
+    policy = load_policy(args.policy)
+    resolution_lines = _read_lines(args.resolutions) if args.resolutions else []
+    read = replay_with_clock if args.clock else replay
+    return read(_read_lines(args.claims), policy, args.now, resolution_lines, str(args.resolutions))
 
 
 def _open_for_writing(path: Path) -> TextIO:
@@ -91,19 +94,30 @@ def _open_for_writing(path: Path) -> TextIO:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.escalations and not args.clock:
+        raise ClaimstreamError("--escalations goes with --clock (only the clock escalates)")
     # Opened first: an unwritable path fails before any decision is printed.
-    with _open_for_writing(args.rejected) if args.rejected else nullcontext() as rejected:
-        result = _run_replay(args.policy, args.now, args.claims, args.resolutions)
-        out = sys.stdout
-        for decision in result.decisions:
-            out.write(decision.model_dump_json() + "\n")
+    with (
+        _open_for_writing(args.rejected) if args.rejected else nullcontext() as rejected,
+        _open_for_writing(args.escalations) if args.escalations else nullcontext() as escalated,
+    ):
+        result = _run_replay(args)
+        if isinstance(result, TimedReplay):
+            decisions = [e.decision for e in result.emitted if not e.escalation]
+            escalations = [e.decision for e in result.emitted if e.escalation]
+        else:
+            decisions, escalations = result.decisions, []
+        sys.stdout.writelines(decision.model_dump_json() + "\n" for decision in decisions)
+        if escalated is not None:
+            escalated.writelines(decision.model_dump_json() + "\n" for decision in escalations)
         if rejected is not None:
             rejected.writelines(rejection.to_json() + "\n" for rejection in result.rejections)
     for problem in result.rejected_resolutions:
         print(f"claimstream: rejected resolution: {problem}", file=sys.stderr)
+    escalated_count = f", {len(escalations)} escalations" if args.clock else ""
     print(
-        f"replay: {len(result.decisions)} decisions, {len(result.rejections)} rejected claims, "
-        f"{len(result.rejected_resolutions)} rejected resolutions",
+        f"replay: {len(decisions)} decisions{escalated_count}, {len(result.rejections)} rejected "
+        f"claims, {len(result.rejected_resolutions)} rejected resolutions",
         file=sys.stderr,
     )
     return 0
@@ -119,8 +133,8 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_diff(args: argparse.Namespace) -> int:
-    old = _run_replay(args.old, args.now, args.claims, None)
-    new = _run_replay(args.new, args.now, args.claims, None)
+    old = _final_replay(args.old, args.now, args.claims)
+    new = _final_replay(args.new, args.now, args.claims)
     before = {(d.subject, d.field): d for d in old.decisions}
     after = {(d.subject, d.field): d for d in new.decisions}
     flips = 0

@@ -141,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--rejected", type=Path, help="write rejected claims here (JSON lines)"
     )
     replay_parser.add_argument("--resolutions", type=Path, help="people's resolutions, JSON lines")
+    replay_parser.add_argument(
+        "--clock",
+        action="store_true",
+        help="advance time as the stream does: print every decision it emits, in order, each "
+        "claim at its observed_at and resolution at its decided_at, time-driven re-decisions "
+        "at the instants their timers come due, up to --now",
+    )
+    replay_parser.add_argument(
+        "--escalations", type=Path, help="with --clock: write the escalations here (JSON lines)"
+    )
     replay_parser.set_defaults(handler=cmd_replay)
 
     policy_parser = commands.add_parser("policy", help="check or compare policy files")

@@ -1,7 +1,13 @@
 """Offline replay: the engine over recorded claims, as a policy owner tries a policy change.
 
-Pure: takes lines of JSON and returns final decisions and rejections, both in a canonical order so
-the output is byte-identical whatever order the input lines came in.
+Pure: takes lines of JSON and returns decisions and rejections, in a canonical order so the output
+is byte-identical whatever order the input lines came in. Two readings:
+- `replay`: each key's final decision at `now`, from all its claims and resolutions at once.
+- `replay_with_clock`: what the stream emits, in order: each key's claims and resolutions taken
+  through its transitions (`keystate`) at their own instants (a claim's `observed_at`, a
+  resolution's `decided_at`), and every time-driven re-decision (freshness running out, an
+  escalation, a quarantine's end) at the instant its timer comes due, up to `now`, as a worker's
+  ticks make them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from streams.core.contracts import Decision, RejectReason, Resolution
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim, admit, admit_resolution, parse_claim
+from streams.core.keystate import KeyState, Limits, Transition, add_claim, add_resolution, advance
 from streams.core.policy import Policy
 
 
@@ -64,30 +71,7 @@ def replay(
     versions of one id that say different things are all rejected (`conflicting_duplicate`), and
     none of them counts. A resolution line that cannot be used is rejected on its own, naming
     `resolutions_origin` and its line number."""
-    rejections: list[ReplayRejection] = []
-    by_key: dict[tuple[str, str], list[tuple[AdmittedClaim, Any]]] = defaultdict(list)
-    for line in lines:
-        if not line.strip():
-            continue
-        data: Any = line
-        try:
-            data = json.loads(line)
-            claim = parse_claim(data)
-            admitted = admit(claim, policy, now)
-        except json.JSONDecodeError as exc:
-            rejections.append(
-                ReplayRejection(None, RejectReason.MALFORMED, f"not JSON: {exc.msg}", line)
-            )
-        except ContractError as exc:
-            claim_id = data.get("claim_id") if isinstance(data, dict) else None
-            rejections.append(
-                ReplayRejection(
-                    claim_id if isinstance(claim_id, str) else None, exc.reason, exc.detail, data
-                )
-            )
-        else:
-            by_key[(claim.subject, claim.field)].append((admitted, data))
-
+    by_key, rejections = _claims(lines, policy, now)
     resolutions, refused = _resolutions(resolution_lines, policy, now, resolutions_origin)
     decisions = []
     for subject, field in sorted(by_key):
@@ -119,6 +103,41 @@ def replay(
     return ReplayResult(decisions=decisions, rejections=rejections, rejected_resolutions=refused)
 
 
+Received = list[tuple[AdmittedClaim, Any]]
+"""A key's admitted claims, in the order read, each with the data it was read from."""
+
+
+def _claims(
+    lines: Iterable[str], policy: Policy, now: datetime
+) -> tuple[dict[tuple[str, str], Received], list[ReplayRejection]]:
+    """The admitted claims of each key (subject, field), and the lines refused."""
+    rejections: list[ReplayRejection] = []
+    by_key: dict[tuple[str, str], Received] = defaultdict(list)
+    for line in lines:
+        if not line.strip():
+            continue
+        data: Any = line
+        try:
+            data = json.loads(line)
+            claim = parse_claim(data)
+            admitted = admit(claim, policy, now)
+        except json.JSONDecodeError as exc:
+            rejections.append(
+                ReplayRejection(None, RejectReason.MALFORMED, f"not JSON: {exc.msg}", line)
+            )
+        except ContractError as exc:
+            claim_id = data.get("claim_id") if isinstance(data, dict) else None
+            rejections.append(
+                ReplayRejection(
+                    claim_id if isinstance(claim_id, str) else None, exc.reason, exc.detail, data
+                )
+            )
+        else:
+            by_key[(claim.subject, claim.field)].append((admitted, data))
+
+    return by_key, rejections
+
+
 def _resolutions(
     lines: Iterable[str], policy: Policy, now: datetime, origin: str
 ) -> tuple[dict[tuple[str, str], list[Resolution]], list[str]]:
@@ -140,3 +159,103 @@ def _resolutions(
         else:
             found[(resolution.subject, resolution.field)].append(resolution)
     return found, refused
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """One record the stream sends for a key: a decision, or an escalation (`escalation`)."""
+
+    at: datetime
+    decision: Decision
+    escalation: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TimedReplay:
+    emitted: list[Emitted]
+    """In the order of their instants (a key's in the order it made them)."""
+    rejections: list[ReplayRejection]
+    rejected_resolutions: list[str]
+
+
+def replay_with_clock(
+    lines: Iterable[str],
+    policy: Policy,
+    now: datetime,
+    resolution_lines: Iterable[str] = (),
+    resolutions_origin: str = "resolutions",
+    limits: Limits | None = None,
+) -> TimedReplay:
+    """Every decision and escalation the stream emits for recorded claims and resolutions, each
+    taken at its own instant (none later than `now`), and the key's timers fired as they come
+    due, up to `now`. A claim_id reused for a different statement is refused as in the stream
+    (the later version, `conflicting_duplicate`), not every version as in `replay`."""
+    limits = limits or Limits()
+    by_key, rejections = _claims(lines, policy, now)
+    resolutions, refused = _resolutions(resolution_lines, policy, now, resolutions_origin)
+    emitted: list[tuple[datetime, tuple[str, str], int, Emitted]] = []
+    for key in sorted(by_key.keys() | resolutions.keys()):
+        events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]] = [
+            (min(admitted.claim.observed_at, now), n, admitted, data)
+            for n, (admitted, data) in enumerate(by_key.get(key, []))
+        ]
+        events += [
+            (min(r.decided_at, now), len(events) + n, r, None)
+            for n, r in enumerate(resolutions.get(key, []))
+        ]
+        events.sort(key=lambda event: (event[0], event[1]))
+        for n, (at, record, transition) in enumerate(
+            _key_timeline(key[1], events, policy, now, limits)
+        ):
+            if transition.refused is not None:
+                claim = record if isinstance(record, AdmittedClaim) else None
+                rejections.append(_refused(claim, transition, events))
+            if transition.emitted is not None:
+                emitted.append((at, key, 2 * n, Emitted(at, transition.emitted.decision)))
+            if transition.escalation is not None:
+                emitted.append((at, key, 2 * n + 1, Emitted(at, transition.escalation, True)))
+    emitted.sort(key=lambda entry: entry[:3])
+    rejections.sort(key=lambda r: (r.claim_id or "", r.reason.value, r.to_json()))
+    return TimedReplay([entry[3] for entry in emitted], rejections, refused)
+
+
+def _key_timeline(
+    field: str,
+    events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]],
+    policy: Policy,
+    now: datetime,
+    limits: Limits,
+) -> Iterable[tuple[datetime, AdmittedClaim | Resolution | None, Transition]]:
+    """One key's transitions in time order: before each event (and before `now`), the timers
+    that came due, each at its own instant."""
+    rules = policy.rules_for(field)
+    assert rules is not None  # admission refused claims and resolutions for unknown fields
+    state: KeyState | None = None
+    fired: datetime | None = None  # a timer fires once, as a worker hands a due key out once
+    for at, _, record, _ in [*events, (now, -1, None, None)]:
+        while state is not None and (due := state.next_check_at) is not None:
+            if due > at or due == fired:
+                break
+            step = advance(state, rules, policy.version, due, limits)
+            yield due, None, step
+            state, fired = step.state, due
+        if record is None:
+            continue
+        if isinstance(record, AdmittedClaim):
+            step = add_claim(state, record, rules, policy.version, at, limits)
+        else:
+            step = add_resolution(state, record, rules, policy.version, at, limits)
+        yield at, record, step
+        state = step.state
+
+
+def _refused(
+    claim: AdmittedClaim | None,
+    transition: Transition,
+    events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]],
+) -> ReplayRejection:
+    refused = transition.refused
+    assert refused is not None
+    data = next((d for _, _, record, d in events if record is claim), None)
+    claim_id = claim.claim.claim_id if claim is not None else None
+    return ReplayRejection(claim_id, refused.reason, refused.detail, data)
