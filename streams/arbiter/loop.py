@@ -33,7 +33,7 @@ from streams.arbiter.sources import SourceLedgers
 from streams.arbiter.tallies import Tallies
 from streams.arbiter.tasks import InputPositions, Task, Tasks
 from streams.ops.health import Pulse
-from streams.ops.metrics import Metrics
+from streams.ops.metrics import TIMERS_COUNTED, Metrics
 from streams.pipeline import Incoming, Processor, TaskCorrupted
 from streams.settings import Settings
 from streams.state.cache import StateCache
@@ -317,7 +317,7 @@ class Arbiter(Service):
             await self.ticks_out.send([self.processor.tick(k, at) for k, at in due])
 
     async def _scan(self) -> None:
-        """Refresh the gauges of open conflicts and lag."""
+        """Refresh the gauges of open conflicts and of the timers not yet ticked."""
         if time.monotonic() - self._last_scan < self.settings.expiry_interval_s:
             return
         self._last_scan = time.monotonic()
@@ -326,6 +326,9 @@ class Arbiter(Service):
         for field_name, since in self.schedule.open_since.values():
             ages.setdefault(field_name, []).append((now - since).total_seconds())
         self.metrics.set_open_conflicts(ages)
+        waiting, earliest = self.schedule.waiting(now, TIMERS_COUNTED)
+        self.metrics.timers_due.set(waiting)
+        self.metrics.timer_lag.set((now - earliest).total_seconds() if earliest else 0.0)
 
     # -- rebalances ------------------------------------------------------------------------------
 

@@ -44,6 +44,17 @@ class Schedule:
         self._stores.pop(partition, None)
         self._open.pop(partition, None)
 
+    def waiting(self, now: datetime, counted: int) -> tuple[int, datetime | None]:
+        """The timers due by `now` not yet handed out (up to `counted` a task), and the instant
+        the earliest of them came due: how far behind the ticks are."""
+        until, count, earliest = micros(now), 0, None
+        for store in self._stores.values():
+            due = store.due(until, counted)
+            count += len(due)
+            if due and (earliest is None or due[0][0] < earliest):
+                earliest = due[0][0]
+        return count, instant(earliest) if earliest is not None else None
+
     def note(self, partition: int, key: bytes, state: KeyState) -> None:
         """The key's new state, as the loop applies it."""
         listed = self._open.get(partition)

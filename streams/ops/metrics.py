@@ -34,6 +34,7 @@ DECODE, ADMIT, ARBITRATE, ENCODE = "decode", "admit", "arbitrate", "encode"
 PRODUCE, JOURNAL, COMMIT = "produce", "journal", "commit"
 STAGES = (DECODE, ADMIT, ARBITRATE, ENCODE, PRODUCE, JOURNAL, COMMIT)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TIMERS_COUNTED = 10_000  # due timers counted per task by `claimstream_timers_due`, at most
 RESTORE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -177,6 +178,18 @@ class Metrics:
             "claimstream_expiry_ticks_total",
             "Re-decisions by time alone started (a key went stale or a conflict is due to "
             "escalate).",
+            registry=r,
+        )
+        self.timers_due = Gauge(
+            "claimstream_timers_due",
+            "Keys whose timer has come due and whose tick has not been sent yet (counted up to "
+            f"{TIMERS_COUNTED} a task).",
+            registry=r,
+        )
+        self.timer_lag = Gauge(
+            "claimstream_timer_lag_seconds",
+            "How long ago the oldest timer whose tick has not been sent yet came due (0: none "
+            "is due): a key re-decided by time alone that late.",
             registry=r,
         )
 

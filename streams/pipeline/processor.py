@@ -291,8 +291,11 @@ class Processor:
         if state is None or due_header is None:
             return Handled()
         rules = self.policy.rules_for(state.field)
-        if rules is None:  # the policy no longer has this field; nothing to re-decide
-            return Handled()
+        if rules is None:
+            # The policy no longer has this field: time re-decides nothing here. Its timer is
+            # cleared, or the key would stay due, handed out and read past at every tick.
+            state.next_check_at = None
+            return Handled(record.key, state)
         due = datetime.fromisoformat(due_header.decode())
         step = advance(state, rules, self.policy.version, due, self.limits)
         return _Decided(record.key, step, step.state is state)

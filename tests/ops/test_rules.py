@@ -36,6 +36,7 @@ REQUIRED_ALERTS = {
     "ClaimstreamConflictOpenTooLong",
     "ClaimstreamProcessingStalled",
     "ClaimstreamConsumerLagHigh",
+    "ClaimstreamTimersLagging",
     "ClaimstreamLatencyBudgetBurn",
     "ClaimstreamStateLarge",
     "ClaimstreamWorkerDown",

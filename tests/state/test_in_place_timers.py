@@ -133,3 +133,28 @@ def test_a_fresh_claim_after_expiry_is_indexed_again(store: TaskStore) -> None:
     expiry = _own_due(store, PAYMENT)
     assert expiry is not None
     assert _indexed(store, PAYMENT) == [expiry]
+
+
+def test_a_tick_for_a_field_the_policy_dropped_clears_the_timer(
+    store: TaskStore, tmp_path: Path
+) -> None:
+    """Nothing re-decides a key whose field left the policy: its tick takes it off the timers
+    instead of leaving it due and handed out, read past at every tick after."""
+    _batch(store, _processor(NOW), [_record(0, PAYMENT, "billing-api", "paid", NOW)])
+    expiry = _own_due(store, PAYMENT)
+    assert expiry is not None
+    text = example_path("policy.yaml").read_text(encoding="utf-8")
+    dropped = tmp_path / "policy.yaml"
+    dropped.write_text(text.replace("  order.payment_status:\n", "  order.payment_state:\n"))
+    policy = load_policy(dropped)
+    assert policy.rules_for(PAYMENT[1]) is None
+    expired = NOW + timedelta(seconds=61)
+    key = state_key(*PAYMENT).encode()
+    processor = Processor(SETTINGS, policy, CODEC, Metrics(policy), wall_clock=expired.timestamp)
+    tick = processor.tick(key, expired)
+    store.hand_out([(expiry, key)])  # as the schedule does when it sends the tick
+    partition = partition_of(key, SETTINGS.partitions)
+    received = Incoming(tick.topic, partition, 1, tick.key, tick.value, tick.headers)
+    _batch(store, processor, [received])
+    assert _own_due(store, PAYMENT) is None
+    assert [k for _, k in store.store.due(FAR, 100)] == []
