@@ -100,9 +100,14 @@ def arriving(offset: int, at: datetime, **fields: Any) -> Incoming:
 
 
 # Paid and overdue from two systems of record: a value conflict, open from T0. The third claim
-# arrives with the conflict open for 6 minutes, past `escalate_after`: it escalates.
+# arrives with the conflict open for 6 minutes, past `escalate_after`: its timer fires first, at
+# 5 minutes, on a copy of the key's state (the escalation is time's), then the claim applies.
 CONFLICT = [arriving(1, T0), arriving(2, T0, value="overdue", source="billing-export")]
 ESCALATING = arriving(3, T0 + timedelta(minutes=6))
+# Paid in epoch 1, then overdue in epoch 2 from the same source: the claim changes the key's
+# state in place and sends an epoch change (and a re-observation request) with its decision.
+FIRST_EPOCH = arriving(1, T0, epoch=1)
+NEXT_EPOCH = arriving(2, T0 + timedelta(minutes=1), value="overdue", epoch=2)
 
 
 def sent(handled: Handled) -> list[tuple[str, bytes | None, bytes | None, Any]]:
@@ -119,8 +124,8 @@ def test_a_claim_whose_escalation_fails_once_sends_it_on_the_retry_and_is_applie
     for record in [*CONFLICT, ESCALATING]:
         assert sent(flaky.process(record)) == sent(reference.process(record))
     assert registry.failed == 1
-    # It failed after the key's state had changed in place: c3 was in it already.
-    assert at_failure == [["c1", "c2", "c3"]]
+    # The escalation is the timer's, fired on a copy: the stored state had not changed.
+    assert at_failure == [["c1", "c2"]]
     escalations = [o for o in flaky.process(ESCALATING).outputs if o.topic == TOPICS.escalations]
     assert escalations == []  # a redelivery sends no second escalation
     assert flaky.claim_ids() == ["c1", "c2", "c3"]
@@ -130,6 +135,32 @@ def test_a_claim_whose_escalation_fails_once_sends_it_on_the_retry_and_is_applie
     assert flaky.sample("claimstream_escalations_total", field) == 1.0
     accepted = {**field, "source": "billing-api"}
     assert flaky.sample("claimstream_claims_accepted_total", accepted) == 3.0
+
+
+def test_a_claim_whose_epoch_change_fails_once_after_changing_its_state_is_applied_once(
+    policy: Policy,
+) -> None:
+    reference = Worker(policy)
+    at_failure: list[list[str]] = []
+    registry = FlakyRegistry(TOPICS.epoch_changes, 1, lambda: at_failure.append(flaky.claim_ids()))
+    flaky = Worker(policy, registry)
+    for record in [FIRST_EPOCH, NEXT_EPOCH]:
+        assert sent(flaky.process(record)) == sent(reference.process(record))
+    assert registry.failed == 1
+    # It failed after the key's state had changed in place: c2 was in it already.
+    assert at_failure == [["c1", "c2"]]
+    # A redelivery is decided as the worker that never failed decides it.
+    assert sent(flaky.process(NEXT_EPOCH)) == sent(reference.process(NEXT_EPOCH))
+    assert flaky.claim_ids() == ["c1", "c2"]
+    assert encode_state(flaky.states[KEY]) == encode_state(reference.states[KEY])
+    assert flaky.sample("claimstream_processing_retries_total") == 1.0
+    field = {"field": "order.payment_status"}
+    accepted = {**field, "source": "billing-api"}
+    for name, labels in [
+        ("claimstream_epoch_changes_total", field),
+        ("claimstream_claims_accepted_total", accepted),
+    ]:
+        assert flaky.sample(name, labels) == reference.sample(name, labels) > 0, name
 
 
 def test_the_escalating_claim_sends_the_escalation_in_the_first_place(policy: Policy) -> None:
@@ -146,30 +177,29 @@ def test_a_claim_whose_records_fail_for_good_after_its_state_changed_is_dead_let
     policy: Policy,
 ) -> None:
     attempts = SETTINGS.retry_attempts
-    registry = FlakyRegistry(TOPICS.escalations, attempts, lambda: None)
+    registry = FlakyRegistry(TOPICS.epoch_changes, attempts, lambda: None)
     worker = Worker(policy, registry)
-    for record in CONFLICT:
-        worker.process(record)
+    worker.process(FIRST_EPOCH)
     journaled = encode_state(worker.states[KEY])  # what the task's changelog holds
-    with pytest.raises(TaskCorrupted, match=r"@3: building its records failed"):
-        worker.process(ESCALATING)
+    with pytest.raises(TaskCorrupted, match=r"@2: building its records failed"):
+        worker.process(NEXT_EPOCH)
     assert registry.failed == attempts
     # The arbiter reloads the task from its changelog and reads the record again.
     worker.states[KEY] = decode_state(journaled)
-    handled = worker.process(ESCALATING)
+    handled = worker.process(NEXT_EPOCH)
     assert handled.state is None
     (letter,) = handled.outputs
     headers = {name: value.decode() for name, value in letter.headers}
-    assert (letter.topic, letter.key, letter.value) == (TOPICS.dead_letters, KEY, ESCALATING.value)
+    assert (letter.topic, letter.key, letter.value) == (TOPICS.dead_letters, KEY, NEXT_EPOCH.value)
     assert headers["claimstream.error.reason"] == "processing_failed"
     assert headers["claimstream.error.exception"] == "RegistryUnavailable"
     assert headers["claimstream.error.attempts"] == str(attempts)
     assert encode_state(worker.states[KEY]) == journaled
     # Read a third time (the record is not remembered any longer), or a later claim: decided.
-    later = arriving(4, T0 + timedelta(minutes=7))
+    later = arriving(4, T0 + timedelta(minutes=2), value="overdue", epoch=2)
     topics = [o.topic for o in worker.process(later).outputs]
-    assert topics.count(TOPICS.escalations) == 1
-    assert worker.claim_ids() == ["c1", "c2", "c4"]
+    assert topics.count(TOPICS.epoch_changes) == 1
+    assert worker.claim_ids() == ["c1", "c4"]
 
 
 def test_a_first_claim_of_a_key_that_fails_for_good_is_dead_lettered_without_a_reload(

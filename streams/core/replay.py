@@ -26,8 +26,9 @@ from streams.core.contracts import Decision, RejectReason, Resolution
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim, admit, admit_resolution, parse_claim
-from streams.core.keystate import KeyState, Limits, Transition, add_claim, add_resolution, advance
+from streams.core.keystate import KeyState, Limits, Transition, add_claim, add_resolution
 from streams.core.policy import Policy
+from streams.core.timers import due_by
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,14 +232,10 @@ def _key_timeline(
     rules = policy.rules_for(field)
     assert rules is not None  # admission refused claims and resolutions for unknown fields
     state: KeyState | None = None
-    fired: datetime | None = None  # a timer fires once, as a worker hands a due key out once
     for at, _, record, _ in [*events, (now, -1, None, None)]:
-        while state is not None and (due := state.next_check_at) is not None:
-            if due > at or due == fired:
-                break
-            step = advance(state, rules, policy.version, due, limits)
+        for due, step in due_by(state, rules, policy.version, at, limits):
             yield due, None, step
-            state, fired = step.state, due
+            state = step.state
         if record is None:
             continue
         if isinstance(record, AdmittedClaim):

@@ -31,11 +31,11 @@ from streams.core.keystate import (
     Limits,
     Transition,
     add_resolution,
-    advance,
     apply_claim,
     state_key,
 )
-from streams.core.policy import Policy
+from streams.core.policy import FieldRules, Policy
+from streams.core.timers import due_by
 from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
 from streams.pipeline.outputs import Outputs
@@ -77,7 +77,7 @@ class _Decided:
     """A record's transition, its records not yet built: what a retry starts again from, as the
     transition holds all the record sends (decision, escalation, dead letter, settlement)."""
 
-    __slots__ = ("claim", "clocks", "in_place", "key", "step", "wall_s")
+    __slots__ = ("claim", "clocks", "in_place", "key", "step", "timed", "wall_s")
 
     def __init__(
         self,
@@ -87,9 +87,12 @@ class _Decided:
         claim: LeanClaim | None = None,
         wall_s: float = 0.0,
         clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+        timed: list[tuple[datetime, Transition]] | None = None,
     ) -> None:
         self.key = key
         self.step = step
+        # The key's timers that came due before the record's instant, fired first (`due_by`).
+        self.timed = timed
         # The key's stored state is the transition's: it changed, and deciding again would find
         # the record already applied (a redelivery), sending nothing it did not send.
         self.in_place = in_place
@@ -218,16 +221,22 @@ class Processor:
         assert rules is not None  # admit() refused unknown fields
         admitted_at = perf_counter()
         stored = state_of(key)
-        step = apply_claim(
-            stored,
-            admitted,
-            rules,
-            self.policy.version,
-            instant(self._now_us(record, wall_us)),
-            self.limits,
-        )
+        now = instant(self._now_us(record, wall_us))
+        timed = self._timers_due(stored, rules, now)
+        current = timed[-1][1].state if timed else stored
+        step = apply_claim(current, admitted, rules, self.policy.version, now, self.limits)
         clocks = (started, decoded, admitted_at, perf_counter())
-        return _Decided(key, step, step.state is stored, claim, wall_s, clocks)
+        return _Decided(key, step, step.state is stored, claim, wall_s, clocks, timed)
+
+    def _timers_due(
+        self, state: KeyState | None, rules: FieldRules, now: datetime
+    ) -> list[tuple[datetime, Transition]] | None:
+        """The key's timers that came due by `now`, fired at their own instants before the
+        record applies: a tick that went out late (a catch-up, a restart) must not let a later
+        record decide first. None (most records): none is due."""
+        if state is None or state.next_check_at is None or state.next_check_at > now:
+            return None
+        return due_by(state, rules, self.policy.version, now, self.limits)
 
     def _emitted(self, record: Incoming, decided: _Decided, counts_decision: bool) -> Handled:
         """The records `decided` sends; a claim's counts. `counts_decision`: the attempt that
@@ -235,6 +244,8 @@ class Processor:
         emitting = perf_counter()
         step = decided.step
         handled = self.outputs.emit(decided.key, step, record)
+        if decided.timed:
+            self._emit_timed_first(handled, decided.key, decided.timed, record)
         claim = decided.claim
         if claim is None:
             return handled
@@ -256,6 +267,18 @@ class Processor:
         stages.charge(ENCODE, emitting, perf_counter())
         return handled
 
+    def _emit_timed_first(
+        self,
+        handled: Handled,
+        key: bytes,
+        timed: list[tuple[datetime, Transition]],
+        record: Incoming,
+    ) -> None:
+        """Put the records of the re-decisions by time ahead of the record's own."""
+        earlier = [self.outputs.emit(key, step, record) for _, step in timed]
+        handled.outputs[:0] = [out for each in earlier for out in each.outputs]
+        handled.emitted[:0] = [arbitration for each in earlier for arbitration in each.emitted]
+
     def _on_resolution(
         self, record: Incoming, state_of: StateOf, alias_of: AliasOf
     ) -> Handled | _Decided:
@@ -273,15 +296,11 @@ class Processor:
         rules = self.policy.rules_for(resolution.field)
         assert rules is not None
         stored = state_of(key)
-        step = add_resolution(
-            stored,
-            resolution,
-            rules,
-            self.policy.version,
-            instant(self._now_us(record, wall_us)),
-            self.limits,
-        )
-        return _Decided(key, step, step.state is stored)
+        now = instant(self._now_us(record, wall_us))
+        timed = self._timers_due(stored, rules, now)
+        current = timed[-1][1].state if timed else stored
+        step = add_resolution(current, resolution, rules, self.policy.version, now, self.limits)
+        return _Decided(key, step, step.state is stored, timed=timed)
 
     def _on_tick(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         if record.key is None:
@@ -297,8 +316,11 @@ class Processor:
             state.next_check_at = None
             return Handled(record.key, state)
         due = datetime.fromisoformat(due_header.decode())
-        step = advance(state, rules, self.policy.version, due, self.limits)
-        return _Decided(record.key, step, step.state is state)
+        timed = self._timers_due(state, rules, due)
+        if not timed:  # a late tick: a record since fired the timer, or moved it
+            return Handled()
+        *earlier, (_, step) = timed
+        return _Decided(record.key, step, step.state is state, timed=earlier)
 
     def _now_us(self, record: Incoming, wall_us: int) -> int:
         """Decide as of the record's own timestamp, so a redelivered record decides the same."""
