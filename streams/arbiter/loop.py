@@ -317,7 +317,8 @@ class Arbiter(Service):
             await self.ticks_out.send([self.processor.tick(k, at) for k, at in due])
 
     async def _scan(self) -> None:
-        """Refresh the gauges of open conflicts and lag."""
+        """Refresh the open-conflict gauges (count and oldest age per field), at most every
+        `expiry_interval_s`; lag is the lag probe's (`lag_interval_s`)."""
         if time.monotonic() - self._last_scan < self.settings.expiry_interval_s:
             return
         self._last_scan = time.monotonic()
