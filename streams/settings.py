@@ -151,7 +151,13 @@ class Settings(BaseModel):
         "event topics keep every record (-1: forever); an existing topic that keeps less is "
         "warned of at start",
     )
-    expiry_interval_s: float = Field(default=1.0, gt=0)
+    expiry_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often, at most, the open-conflict and timer gauges are refreshed; "
+        "despite the name it paces no expiry (expiry_ticks_per_batch bounds the re-decisions "
+        "by time)",
+    )
     commit_interval_s: float = Field(
         default=1.0,
         ge=0,

@@ -1,5 +1,7 @@
 """The package stays readable: its layers import downward only, module, class and function sizes
-are bounded, and no modules import each other.
+are bounded (in the Python beside it too: the build backend, the dashboards' generator, the
+deploy and example scripts), no modules import each other, and each package's docstring names
+every module it holds.
 
 Imports are read from the source (every `import`, at module level or inside a function: a lazy
 import hides a cycle, it does not remove it), so the check needs nothing installed.
@@ -8,12 +10,16 @@ import hides a cycle, it does not remove it), so the check needs nothing install
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import streams
 
 PACKAGE = Path(streams.__file__).parent
+REPO = PACKAGE.parent
+# The Python beside the package, held to the same sizes (no layers: the package imports none).
+BESIDE = ("build_backend", "deploy", "examples", "grafana")
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 90
@@ -47,6 +53,19 @@ def _modules() -> dict[str, Path]:
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         modules[name] = path
     return modules
+
+
+def _sized() -> dict[str, Path]:
+    """Every module whose size is bounded: the package's, by module name, and the Python beside
+    it, by path."""
+    beside = {
+        str(path.relative_to(REPO)): path
+        for folder in BESIDE
+        for path in sorted((REPO / folder).rglob("*.py"))
+    }
+    assert "grafana/generate.py" in beside
+    assert "build_backend/compiled.py" in beside
+    return {**_modules(), **beside}
 
 
 def _defined(tree: ast.Module) -> Iterator[ast.AST]:
@@ -122,7 +141,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_is_longer_than_the_bound() -> None:
     long = {
         name: n
-        for name, path in _modules().items()
+        for name, path in _sized().items()
         if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}
@@ -130,13 +149,29 @@ def test_no_module_is_longer_than_the_bound() -> None:
 
 def test_no_class_or_function_is_longer_than_its_bound() -> None:
     long = []
-    for name, path in _modules().items():
+    for name, path in _sized().items():
         for node in _defined(ast.parse(path.read_text())):
             assert isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
             bound = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
             if _span(node) > bound and (name, node.name) not in LONG_BY_DESIGN:
                 long.append(f"{name}:{node.lineno} {node.name} ({_span(node)} lines)")
     assert long == []
+
+
+def test_each_package_docstring_names_every_module_it_holds() -> None:
+    """A package's docstring is its index (LAYERS' comment): every module and subpackage in it is
+    named there, as a word (`__main__` aside: `python -m` names it)."""
+    unnamed = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        index = ast.get_docstring(ast.parse(init.read_text())) or ""
+        rooms = {path.stem for path in init.parent.glob("*.py")} - {"__init__", "__main__"}
+        rooms |= {path.parent.name for path in init.parent.glob("*/__init__.py")}
+        unnamed += [
+            f"{init.parent.relative_to(REPO)}: {room}"
+            for room in sorted(rooms)
+            if not re.search(rf"\b{room}\b", index)
+        ]
+    assert unnamed == []
 
 
 def test_no_modules_import_each_other_even_lazily() -> None:

@@ -4,5 +4,6 @@ any client (`streams.client`); a worker never imports it.
 
 The rooms, from the agent inward: `server` (the MCP wiring and the tools' descriptions), `tools`
 (the work, no MCP import), `facts` (what the tools answer: facts, warnings, the plan verdict),
-`outputs` (a tool's result as a claim), `commands` (the `mcp` and `get` subcommands).
+`tool_claims` (a tool's result as a claim). The `mcp` and `get` subcommands are the command
+line's (`streams.cli.agents`).
 """

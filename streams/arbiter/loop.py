@@ -317,7 +317,9 @@ class Arbiter(Service):
             await self.ticks_out.send([self.processor.tick(k, at) for k, at in due])
 
     async def _scan(self) -> None:
-        """Refresh the gauges of open conflicts and of the timers not yet ticked."""
+        """Refresh the open-conflict gauges (count and oldest age per field) and the gauges of the
+        timers not yet ticked (count and lag), at most every `expiry_interval_s`; consumer lag
+        is the lag probe's (`lag_interval_s`)."""
         if time.monotonic() - self._last_scan < self.settings.expiry_interval_s:
             return
         self._last_scan = time.monotonic()

@@ -3,10 +3,18 @@
 Nothing under this package performs I/O beyond reading a policy file, and nothing imports
 faust, aiokafka, fastavro or prometheus_client; a test enforces it.
 
-The rooms, in the order a claim flows through them:
-- contracts, errors: the records and the reasons a record is refused; policy: the field rules.
-- authenticity: a claim's signature; intake: admission (authority, lineage) through normalize.
-- keystate: one key's transitions; journal: how a key's state is stored (memo: identity caches).
-- engine: the rules as a table (agreement: how claims agree); incremental: the rules' shortcut.
-- arbitration: the decision record and its id; explain, asof, replay: reading decisions back.
+The rooms, in the order a claim flows through them (every module of the package):
+- contracts: the records (instants: their integer microseconds); errors: the reasons a record is
+  refused; policy: the field rules; members: the enum members the hot path reads, bound once;
+  memo: identity caches (a policy's compiled normalizers).
+- authenticity: a claim's signature; intake: admission (authority, lineage) through normalize
+  (each value in its field's type and unit).
+- keystate: one key's transitions, which decide through the engine.
+- engine: the rules as a table (rulebook: the table's vocabulary; agreement: how claims agree);
+  shortcuts (fused, incremental): the table's second encodings, held equal to it.
+- arbitration: the decision record and its id.
+- summary: the decisions a key keeps; upkeep: its bounds and next check; journal: how a key's
+  state is stored (stored: the stored forms, field by field).
+- explain, asof, replay: reading decisions back.
+- settlement, dependence, suggestions: what closed conflicts say of the sources.
 """

@@ -210,7 +210,7 @@ def _claim_reader() -> Callable[[bytes], LeanClaim | None]:
     if found == LAYOUT:
         return read_claim
     log.warning(
-        "the Claim schema's fields are %s; streams/claim_reader.py reads %s: claims are read "
+        "the Claim schema's fields are %s; streams/wire/claim_reader.py reads %s: claims are read "
         "by fastavro until the reader is changed with the schema",
         list(found),
         list(LAYOUT),

@@ -165,13 +165,13 @@ def _laid_out(records: dict[str, Fields]) -> tuple[Fields, Fields]:
     if found != DECISION_FIELDS:
         raise SchemaLayoutError(
             f"the Decision schema's fields are {list(found)}; decision records are assembled "
-            f"as {list(DECISION_FIELDS)}: change streams/decision_bytes.py with the schema"
+            f"as {list(DECISION_FIELDS)}: change streams/wire/decision_bytes.py with the schema"
         )
     last = evidence[-1][0] if evidence else None
     if last != ROLE:
         raise SchemaLayoutError(
             f"the Evidence schema's last field is {last!r}; decision records are assembled with "
             f"{ROLE!r} last (a claim's evidence up to its role is written once): change "
-            "streams/decision_bytes.py with the schema"
+            "streams/wire/decision_bytes.py with the schema"
         )
     return decision, evidence

@@ -7,6 +7,7 @@ import importlib.util
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,11 +37,17 @@ PATHS = sorted(DASHBOARDS.glob("*.json"))
 
 
 def generator() -> ModuleType:
+    """grafana/generate.py, loaded as `python grafana/generate.py` runs it: with its folder (and
+    so its `boards` package) first on the import path."""
     spec = importlib.util.spec_from_file_location("claimstream_grafana_generate", GENERATOR)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(GENERATOR.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(GENERATOR.parent))
     return module
 
 

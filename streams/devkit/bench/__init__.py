@@ -8,8 +8,10 @@ Then a fixed offered load at half claimstream's rate measures claim-to-decision 
 pure engine is timed alone. The last line printed is one JSON object with the figures.
 
 The rooms, in the order a run uses them: `workload` (the claims, topics and pacing), `raw` (the
-aiokafka limits), `worker` (the worker process under test), `load` (latency and soak under an
-offered rate), `inprocess` (engine and state size without a broker), `scale` (a worker holding
-N keys: its memory, disk and restarts; only when asked), and `run`, which runs the phases in
-that order and reports.
+aiokafka limits), `worker` (the worker process under test), `cores` (the CPU time of the
+worker, the broker and the bench, and with `--pin-cores` the cores each may run on), `load`
+(latency and soak under an offered rate), `inprocess` (engine and state size without a broker),
+`scale` (a worker holding N keys: its memory, disk and restarts; only when asked), and `run`,
+which runs the phases in that order and reports. Apart from a run: `shell` (`python -m
+streams.devkit.bench.shell`), the worker's per-claim path without a broker.
 """
