@@ -329,8 +329,8 @@ class Arbiter(Service):
             ages.setdefault(field_name, []).append((now - since).total_seconds())
         self.metrics.set_open_conflicts(ages)
         waiting, earliest = self.schedule.waiting(now, TIMERS_COUNTED)
-        self.metrics.timers_due.set(waiting)
-        self.metrics.timer_lag.set((now - earliest).total_seconds() if earliest else 0.0)
+        lag_s = (now - earliest).total_seconds() if earliest is not None else 0.0
+        self.metrics.timers.set(waiting, lag_s)
 
     # -- rebalances ------------------------------------------------------------------------------
 

@@ -9,12 +9,13 @@ The rooms, in the order a claim flows through them (every module of the package)
   memo: identity caches (a policy's compiled normalizers).
 - authenticity: a claim's signature; intake: admission (authority, lineage) through normalize
   (each value in its field's type and unit).
-- keystate: one key's transitions, which decide through the engine.
+- keystate: one key's transitions, which decide through the engine; timers: the transitions
+  time alone makes, fired in order up to an instant.
 - engine: the rules as a table (rulebook: the table's vocabulary; agreement: how claims agree);
   shortcuts (fused, incremental): the table's second encodings, held equal to it.
 - arbitration: the decision record and its id.
 - summary: the decisions a key keeps; upkeep: its bounds and next check; journal: how a key's
   state is stored (stored: the stored forms, field by field).
-- explain, asof, replay: reading decisions back.
+- explain, asof, replay: reading decisions back (replay with the clock through timers).
 - settlement, dependence, suggestions: what closed conflicts say of the sources.
 """

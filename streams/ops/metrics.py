@@ -180,18 +180,7 @@ class Metrics:
             "escalate).",
             registry=r,
         )
-        self.timers_due = Gauge(
-            "claimstream_timers_due",
-            "Keys whose timer has come due and whose tick has not been sent yet (counted up to "
-            f"{TIMERS_COUNTED} a task).",
-            registry=r,
-        )
-        self.timer_lag = Gauge(
-            "claimstream_timer_lag_seconds",
-            "How long ago the oldest timer whose tick has not been sent yet came due (0: none "
-            "is due): a key re-decided by time alone that late.",
-            registry=r,
-        )
+        self.timers = TimerGauges(r)
 
     def _stage_families(self, r: CollectorRegistry) -> None:
         """Where the hot path's time goes, stage by stage (see StageClock)."""
@@ -347,6 +336,29 @@ class Metrics:
             ages = ages_by_field.get(field, [])
             self.open_conflicts.labels(field).set(len(ages))
             self.oldest_open_conflict_age.labels(field).set(max(ages, default=0.0))
+
+
+class TimerGauges:
+    """What time owes: the keys whose timer came due and whose tick has not gone out, and how
+    late the oldest is (the loop refreshes them every `expiry_interval_s`)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.due = Gauge(
+            "claimstream_timers_due",
+            "Keys whose timer has come due and whose tick has not been sent yet (counted up to "
+            f"{TIMERS_COUNTED} a task).",
+            registry=r,
+        )
+        self.lag = Gauge(
+            "claimstream_timer_lag_seconds",
+            "How long ago the oldest timer whose tick has not been sent yet came due (0: none "
+            "is due): a key re-decided by time alone that late.",
+            registry=r,
+        )
+
+    def set(self, waiting: int, lag_s: float) -> None:
+        self.due.set(waiting)
+        self.lag.set(lag_s)
 
 
 class StageClock:
