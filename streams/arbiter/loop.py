@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -99,6 +100,7 @@ class Arbiter(Service):
         self.metrics = metrics
         self.alias_of = alias_of
         self.inputs = list(inputs)
+        self._input_rank = {topic: rank for rank, topic in enumerate(self.inputs)}
         self.pulse = pulse
         self.group = f"{settings.app_id}-arbiter"
         self.schedule = Schedule()
@@ -226,35 +228,33 @@ class Arbiter(Service):
         work: dict[int, TaskBatch] = {}
         corrupted: set[int] = set()  # tasks whose state no longer matches their changelog
         reached = self.positions.reached
-        for tp, messages in fetched.items():
-            task = self.tasks.open.get(tp.partition)
+        for partition, parts in _by_task(fetched, self._input_rank).items():
+            task = self.tasks.open.get(partition)
             if task is None:
                 # Fetched before this worker's task for the partition is ready (a rebalance is
                 # under way): read the records again once it is, or let the new owner read them.
-                self.positions.read_again(tp, messages[0].offset)
+                for tp, messages in parts:
+                    self.positions.read_again(tp, messages[0].offset)
                 continue
-            if tp.partition in corrupted:
-                continue  # read again with the whole task, from its last commit
-            batch = work.setdefault(tp.partition, TaskBatch())
             # A seek on assignment can deliver again records a fetch already returned.
-            resume = reached.get(tp, 0)
-            if messages[0].offset < resume:
-                messages = [m for m in messages if m.offset >= resume]
-                if not messages:
-                    continue
-            task.states.read_ahead(m.key for m in messages if m.key is not None)
+            parts = [(tp, unread) for tp, m in parts if (unread := _from(m, reached.get(tp, 0)))]
+            if not parts:
+                continue
+            batch = work[partition] = TaskBatch()
+            task.states.read_ahead(m.key for _, ms in parts for m in ms if m.key is not None)
             try:
-                for message in messages:
+                for message in _in_time_order(parts):
                     record = incoming(message)
                     handled = self.processor.process(record, task.states.get, self.alias_of)
                     received = record.timestamp or 0.0
-                    self.bookkeeping.apply(task.partition, task.states, batch, handled, received)
+                    self.bookkeeping.apply(partition, task.states, batch, handled, received)
             except TaskCorrupted as exc:
-                log.warning("arbiter: task %d reloads from its changelog: %s", tp.partition, exc)
-                corrupted.add(tp.partition)
-                del work[tp.partition]  # nothing of it is sent: the task does it all again
+                log.warning("arbiter: task %d reloads from its changelog: %s", partition, exc)
+                corrupted.add(partition)
+                del work[partition]  # nothing of it is sent: the task does it all again
                 continue
-            batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
+            for tp, messages in parts:
+                batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
         for batch in work.values():
             self.tallies.add(batch.tallies)
         failed = await self.commits.commit(work)
@@ -389,6 +389,41 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         partitions = {tp.partition for tp in assigned}
         self.arbiter.pulse.assigned(partitions)
         await self.arbiter.assigned(partitions)  # the restore reports `restored` when done
+
+
+def _by_task(
+    fetched: Mapping[TopicPartition, list[ConsumerRecord]], rank: Mapping[str, int]
+) -> dict[int, list[tuple[TopicPartition, list[ConsumerRecord]]]]:
+    """The fetched records by task, each task's input partitions in the order of the input
+    topics (`rank`: claims before resolutions, so a tie in time goes to the claim, as in
+    replay)."""
+    by_task: dict[int, list[tuple[TopicPartition, list[ConsumerRecord]]]] = {}
+    for tp in sorted(fetched, key=lambda tp: (tp.partition, rank.get(tp.topic, len(rank)))):
+        by_task.setdefault(tp.partition, []).append((tp, fetched[tp]))
+    return by_task
+
+
+def _from(messages: list[ConsumerRecord], offset: int) -> list[ConsumerRecord]:
+    """The messages at `offset` or later."""
+    if messages[0].offset >= offset:
+        return messages
+    return [m for m in messages if m.offset >= offset]
+
+
+def _in_time_order(
+    parts: list[tuple[TopicPartition, list[ConsumerRecord]]],
+) -> Iterable[ConsumerRecord]:
+    """A task's records of one fetch merged by record timestamp, each partition's in its own
+    order (Kafka Streams' `PartitionGroup`): during a catch-up a resolution is applied after the
+    claims it answers, not before them because its topic came first in the fetch. A tie goes to
+    the partition listed first."""
+    if len(parts) == 1:
+        return parts[0][1]
+    return heapq.merge(*(messages for _, messages in parts), key=_timestamp)
+
+
+def _timestamp(message: ConsumerRecord) -> int:
+    return int(message.timestamp)
 
 
 def incoming(message: ConsumerRecord) -> Incoming:

@@ -40,6 +40,7 @@ from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from streams.wire.registry import WireCodec, registry_for
 from streams.worker.retention import topic_configs
+from streams.worker.topics import OUTCOMES_KEPT
 
 OUTCOME_WINDOW = timedelta(minutes=1)
 
@@ -205,7 +206,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         partitions=settings.partitions,
         help="Decisions per field|outcome|kind in one-minute windows: conflict rates.",
     )
-    outcome_counts = field_outcomes.tumbling(OUTCOME_WINDOW, expires=timedelta(hours=2))
+    outcome_counts = field_outcomes.tumbling(OUTCOME_WINDOW, expires=OUTCOMES_KEPT)
 
     assert isinstance(aliases, AliasTable)
     alias_of = aliases.canonical

@@ -5,6 +5,7 @@ each with its partition count, replication, `min.insync.replicas` and the retent
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
@@ -12,7 +13,24 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from streams.core.errors import ClaimstreamError
 from streams.settings import Settings
 from streams.wire.kafka import client_options
-from streams.worker.retention import topic_configs, warn_short_retention
+from streams.worker.retention import COMPACTED, topic_configs, warn_short_retention
+
+OUTCOMES_KEPT = timedelta(hours=2)
+"""How long the per-minute outcome counts (a Faust windowed table) are kept."""
+
+
+def table_changelogs(settings: Settings) -> dict[str, dict[str, str]]:
+    """The Faust tables' changelog topics -> their configs, as Faust declares them. Created with
+    the rest: a worker that counted outcomes before Faust had declared its table's changelog
+    crashed the counting agent (`PartitionsMismatch`, a changelog of 0 partitions)."""
+    kept_ms = str(int(OUTCOMES_KEPT.total_seconds() * 1000))
+    return {
+        f"{settings.app_id}-subject-aliases-changelog": COMPACTED,
+        f"{settings.app_id}-field-outcomes-changelog": {
+            "cleanup.policy": "compact,delete",
+            "retention.ms": kept_ms,
+        },
+    }
 
 
 async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[str]:
@@ -22,8 +40,9 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
     changelog = settings.changelog_topic
     durability = {"min.insync.replicas": str(settings.min_insync_replicas)}
     extra = list(extra)
-    configs = topic_configs(settings, extra)
+    configs = topic_configs(settings, extra) | table_changelogs(settings)
     names = [
+        *table_changelogs(settings),
         changelog,
         *topics.inputs(),
         *extra,
