@@ -22,7 +22,7 @@ from streams.pipeline import Handled, Incoming, Processor, TaskCorrupted
 from streams.pipeline.rekey import HEADER_DUE, HEADER_KIND, KIND_TICK, partition_of
 from streams.settings import Settings
 from streams.wire.registry import FolderRegistry, RegistryUnavailable, WireCodec
-from tests.core.conftest import claim
+from tests.support.builders import claim
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = Settings()
