@@ -1,5 +1,7 @@
 """Stand-ins for what the arbiter sends through, whose acknowledgements the test settles: a record
-collector (`Collector`, for the commit strategies and the outcome counts, which take one)."""
+collector (`Collector`, for the commit strategies and the outcome counts, which take one) and an
+aiokafka producer (`Producer`, attached to an arbiter's own collector as the loop attaches the
+real one)."""
 
 from __future__ import annotations
 
@@ -60,6 +62,42 @@ class Collector:
         """Settle every record of send `n`: acknowledged, or failed with `error`."""
         for _, _, ack in self._pending[n]:
             _settle(ack, error)
+
+
+class Producer:
+    """An aiokafka producer as the record collector drives it (`create_batch`, `send_batch`,
+    `partitions_for`): keeps the keys of each batch sent (`batches`) and hands out an
+    acknowledgement per batch (`acks`) that the test settles."""
+
+    def __init__(self, partitions: int = 1) -> None:
+        self.partitions = partitions
+        self.batches: list[list[bytes | None]] = []
+        self.acks: list[asyncio.Future[Any]] = []
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
+
+    def create_batch(self) -> _Batch:
+        return _Batch()
+
+    async def send_batch(self, batch: _Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        ack = asyncio.get_running_loop().create_future()
+        self.batches.append(batch.keys)
+        self.acks.append(ack)
+        return ack
+
+
+class _Batch:
+    """A producer batch without a size bound: every record fits."""
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+
+    def append(
+        self, *, key: bytes | None, value: bytes | None, timestamp: int | None, headers: Any
+    ) -> int:
+        self.keys.append(key)
+        return len(self.keys)  # aiokafka returns the record's metadata, None when full
 
 
 def _settle(ack: asyncio.Future[Any], error: Exception | None) -> None:
