@@ -11,7 +11,7 @@ cleanly (a short body, invalid UTF-8, an enum or union index out of range, a var
 ten bytes, a negative length, an instant beyond datetime's range) makes `read_claim` return
 None, and codec reads the body again with fastavro, whose claim or error is then the answer, so
 a record is dead-lettered with the same reason either way. Bytes read cleanly give what fastavro
-gives (tests/test_claim_reader.py holds the two equal), with no dict per record and no
+gives (tests/wire/test_claim_reader.py holds the two equal), with no dict per record and no
 interpretation of the schema per field. Bytes after the record are ignored, as fastavro ignores
 them.
 
