@@ -40,8 +40,8 @@ COMPILED: dict[str, str] = {
     # 2.87k/3.41k/2.69k) until their records were built by __init__s mypyc compiles (below).
     # pipeline.rekey fails the strict type check; state.task's TaskStore must stay weakly
     # referable (streams.arbiter.sources keys its ledgers by store), which a native class is not;
-    # pipeline.outputs stays interpreted: tests/test_emit_retry.py replaces an Outputs' `emit`
-    # on the instance, which a native class refuses.
+    # pipeline.outputs stays interpreted: tests/pipeline/test_emit_retry.py replaces an Outputs'
+    # `emit` on the instance, which a native class refuses.
     "streams.core.engine": f"the rules table and its steps: {_ENGINE}",
     "streams.core.rulebook": f"the table's context and step results, split from engine: {_ENGINE}",
     "streams.core.agreement": f"the steps' value comparisons: {_ENGINE}",

@@ -16,7 +16,8 @@ echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytes
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
     echo "== pytest, the compiled modules interpreted"
     CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \
-        tests/core tests/test_compiled.py tests/test_codec_reader.py tests/test_partitioner.py \
-        tests/test_decision_bytes.py tests/test_avro_writer.py tests/test_pipeline.py \
-        tests/test_emit_retry.py tests/test_shell_path.py
+        tests/core tests/test_compiled.py tests/wire/test_claim_reader.py \
+        tests/wire/test_partitioner.py tests/wire/test_decision_bytes.py \
+        tests/wire/test_avro_writer.py tests/pipeline/test_processor.py \
+        tests/pipeline/test_emit_retry.py tests/pipeline/test_shell_path.py
 fi

@@ -10,7 +10,7 @@ from streams.client import build_resolution
 from streams.core.contracts import ClaimStatus, Money
 from streams.core.errors import ClaimstreamError
 from streams.core.policy import load_policy
-from tests.core.conftest import REPO
+from tests.support.builders import REPO
 
 POLICY = load_policy(REPO / "examples" / "policy.yaml")
 AT = datetime(2026, 11, 30, 9, 14, tzinfo=UTC)

@@ -4,8 +4,8 @@ fastavro's writer interprets the schema for every record: for a decision with tw
 evidence that is about 40 µs, 2 µs a timestamp and most of a microsecond a union or an enum. A
 writer compiled from the same schema (a closure per field, the union branches and enum indexes
 worked out once) writes the same bytes in about half the time. fastavro stays the reader and
-the reference: tests/test_avro_writer.py holds the bytes equal to fastavro's for data generated
-from every schema in schemas/.
+the reference: tests/wire/test_avro_writer.py holds the bytes equal to fastavro's for data
+generated from every schema in schemas/.
 
 Only what the schemas use is compiled (records, enums, arrays, maps, unions, the primitives and
 timestamp-micros); anything else is refused when compiling, not when writing. `record_fields`

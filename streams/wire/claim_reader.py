@@ -11,9 +11,9 @@ cleanly (a short body, invalid UTF-8, an enum or union index out of range, a var
 ten bytes, a negative length, an instant beyond datetime's range) makes `read_claim` return
 None, and codec reads the body again with fastavro, whose claim or error is then the answer, so
 a record is dead-lettered with the same reason either way. Bytes read cleanly give what fastavro
-gives (test_codec_reader.py's `test_the_reader_reads_every_claim_as_fastavro` holds the two
-equal), with no dict per record and no interpretation of the schema per field. Bytes after the
-record are ignored, as fastavro ignores them.
+gives (tests/wire/test_claim_reader.py's `test_the_reader_reads_every_claim_as_fastavro` holds
+the two equal), with no dict per record and no interpretation of the schema per field. Bytes
+after the record are ignored, as fastavro ignores them.
 
 No fastavro or pydantic import here: build_backend/compiled.py lists this module for mypyc, and
 interpreted it is the same code.

@@ -165,7 +165,7 @@ def decode(model: type[M], body: bytes, writer_schema: Any | None = None) -> M:
 # A claim is decoded on every record; pydantic's validation of the Avro dict costs about as much
 # as the Avro read itself. Avro already typed every field, so the hot path checks the types
 # fastavro produces and builds a LeanClaim from them; anything else takes the validating path,
-# which raises exactly as `decode` does (tests/test_codec_lean.py holds the two paths equal).
+# which raises exactly as `decode` does (tests/wire/test_codec_lean.py holds the two paths equal).
 # Written with the current schema, a claim is read with its timestamps as the longs they are
 # on the wire: fastavro's logical-type conversion costs more than building the datetimes here,
 # and the microseconds are what admission compares.

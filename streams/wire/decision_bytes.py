@@ -2,8 +2,8 @@
 
 Where it sits: the pipeline's last room (`Outputs.emit`) sends each emitted Arbitration's decision
 through a `DecisionWriter` instead of building the Decision and its Evidence models and writing
-them back through `WireCodec.encode`, which stays the reference: tests/test_decision_bytes.py holds
-the two byte-equal for generated arbitrations.
+them back through `WireCodec.encode`, which stays the reference: tests/wire/test_decision_bytes.py
+holds the two byte-equal for generated arbitrations.
 
 A decision record is the framing (magic byte and schema id), the header fields (decision_id to
 resolution_id), the evidence array, then decided_at and supersedes. Every decision of a key sends

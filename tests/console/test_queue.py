@@ -10,7 +10,7 @@ from streams.console.queue import QueueFilter, local_rows, merge
 from streams.core.intake import admit
 from streams.core.keystate import KeyState, add_claim
 from streams.core.policy import Policy, load_policy
-from tests.core.conftest import REPO, claim
+from tests.support.builders import REPO, claim
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 NOW = datetime(2026, 11, 30, 9, 14, tzinfo=UTC)

@@ -10,7 +10,7 @@ import pytest
 from streams.console.api import duration_text, parse_instant, rules_json
 from streams.console.web import CONTENT_SECURITY_POLICY, static_assets
 from streams.core.policy import load_policy
-from tests.core.conftest import REPO
+from tests.support.builders import REPO
 
 
 def test_durations_read_as_the_policy_file_writes_them() -> None:

@@ -11,7 +11,7 @@ from streams.core.contracts import RejectReason
 from streams.core.errors import ContractError
 from streams.core.intake import admit, parse_claim
 from streams.core.policy import Policy
-from tests.core.conftest import NOW, claim, decide, roles
+from tests.support.builders import NOW, claim, decide, roles
 
 
 def test_1_single_fresh_claim_resolves(policy: Policy) -> None:

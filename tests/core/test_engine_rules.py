@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from streams.core.contracts import Resolution, SourceClass
 from streams.core.intake import admit
 from streams.core.policy import Policy
-from tests.core.conftest import NOW, claim, decide, roles
+from tests.support.builders import NOW, claim, decide, roles
 
 
 def test_not_found_against_present_at_top_authority_is_an_existence_conflict(

@@ -15,8 +15,8 @@ from streams.core.contracts import Claim, Resolution
 from streams.core.engine import RULES, run_rules
 from streams.core.intake import AdmittedClaim, admit, admit_resolution
 from streams.core.rulebook import Context, Rule, Step, StepResult
-from tests.core.conftest import NOW, claim
-from tests.core.test_properties import POLICY, payment_claims
+from tests.support.builders import NOW, POLICY, claim
+from tests.support.strategies import payment_claims
 
 Snapshot = dict[str, tuple[object, ...]]
 

@@ -16,8 +16,8 @@ from streams.core.engine import arbitrate, run_rules
 from streams.core.fused import applies, arbitrate_plain
 from streams.core.intake import AdmittedClaim, admit
 from streams.core.policy import FieldRules, Policy, parse_policy
-from tests.core.conftest import NOW, REPO
-from tests.core.test_properties import POLICY, payment_claims
+from tests.support.builders import NOW, POLICY, REPO
+from tests.support.strategies import payment_claims
 
 _raw = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
 # Beside the example policy: independence counted, and a toleranced number field whose

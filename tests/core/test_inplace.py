@@ -25,8 +25,8 @@ from streams.core.keystate import (
     apply_claim,
 )
 from streams.core.policy import FieldRules, Policy
-from tests.core.conftest import NOW, claim
-from tests.core.test_properties import POLICY, arrivals
+from tests.support.builders import NOW, POLICY, claim
+from tests.support.strategies import arrivals
 
 _SETTLED: dict[str, Any] = {  # what a steward may decide, per field
     "order.payment_status": "paid",

@@ -19,7 +19,7 @@ from streams.core.intake import admit
 from streams.core.keystate import add_claim
 from streams.core.policy import FieldRules, Policy, parse_policy
 from streams.core.upkeep import expiry, next_check
-from tests.core.conftest import NOW, REPO, claim
+from tests.support.builders import NOW, REPO, claim
 
 _FIELD = "order.payment_status"
 _RAW = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())

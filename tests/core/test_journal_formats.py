@@ -13,7 +13,7 @@ from streams.core.intake import admit
 from streams.core.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keystate import KeyState, Limits, add_claim
 from streams.core.policy import Policy, load_policy
-from tests.core.conftest import NOW, REPO, claim
+from tests.support.builders import NOW, REPO, claim
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 

@@ -28,7 +28,7 @@ from streams.core.keystate import (
 )
 from streams.core.policy import Policy, load_policy
 from streams.devkit.synthetic import generate_claims
-from tests.core.conftest import NOW, REPO, claim_with_every_field
+from tests.support.builders import NOW, REPO, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 GOLDEN = Path(__file__).parent / "golden" / "journal-v4.json"

@@ -28,7 +28,7 @@ from streams.core.keystate import (
 )
 from streams.core.policy import Policy, load_policy, parse_policy
 from streams.core.summary import DecisionSummary
-from tests.core.conftest import NOW, REPO, claim, claim_with_every_field
+from tests.support.builders import NOW, REPO, claim, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 RULES = POLICY.rules_for("order.payment_status")

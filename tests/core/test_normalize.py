@@ -19,7 +19,7 @@ from streams.core.normalize import (
     values_agree,
 )
 from streams.core.policy import FieldRules, Policy, StringCase, load_policy
-from tests.core.conftest import REPO
+from tests.support.builders import REPO
 
 EXAMPLE: Policy = load_policy(REPO / "examples" / "policy.yaml")
 

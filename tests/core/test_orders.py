@@ -28,8 +28,7 @@ from streams.core.agreement import (
 )
 from streams.core.contracts import Claim
 from streams.core.intake import AdmittedClaim, admit
-from tests.core.conftest import NOW
-from tests.core.test_properties import POLICY
+from tests.support.builders import NOW, POLICY
 
 
 def _payment(draw: st.DrawFn) -> Claim:

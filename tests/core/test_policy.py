@@ -11,7 +11,7 @@ from streams.core.contracts import Authority, RejectReason
 from streams.core.errors import ContractError, PolicyError
 from streams.core.intake import admit
 from streams.core.policy import OnConflict, Policy, load_policy
-from tests.core.conftest import NOW, claim
+from tests.support.builders import NOW, claim
 
 MINIMAL = """
 version: "t1"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,47 +12,14 @@ from streams.core.contracts import Claim
 from streams.core.engine import arbitrate
 from streams.core.intake import admit
 from streams.core.keystate import KeyState, Limits, add_claim, advance, current_decision
-from streams.core.policy import FieldRules, Policy, load_policy, parse_policy
-from tests.core.conftest import NOW, REPO, decide
+from streams.core.policy import FieldRules, Policy
+from tests.support.builders import NOW, POLICY, decide
+from tests.support.strategies import arrivals, payment_claims
 
-POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 _rules = POLICY.rules_for("order.payment_status")
 assert _rules is not None
 RULES = _rules
 WIDE = Limits(max_claims=64)  # no eviction: replay keeps every claim
-SOURCES = ["billing-api", "crm", "ledger-service", "reporting-replica", "billing-cache", "chat"]
-
-
-@st.composite
-def payment_claims(draw: st.DrawFn) -> list[Claim]:
-    """Claims of every kind the rules treat apart: statuses, classes, epochs, scopes spelled
-    differently, validity periods, and claim ids reused with the same or other content."""
-    count = draw(st.integers(min_value=1, max_value=7))
-    claims = []
-    for n in range(count):
-        status = draw(st.sampled_from(["present"] * 6 + ["not_found", "unavailable", "error"]))
-        period = draw(st.sampled_from([None, None, (-3, None), (-2, -1), (-2, None), (-1, 2)]))
-        claims.append(
-            Claim(
-                claim_id=f"c{draw(st.integers(min_value=0, max_value=n))}",
-                subject="invoice:42",
-                field="order.payment_status",
-                status=status,
-                value=draw(st.sampled_from(["paid", "unpaid", "overdue", "PAID"]))
-                if status == "present"
-                else None,
-                source=draw(st.sampled_from(SOURCES)),
-                source_class="user" if draw(st.booleans()) and n == 0 else "observation",
-                observed_at=NOW - timedelta(seconds=draw(st.integers(min_value=0, max_value=90))),
-                valid_from=None if period is None else NOW + timedelta(minutes=period[0]),
-                valid_to=None
-                if period is None or period[1] is None
-                else NOW + timedelta(minutes=period[1]),
-                epoch=draw(st.sampled_from([None, 1, 2])),
-                scope=draw(st.sampled_from([None, None, None, "server", " Server"])),
-            )
-        )
-    return claims
 
 
 def fold(claims: list[Claim], now: datetime) -> KeyState:
@@ -147,62 +113,6 @@ def test_a_key_folded_claim_by_claim_decides_as_replay_in_any_order(
         moved.arbitration.decision.evidence
         == arbitrate("invoice:42", RULES.name, kept, RULES, POLICY.version, later).decision.evidence
     )
-
-
-# The incremental path's cases: an enum field whose conflicts block; a float field with a
-# tolerance (agreement is not transitive there); a field whose conflicts the newest claims break;
-# the enum field where independence is counted (two claims of one lineage are one observation).
-_counted_policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
-_counted_policy["fields"]["order.payment_status"]["min_independent_sources"] = 2
-_COUNTED = parse_policy(_counted_policy)
-_MIXED = [*SOURCES, "apm-agent", "synthetic-probe", "config-service", "deploy-tool"]
-_KEYS = {  # policy, field, values, sources, how old a claim may be on arrival (s)
-    "enum": (POLICY, "order.payment_status", ["paid", "paid", "unpaid"], _MIXED, 70),
-    "float": (POLICY, "api.latency", [120.0, 120.0, 120.3, 120.6, 121.5], _MIXED, 700),
-    "recent": (POLICY, "customer.shipping_address", ["1 Main St", "2 Side Rd"], _MIXED, 2),
-    "counted": (
-        _COUNTED,
-        "order.payment_status",
-        ["paid", "paid", "paid", "unpaid"],
-        ["crm", "config-service", "billing-cache"],
-        70,
-    ),
-}
-
-
-@st.composite
-def arrivals(draw: st.DrawFn) -> tuple[Policy, list[tuple[int, Claim]]]:
-    """A policy and claims about one key arriving one by one at non-decreasing instants
-    (seconds after NOW): mostly plain claims the incremental path takes, some stale on arrival,
-    some that force the rules to run again."""
-    policy, field, values, sources, oldest_s = _KEYS[draw(st.sampled_from(sorted(_KEYS)))]
-    moments = sorted(draw(st.lists(st.integers(0, 200), min_size=1, max_size=10)))
-    out = []
-    for n, moment in enumerate(moments):
-        at = NOW + timedelta(seconds=moment)
-        status = draw(st.sampled_from(["present"] * 8 + ["not_found", "error"]))
-        special = draw(st.sampled_from([{}] * 6 + [{"epoch": 1}, {"scope": "server"}]))
-        out.append(
-            (
-                moment,
-                Claim(
-                    claim_id=f"c{n}",
-                    subject="invoice:42",
-                    field=field,
-                    status=status,
-                    value=draw(st.sampled_from(values)) if status == "present" else None,
-                    unit="ms" if field == "api.latency" and status == "present" else None,
-                    source=draw(st.sampled_from(sources)),
-                    source_class="user" if draw(st.integers(0, 5)) == 0 else "observation",
-                    observed_at=at - timedelta(seconds=draw(st.integers(0, oldest_s))),
-                    lineage=draw(
-                        st.sampled_from([None, None, "l1", "source:crm", "source:config-service"])
-                    ),
-                    **special,
-                ),
-            )
-        )
-    return policy, out
 
 
 @settings(max_examples=600, deadline=None)

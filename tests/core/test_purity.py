@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import streams.core
-from tests.import_probe import loaded_after_importing
+from tests.support.import_probe import loaded_after_importing
 
 FORBIDDEN = ("faust", "mode", "aiokafka", "fastavro", "prometheus_client", "kafka")
 CORE = Path(streams.core.__file__).parent

@@ -15,7 +15,7 @@ from streams.core.explain import explain
 from streams.core.intake import admit
 from streams.core.keystate import KeyState, Limits, add_claim, add_resolution
 from streams.core.policy import Policy, load_policy
-from tests.core.conftest import NOW, REPO, claim
+from tests.support.builders import NOW, REPO, claim
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 _rules = POLICY.rules_for("order.payment_status")

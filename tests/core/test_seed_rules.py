@@ -16,7 +16,7 @@ from streams.core.keystate import KeyState, add_claim, current_decision
 from streams.core.normalize import normalize_value
 from streams.core.policy import Policy
 from streams.core.replay import replay
-from tests.core.conftest import NOW, REPO, claim, decide, roles
+from tests.support.builders import NOW, REPO, claim, decide, roles
 
 HOUR = timedelta(hours=1)
 

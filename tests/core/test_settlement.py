@@ -3,18 +3,16 @@ order-free way, and the dependence readings find copying sources and authorities
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.contracts import Authority, Claim, Resolution
+from streams.core.contracts import Authority
 from streams.core.dependence import binomial_tail, report
 from streams.core.intake import admit
-from streams.core.keystate import KeyState, add_claim, add_resolution, advance
-from streams.core.policy import Policy, load_policy
+from streams.core.keystate import KeyState, add_claim, advance
 from streams.core.settlement import (
     KEPT_DISAGREEMENTS,
     Ledger,
@@ -24,39 +22,16 @@ from streams.core.settlement import (
     encode_ledger,
     settlement_of,
 )
-from tests.core.conftest import NOW, REPO, claim
-
-POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
-FIELD = "order.payment_status"
-_rules = POLICY.rules_for(FIELD)
-assert _rules is not None
-RULES = _rules
-VALUES = ("paid", "unpaid", "overdue", "refunded")
-
-
-def opened(claims: list[Claim]) -> KeyState:
-    state: KeyState | None = None
-    for c in claims:
-        state = add_claim(state, admit(c, POLICY, NOW), RULES, POLICY.version, NOW).state
-    assert state is not None
-    return state
-
-
-def resolved(state: KeyState, value: str, n: int = 1, **overrides: Any) -> Settlement | None:
-    resolution = Resolution.model_validate(
-        {
-            "resolution_id": f"r{n}",
-            "subject": state.subject,
-            "field": FIELD,
-            "value": value,
-            "decided_by": "steward",
-            "decided_at": NOW + timedelta(seconds=5),
-            **overrides,
-        }
-    )
-    step = add_resolution(state, resolution, RULES, POLICY.version, NOW + timedelta(seconds=5))
-    assert step.emitted is not None
-    return settlement_of(state, step.emitted.decision, RULES.tolerance)
+from tests.support.builders import NOW, POLICY, claim
+from tests.support.settlements import (
+    AUTHORITIES,
+    FIELD,
+    RULES,
+    VALUES,
+    opened,
+    resolved,
+    synthetic,
+)
 
 
 def verdicts(settlement: Settlement | None) -> dict[str, bool]:
@@ -146,49 +121,6 @@ def test_judging_is_the_same_for_any_arrival_order(
     assert {j.source: j.agreed for j in judged.judgements} == {
         c.source: c.value == settled_on for c in claims
     }
-
-
-def synthetic(seed: int, subjects: int) -> list[Settlement]:
-    """Two sources (order-form, billing-export) copy one upstream that is right half the time;
-    crm and billing-api observe on their own, right 70% of the time. A steward settles every
-    key that opened on the truth."""
-    rng = random.Random(seed)
-    settled = []
-    for n in range(subjects):
-        truth = rng.choice(VALUES)
-
-        def observed(accuracy: float, truth: str = truth) -> str:
-            if rng.random() < accuracy:
-                return truth
-            return rng.choice([v for v in VALUES if v != truth])
-
-        upstream = observed(0.5)
-        said = {
-            "order-form": upstream,
-            "billing-export": upstream,
-            "crm": observed(0.7),
-            "billing-api": observed(0.7),
-        }
-        subject = f"order:{n}"
-        state = opened(
-            [
-                claim(f"{n}-{source}", subject=subject, source=source, value=value)
-                for source, value in said.items()
-            ]
-        )
-        assert state.current is not None
-        if state.current.outcome != "conflict":
-            continue
-        settlement = resolved(state, truth, n, subject=subject)
-        assert settlement is not None
-        settled.append(settlement)
-    return settled
-
-
-AUTHORITIES = {
-    (FIELD, s): POLICY.sources[s].authority
-    for s in ("order-form", "billing-export", "crm", "billing-api")
-}
 
 
 def test_two_sources_copying_one_upstream_are_a_candidate_lineage_an_independent_pair_is_not() -> (

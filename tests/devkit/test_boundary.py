@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import streams
-from tests.import_probe import loaded_after_importing
+from tests.support.import_probe import loaded_after_importing
 
 PACKAGE = Path(streams.__file__).parent
 REPO = PACKAGE.parent

@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import warnings
@@ -21,13 +20,12 @@ import pytest
 import yaml
 
 from streams.core.policy import parse_policy
+from tests.ops.kustomize import KUBERNETES, REPO, rendered, rendered_kind
 
-REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "deploy" / "worker" / "Dockerfile"
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 GRAFANA_PROVIDERS = REPO / "grafana" / "provisioning" / "dashboards" / "claimstream.yml"
-KUBERNETES = REPO / "deploy" / "kubernetes"
 RULES = REPO / "deploy" / "prometheus" / "rules" / "claimstream.rules.yml"
 
 KAFKA_NODES = ("kafka-1", "kafka-2", "kafka-3")
@@ -310,25 +308,6 @@ def test_kustomization_lists_every_manifest() -> None:
     listed = set(kustomization()["resources"])
     on_disk = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == on_disk - generated_files()
-
-
-def rendered(kustomization: Path = KUBERNETES) -> list[dict[str, Any]]:
-    """`kubectl kustomize deploy/kubernetes` (or another kustomization): the manifests exactly
-    as `kubectl apply -k` sends them."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail(
-            "kubectl is not installed: apt-get install kubectl (.ci/run does)", pytrace=False
-        )
-    result = subprocess.run(
-        [kubectl, "kustomize", str(kustomization)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-
-
-def rendered_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [obj for obj in objects if obj["kind"] == kind]
 
 
 def test_kustomize_renders_hardened_workers_with_their_policy_and_rules() -> None:

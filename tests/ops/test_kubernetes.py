@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from streams.settings import Settings
-from tests.ops.test_compose import REPO, rendered, rendered_kind
+from tests.ops.kustomize import REPO, rendered, rendered_kind
 
 EXAMPLE = REPO / "deploy" / "kubernetes-example"
 WORKER_LABELS = {"app.kubernetes.io/name": "claimstream-worker"}

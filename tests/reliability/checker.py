@@ -37,8 +37,7 @@ from streams.core.replay import ReplayResult, replay
 from streams.devkit.brokers import KafkaCluster
 from streams.settings import Settings
 from streams.state.keystore import RESERVED
-from tests.stream.conftest import write_policy
-from tests.stream.support import CODEC, Deployment, read_topic
+from tests.stream.support import CODEC, Deployment, read_topic, write_policy
 
 
 @dataclass

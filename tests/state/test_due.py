@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from streams.core.instants import micros
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
-from tests.test_statestore import NOW
-from tests.test_statestore_backends import STEP, apply
+from tests.support.builders import NOW
+from tests.support.store_steps import STEP, apply
 
 LATER = micros(NOW + timedelta(days=400))
 HAND_OUT = st.tuples(st.just("hand_out"), st.integers(1, 4))

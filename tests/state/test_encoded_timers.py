@@ -21,22 +21,23 @@ from streams.state.cache import StateCache
 from streams.state.keystore import MemoryKeyStore, Timer
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore, encoded_timer, timer_of
-from tests.core.test_journal_properties import _states, _written
+from tests.support.journal import written
+from tests.support.strategies import key_states
 
 LATEST = 2**63 - 2  # every timer is due by then
 # The disk store keeps instants as unsigned micros: the engine's timers are never before 1970.
-TIMED_STATES = _states().filter(
+TIMED_STATES = key_states().filter(
     lambda s: all(t is None or t >= EPOCH for t in (s.next_check_at, s.conflict_since))
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(state=_states())
+@given(state=key_states())
 def test_a_records_timer_is_the_one_its_decoded_state_gives(state: KeyState) -> None:
     expected = timer_of(state)
     assert encoded_timer(encode_state(state)) == expected
     for version in (1, 2, 3):
-        data = _written(state, version)
+        data = written(state, version)
         assert encoded_timer(data) == expected == timer_of(decode_state(data)), version
 
 

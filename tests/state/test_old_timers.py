@@ -14,8 +14,7 @@ from streams.state.cache import StateCache
 from streams.state.keystore import Changes, Timer
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore, encoded_timer
-from tests.state.test_read_ahead import READ, assert_answer_alike, read
-from tests.test_statestore_backends import STEP
+from tests.support.store_steps import READ, STEP, assert_answer_alike, read
 
 # A key stored and journaled, then decoded again by a batch's `get` (a batch opens with its read
 # ahead): its next put carries its old timer.

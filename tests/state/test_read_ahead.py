@@ -9,40 +9,11 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams.core.journal import encode_state
 from streams.core.keystate import KeyState
 from streams.state.cache import StateCache
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore
-from tests.test_statestore_backends import KEYS, STEP, apply, observed
-
-READ = st.one_of(
-    st.tuples(st.just("read_ahead"), st.lists(st.integers(0, 3), max_size=4)),
-    st.tuples(st.just("get"), st.integers(0, 3)),
-)
-
-
-def read(store: TaskStore, step: tuple[object, ...]) -> object:
-    match step:
-        case ("read_ahead", list(numbers)):
-            store.read_ahead(KEYS[n] for n in numbers)
-        case ("get", int(n)):
-            state = store.get(KEYS[n])
-            return encode_state(state) if state is not None else None
-        case _:
-            return apply(store, step)
-    return None
-
-
-def assert_answer_alike(
-    plain: TaskStore, other: TaskStore, steps: list[tuple[object, ...]]
-) -> None:
-    """Run the steps on both stores: every read, and what each holds after, must be the same
-    (a read ahead answers nothing, so only the other store takes it)."""
-    for step in steps:
-        reference = read(plain, step) if step[0] != "read_ahead" else None
-        assert read(other, step) == reference, step
-    assert observed(plain) == observed(other)
+from tests.support.store_steps import KEYS, READ, STEP, apply, assert_answer_alike
 
 
 @settings(max_examples=200, deadline=None)

@@ -4,10 +4,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from streams.devkit.brokers import KafkaBroker, TansuBroker
-from tests.stream.support import REPO, Deployment
+from tests.stream.support import Deployment, write_policy
 
 pytestmark = pytest.mark.integration
 
@@ -22,15 +21,6 @@ def kafka() -> Iterator[KafkaBroker]:
 def tansu() -> Iterator[TansuBroker]:
     with TansuBroker() as broker:
         yield broker
-
-
-def write_policy(path: Path, **field_options: dict[str, object]) -> Path:
-    """The example policy with some fields' options replaced (e.g. a shorter freshness)."""
-    policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
-    for field_name, options in field_options.items():
-        policy["fields"][field_name].update(options)
-    path.write_text(yaml.safe_dump(policy))
-    return path
 
 
 @pytest.fixture

@@ -1,10 +1,12 @@
-"""Test support for the streaming tests: worker processes and topic readers on real brokers."""
+"""Test support for the streaming tests: worker processes and topic readers on real brokers, the
+claims the tests publish and what they should come to."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -16,13 +18,21 @@ import uuid
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.core.contracts import Decision
+from streams.core.contracts import Claim, Decision, RejectReason
+from streams.core.errors import ContractError
+from streams.core.intake import parse_claim
+from streams.core.keystate import state_key
+from streams.core.policy import load_policy
+from streams.core.replay import replay
 from streams.devkit.brokers import free_port
+from streams.devkit.synthetic import generate_claims
 from streams.settings import Topics
 from streams.state.keystore import RESERVED
 from streams.wire import codec
@@ -301,3 +311,127 @@ async def wait_for_decisions(
     finally:
         await consumer.stop()
     return latest, every
+
+
+# -- what the tests publish, and what it should come to --------------------------------------------
+
+
+def write_policy(path: Path, **field_options: dict[str, object]) -> Path:
+    """The example policy with some fields' options replaced (e.g. a shorter freshness)."""
+    policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+    for field_name, options in field_options.items():
+        policy["fields"][field_name].update(options)
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def publishable(
+    count: int, seed: int, now: datetime, reused_id_share: float = 0.0
+) -> list[dict[str, Any]]:
+    """Generated claims that survive the Avro contract (policy-level faults stay in)."""
+    kept = []
+    for data in generate_claims(
+        count,
+        now,
+        seed=seed,
+        subjects=count // 6,
+        epochs=True,
+        reused_id_share=reused_id_share,
+    ):
+        try:
+            parse_claim(data)
+        except ContractError:
+            continue
+        kept.append(data)
+    return kept
+
+
+def records(deployment: Deployment, claims: list[dict[str, Any]], rng: random.Random) -> list[Any]:
+    """Avro records: a third keyed by the producer's own scheme, so the worker must re-key them;
+    a third keyed right but placed by librdkafka's default partitioner (CRC32 of the key), so
+    the worker must move those that CRC32 and murmur2 place apart; the rest as Kafka's Java
+    client places them. Every record of a claim id takes the same route, so records reusing an
+    id arrive in the order they were sent (the stream keeps the first of conflicting ones)."""
+    out = []
+    routes: dict[str, float] = {}
+    for data in claims:
+        claim = Claim.model_validate(data)
+        key = state_key(claim.subject, claim.field).encode()
+        value = CODEC.encode(deployment.topics.claims, claim)
+        draw = routes.setdefault(claim.claim_id, rng.random())
+        if draw < 0.33:
+            out.append((claim.claim_id.encode(), value, []))
+        elif draw < 0.66:
+            out.append((key, value, [], crc32_partition(key, deployment.partitions)))
+        else:
+            out.append((key, value, []))
+    return out
+
+
+def expected_decisions(
+    deployment: Deployment, claims: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str], str], int]:
+    """Replay's final decision ids, and how many records the stream must dead-letter: replay
+    rejects every version of a conflicting duplicate, the stream all but the first to arrive
+    (the first was admitted before the conflict showed, then withdrawn)."""
+    policy = load_policy(deployment.policy)
+    result = replay((json.dumps(c) for c in claims), policy, datetime.now(UTC))
+    disputed = {
+        (r.claim_id, r.claim["subject"], r.claim["field"])
+        for r in result.rejections
+        if r.reason is RejectReason.CONFLICTING_DUPLICATE
+    }
+    expected = {(d.subject, d.field): d.decision_id for d in result.decisions}
+    return expected, len(result.rejections) - len(disputed)
+
+
+def one_claim(n: int, value: str, source: str = "billing-api", **extra: Any) -> Claim:
+    return Claim(
+        claim_id=f"t{n}-{random.random()}",
+        subject="inv:timer",
+        field="order.payment_status",
+        status="present",
+        value=value,
+        source=source,
+        observed_at=datetime.now(UTC),
+        **extra,
+    )
+
+
+# -- a worker's progress ---------------------------------------------------------------------------
+
+
+def metric_sum(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def warm_up(bootstrap: str, deployment: Deployment) -> None:
+    """Wait until the worker owns its partitions, so timings measure processing, not joining."""
+    claim = Claim(
+        claim_id="warm-up",
+        subject="warm-up",
+        field="order.payment_status",
+        status="present",
+        value="paid",
+        source="billing-api",
+        observed_at=datetime.now(UTC),
+    )
+    key = state_key(claim.subject, claim.field).encode()
+    asyncio.run(
+        produce(
+            bootstrap,
+            deployment.topics.claims,
+            [(key, CODEC.encode(deployment.topics.claims, claim), [])],
+        )
+    )
+    deadline = time.monotonic() + 60
+    latest: dict[Any, Any] = {}
+    while ("warm-up", "order.payment_status") not in latest and time.monotonic() < deadline:
+        latest, _ = asyncio.run(
+            wait_for_decisions(bootstrap, deployment.topics.decisions, {}, timeout_s=1)
+        )
+    assert ("warm-up", "order.payment_status") in latest

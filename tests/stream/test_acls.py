@@ -31,8 +31,7 @@ from streams.core.contracts import Decision
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings, Topics
 from streams.worker.retention import retention_wanted, topic_configs
-from tests.stream.conftest import write_policy
-from tests.stream.support import REPO, Deployment
+from tests.stream.support import REPO, Deployment, write_policy
 
 pytestmark = pytest.mark.integration
 

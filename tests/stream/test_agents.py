@@ -27,8 +27,7 @@ from streams.core.contracts import Action
 from streams.devkit.brokers import KafkaBroker, free_port
 from streams.devkit.demo import MARCH_12, scenario_claims
 from streams.settings import Settings
-from tests.stream.conftest import write_policy
-from tests.stream.support import REPO, Deployment, WorkerProcess
+from tests.stream.support import REPO, Deployment, WorkerProcess, write_policy
 
 pytestmark = pytest.mark.integration
 

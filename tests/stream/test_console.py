@@ -7,9 +7,7 @@ out to the other), only worker 0 accepts writes. Screenshots are kept in artifac
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 import os
 import re
 import signal
@@ -29,31 +27,25 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
-from streams.client import ClaimPublisher
 from streams.core.keystate import split_key, state_key
 from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
 from streams.pipeline.rekey import partition_of
-from streams.settings import Settings
-from tests.stream.conftest import write_policy
-from tests.stream.support import REPO, Deployment, WorkerProcess, read_topic
+from tests.stream.browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    TOKEN,
+    WAIT_MS,
+    Cluster,
+    key_page,
+    open_keys,
+    run_into,
+    shoot,
+)
+from tests.stream.support import REPO, Deployment, read_topic, write_policy
 
 pytestmark = pytest.mark.integration
 
-TOKEN = "steward-token-for-the-browser-test"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SCREENSHOTS = REPO / "artifacts" / "screenshots"
-WAIT_MS = 60_000
 SCRIPT_VALUE = "<script>window.__pwned = 1</script>"
 MARKUP_SUBJECT = '<img src=x onerror="window.__pwned = 2">'
 ADDRESS = "customer.shipping_address"
@@ -64,59 +56,6 @@ DEMO_CONFLICTS = {
     "svc:checkout|service.retry_timeout": "cross_epoch",
     "globex|contract.seats": "value",  # `claimstream dev` resolves it a moment later
 }
-
-
-class Cluster:
-    def __init__(
-        self, deployment: Deployment, writer: WorkerProcess, reader: WorkerProcess
-    ) -> None:
-        self.deployment, self.writer, self.reader = deployment, writer, reader
-
-    @property
-    def settings(self) -> Settings:
-        return Settings(broker=self.deployment.bootstrap, topics=self.deployment.topics)
-
-    def url(self, worker: WorkerProcess, path: str = "/") -> str:
-        return f"http://127.0.0.1:{worker.web_port}{path}"
-
-    def publish(self, claims: list[dict[str, Any]]) -> None:
-        """Publish from a thread of its own: Playwright's sync API owns this thread's loop."""
-
-        async def send() -> None:
-            async with (
-                ClaimPublisher(self.settings) as tools,
-                ClaimPublisher(self.settings, user_assertions=True) as users,
-            ):
-                await tools.publish_many(c for c in claims if c.get("source_class") != "user")
-                await users.publish_many(c for c in claims if c.get("source_class") == "user")
-
-        failures: list[BaseException] = []
-        thread = threading.Thread(target=lambda: _run(send(), failures))
-        thread.start()
-        thread.join(60)
-        assert not failures, failures
-
-    def post(
-        self, worker: WorkerProcess, body: dict[str, Any], token: str | None
-    ) -> tuple[int, dict[str, Any]]:
-        headers = {"Content-Type": "application/json"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(
-            self.url(worker, "/api/resolutions"), json.dumps(body).encode(), headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
-                return reply.status, json.loads(reply.read())
-        except urllib.error.HTTPError as refused:
-            return refused.code, json.loads(refused.read())
-
-
-def _run(coroutine: Any, failures: list[BaseException]) -> None:
-    try:
-        asyncio.run(coroutine)
-    except BaseException as exc:
-        failures.append(exc)
 
 
 def one_subject_per_partition(prefix: str, partitions: int, field: str) -> list[str]:
@@ -150,13 +89,6 @@ def markup_claims(now: datetime) -> list[dict[str, Any]]:
         {"claim_id": "xss-b", "subject": MARKUP_SUBJECT, "field": ADDRESS, "status": "present",
          "value": "1 Main St", "source": "order-form", "observed_at": at},
     ]  # fmt: skip
-
-
-def open_keys(worker: WorkerProcess) -> set[str]:
-    answer = worker.get("/api/conflicts")
-    if answer is None or answer["unanswered"]:
-        return set()
-    return {row["key"] for row in answer["open_conflicts"]}
 
 
 @pytest.fixture(scope="module")
@@ -223,15 +155,6 @@ def page(browser: BrowserContext) -> Iterator[Page]:
     page.close()
     # A CSP violation or a script error is a failure of the page, whatever it showed.
     assert errors == []
-
-
-def shoot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-def key_page(cluster: Cluster, worker: WorkerProcess, key: str) -> str:
-    return cluster.url(worker, "/ui/#/key/" + urllib.parse.quote(key, safe=""))
 
 
 def queue_rows(page: Page) -> dict[str, str]:
@@ -533,7 +456,7 @@ def test_a_resolution_of_a_decision_no_longer_current_is_refused_where_the_stewa
     reasons: list[str] = []
     while "stale_decision" not in reasons and time.monotonic() < deadline:
         found.clear()
-        reading = threading.Thread(target=lambda: _run(dead_letters(), failures))
+        reading = threading.Thread(target=lambda: run_into(dead_letters(), failures))
         reading.start()
         reading.join(90)
         assert not failures, failures

@@ -23,8 +23,7 @@ from streams.core.keystate import state_key
 from streams.devkit import registry_server
 from streams.devkit.brokers import KafkaBroker
 from streams.wire.registry import FolderRegistry, WireCodec
-from tests.stream.conftest import write_policy
-from tests.stream.support import Deployment, read_topic
+from tests.stream.support import Deployment, read_topic, write_policy
 
 CODEC = WireCodec(FolderRegistry())
 

@@ -28,8 +28,13 @@ from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.pipeline.rekey import partition_of
 from streams.wire.codec import expanded_schema, to_avro
 from streams.wire.registry import FolderRegistry
-from tests.stream.support import Deployment, changelog_partitions, crc32_partition
-from tests.stream.test_pipeline import metric_sum, warm_up
+from tests.stream.support import (
+    Deployment,
+    changelog_partitions,
+    crc32_partition,
+    metric_sum,
+    warm_up,
+)
 
 pytestmark = pytest.mark.integration
 

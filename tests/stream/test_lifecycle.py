@@ -16,12 +16,22 @@ from typing import Any
 
 import pytest
 
-from streams.core.contracts import Claim, Decision
+from streams.core.contracts import Decision
 from streams.core.keystate import state_key
 from streams.devkit.brokers import KafkaBroker, free_port
-from tests.stream.conftest import write_policy
-from tests.stream.support import CODEC, REPO, Deployment, produce, read_topic, wait_for_decisions
-from tests.stream.test_pipeline import expected_decisions, publishable, records
+from tests.stream.support import (
+    CODEC,
+    REPO,
+    Deployment,
+    expected_decisions,
+    one_claim,
+    produce,
+    publishable,
+    read_topic,
+    records,
+    wait_for_decisions,
+    write_policy,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,19 +81,6 @@ def test_a_killed_worker_restarts_from_its_changelog_and_loses_no_decision(
         )
     finally:
         worker.stop()
-
-
-def one_claim(n: int, value: str, source: str = "billing-api", **extra: Any) -> Claim:
-    return Claim(
-        claim_id=f"t{n}-{random.random()}",
-        subject="inv:timer",
-        field="order.payment_status",
-        status="present",
-        value=value,
-        source=source,
-        observed_at=datetime.now(UTC),
-        **extra,
-    )
 
 
 def test_freshness_expiry_emits_insufficient_within_seconds(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 import time
@@ -14,70 +13,26 @@ from typing import Any
 
 import pytest
 
-from streams.core.contracts import Claim, Decision, RejectReason
-from streams.core.errors import ContractError
-from streams.core.intake import parse_claim
+from streams.core.contracts import Claim, Decision
 from streams.core.keystate import state_key
-from streams.core.policy import load_policy
-from streams.core.replay import replay
 from streams.devkit.brokers import KafkaBroker, TansuBroker
-from streams.devkit.synthetic import generate_claims
 from streams.pipeline.rekey import partition_of
-from tests.stream.conftest import write_policy
 from tests.stream.support import (
     CODEC,
     Deployment,
     changelog_partitions,
-    crc32_partition,
+    expected_decisions,
+    metric_sum,
     produce,
+    publishable,
     read_topic,
+    records,
     wait_for_decisions,
+    warm_up,
+    write_policy,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def publishable(
-    count: int, seed: int, now: datetime, reused_id_share: float = 0.0
-) -> list[dict[str, Any]]:
-    """Generated claims that survive the Avro contract (policy-level faults stay in)."""
-    kept = []
-    for data in generate_claims(
-        count,
-        now,
-        seed=seed,
-        subjects=count // 6,
-        epochs=True,
-        reused_id_share=reused_id_share,
-    ):
-        try:
-            parse_claim(data)
-        except ContractError:
-            continue
-        kept.append(data)
-    return kept
-
-
-def records(deployment: Deployment, claims: list[dict[str, Any]], rng: random.Random) -> list[Any]:
-    """Avro records: a third keyed by the producer's own scheme, so the worker must re-key them;
-    a third keyed right but placed by librdkafka's default partitioner (CRC32 of the key), so
-    the worker must move those that CRC32 and murmur2 place apart; the rest as Kafka's Java
-    client places them. Every record of a claim id takes the same route, so records reusing an
-    id arrive in the order they were sent (the stream keeps the first of conflicting ones)."""
-    out = []
-    routes: dict[str, float] = {}
-    for data in claims:
-        claim = Claim.model_validate(data)
-        key = state_key(claim.subject, claim.field).encode()
-        value = CODEC.encode(deployment.topics.claims, claim)
-        draw = routes.setdefault(claim.claim_id, rng.random())
-        if draw < 0.33:
-            out.append((claim.claim_id.encode(), value, []))
-        elif draw < 0.66:
-            out.append((key, value, [], crc32_partition(key, deployment.partitions)))
-        else:
-            out.append((key, value, []))
-    return out
 
 
 def misplaced(deployment: Deployment, sent: list[Any]) -> int:
@@ -87,23 +42,6 @@ def misplaced(deployment: Deployment, sent: list[Any]) -> int:
         for key, _, _, *partition in sent
         if partition and partition[0] != partition_of(key, deployment.partitions)
     )
-
-
-def expected_decisions(
-    deployment: Deployment, claims: list[dict[str, Any]]
-) -> tuple[dict[tuple[str, str], str], int]:
-    """Replay's final decision ids, and how many records the stream must dead-letter: replay
-    rejects every version of a conflicting duplicate, the stream all but the first to arrive
-    (the first was admitted before the conflict showed, then withdrawn)."""
-    policy = load_policy(deployment.policy)
-    result = replay((json.dumps(c) for c in claims), policy, datetime.now(UTC))
-    disputed = {
-        (r.claim_id, r.claim["subject"], r.claim["field"])
-        for r in result.rejections
-        if r.reason is RejectReason.CONFLICTING_DUPLICATE
-    }
-    expected = {(d.subject, d.field): d.decision_id for d in result.decisions}
-    return expected, len(result.rejections) - len(disputed)
 
 
 def publish_and_follow(
@@ -119,14 +57,6 @@ def publish_and_follow(
         wait_for_decisions(bootstrap, deployment.topics.decisions, expected)
     )
     return sent, expected, rejected, latest, every
-
-
-def metric_sum(text: str, name: str) -> float:
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") or line.startswith(name + " ")
-    )
 
 
 @pytest.mark.parametrize(
@@ -357,34 +287,6 @@ def test_bad_records_are_dead_lettered_and_the_worker_keeps_going(
         )
     finally:
         worker.stop()
-
-
-def warm_up(bootstrap: str, deployment: Deployment) -> None:
-    """Wait until the worker owns its partitions, so timings measure processing, not joining."""
-    claim = Claim(
-        claim_id="warm-up",
-        subject="warm-up",
-        field="order.payment_status",
-        status="present",
-        value="paid",
-        source="billing-api",
-        observed_at=datetime.now(UTC),
-    )
-    key = state_key(claim.subject, claim.field).encode()
-    asyncio.run(
-        produce(
-            bootstrap,
-            deployment.topics.claims,
-            [(key, CODEC.encode(deployment.topics.claims, claim), [])],
-        )
-    )
-    deadline = time.monotonic() + 60
-    latest: dict[Any, Any] = {}
-    while ("warm-up", "order.payment_status") not in latest and time.monotonic() < deadline:
-        latest, _ = asyncio.run(
-            wait_for_decisions(bootstrap, deployment.topics.decisions, {}, timeout_s=1)
-        )
-    assert ("warm-up", "order.payment_status") in latest
 
 
 def test_two_workers_share_the_partitions(kafka: KafkaBroker, deployment_factory: Any) -> None:

@@ -30,8 +30,7 @@ from streams.core.keystate import state_key
 from streams.core.policy import load_policy
 from streams.core.replay import replay_with_clock
 from streams.devkit.brokers import KafkaBroker
-from tests.stream.conftest import write_policy
-from tests.stream.support import CODEC, Deployment, WorkerProcess, read_topic
+from tests.stream.support import CODEC, Deployment, WorkerProcess, read_topic, write_policy
 
 SEED = 20261204
 FRESHNESS_S = 8  # order.payment_status

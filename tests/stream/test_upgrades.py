@@ -15,9 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.core.keystate import state_key
 from streams.devkit.brokers import KafkaBroker
-from tests.stream.support import Deployment, produce, read_topic
-from tests.stream.test_lifecycle import one_claim
-from tests.stream.test_pipeline import publishable, records
+from tests.stream.support import Deployment, one_claim, produce, publishable, read_topic, records
 
 pytestmark = pytest.mark.integration
 

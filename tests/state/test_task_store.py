@@ -2,43 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.contracts import Claim
-from streams.core.intake import admit
 from streams.core.journal import encode_state
-from streams.core.keystate import KeyState, Limits, add_claim
-from streams.core.policy import load_policy
-from streams.settings import Settings
+from streams.core.keystate import KeyState
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
+from tests.support.builders import state_of
 
-POLICY = load_policy(Settings().policy)
-NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 FIELD = "order.payment_status"
-
-
-def state_of(subject: str, values: list[str]) -> KeyState:
-    rules = POLICY.rules_for(FIELD)
-    assert rules is not None
-    state = None
-    for n, value in enumerate(values):
-        claim = Claim(
-            claim_id=f"{subject}-{n}",
-            subject=subject,
-            field=FIELD,
-            status="present",
-            value=value,
-            source="billing-api",
-            observed_at=NOW - timedelta(seconds=len(values) - n),
-        )
-        step = add_claim(state, admit(claim, POLICY, NOW), rules, POLICY.version, NOW, Limits())
-        state = step.state
-    assert state is not None
-    return state
 
 
 @settings(max_examples=40, deadline=None)

@@ -5,13 +5,11 @@ message, as it defers them to fastavro."""
 
 from __future__ import annotations
 
-import io
 import re
 import struct
 from datetime import datetime
 from typing import Any
 
-import fastavro
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -24,8 +22,8 @@ from streams.wire.codec import (
     decode_claim,
     expanded_schema,
     fastavro_claim,
-    parsed_schema,
 )
+from tests.support.avro import avro_body
 
 INT64 = (-(2**63), 2**63 - 1)
 longs = st.integers(*INT64) | st.sampled_from([0, 1, -1, 63, 64, -64, -65, *INT64])
@@ -64,12 +62,6 @@ claims = st.fixed_dictionaries(
         "attributes": st.dictionaries(texts, texts, max_size=4),
     }
 )
-
-
-def avro_body(data: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, parsed_schema("Claim"), data)
-    return buffer.getvalue()
 
 
 def exact(value: object) -> object:

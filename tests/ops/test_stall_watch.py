@@ -44,7 +44,7 @@ async def test_a_blocking_call_on_the_loop_is_a_stall_with_its_frame_named() -> 
     assert longest["lag_ms"] >= 300
     assert longest["samples"] >= 2
     stack = longest["stacks"][0]
-    assert stack["frames"][0].startswith("tests/test_stall_watch.py:hold_the_loop:")
+    assert stack["frames"][0].startswith("tests/ops/test_stall_watch.py:hold_the_loop:")
     assert stack["folded"].endswith(f";{stack['frames'][1]};{stack['frames'][0]}")
     assert watch.report(since=time.time() + 60)["longest"] == []
 
@@ -70,7 +70,7 @@ def test_a_long_collection_is_kept_with_the_frame_that_set_it_off() -> None:
     assert (collection.generation, collection.collected) == (2, 7)
     assert collection.pause_s >= 0.02
     innermost = frame_names(collection.stack)[0]
-    assert innermost.startswith("tests/test_stall_watch.py:test_a_long_collection_is_kept_")
+    assert innermost.startswith("tests/ops/test_stall_watch.py:test_a_long_collection_is_kept_")
 
 
 def test_a_long_collection_with_no_python_frame_below_is_kept_with_an_empty_stack(

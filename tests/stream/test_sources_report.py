@@ -25,23 +25,22 @@ from streams.client import build_resolution, publish_resolutions
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
 from streams.devkit.demo import scenario_claims
-from tests.stream.conftest import write_policy
-from tests.stream.support import REPO, Deployment, WorkerProcess
-from tests.stream.test_console import (
+from tests.stream.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
-    PAYMENT,
     TOKEN,
     WAIT_MS,
     Cluster,
-    _run,
     key_page,
     open_keys,
+    run_into,
     shoot,
 )
+from tests.stream.support import REPO, Deployment, WorkerProcess, write_policy
 
 pytestmark = pytest.mark.integration
 
+PAYMENT = "order.payment_status"
 DEMO_KEY = "invoice:42|order.payment_status"
 VALUES = ("paid", "unpaid", "overdue", "refunded")
 COPYING = ("billing-export", "order-form")  # both repeat one upstream
@@ -97,7 +96,7 @@ class SourcesCluster(Cluster):
         ]
         failures: list[BaseException] = []
         thread = threading.Thread(
-            target=lambda: _run(publish_resolutions(self.settings, resolutions), failures)
+            target=lambda: run_into(publish_resolutions(self.settings, resolutions), failures)
         )
         thread.start()
         thread.join(60)

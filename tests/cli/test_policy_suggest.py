@@ -16,8 +16,8 @@ import pytest
 from streams.arbiter.sources import sources_report
 from streams.cli.main import main
 from streams.core.settlement import Ledger
-from tests.core.conftest import NOW
-from tests.core.test_settlement import POLICY, synthetic
+from tests.support.builders import NOW, POLICY
+from tests.support.settlements import synthetic
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_an_authority_to_review_is_an_edit_of_the_field_authorities() -> None:
     from streams.core.contracts import Authority
     from streams.core.dependence import report
     from streams.core.suggestions import suggest
-    from tests.core.test_settlement import AUTHORITIES, FIELD
+    from tests.support.settlements import AUTHORITIES, FIELD
 
     ledger = Ledger()
     for settlement in synthetic(seed=3, subjects=160):

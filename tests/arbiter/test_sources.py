@@ -15,8 +15,8 @@ from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
-from tests.core.conftest import NOW, claim
-from tests.core.test_settlement import FIELD, POLICY, RULES, opened
+from tests.support.builders import NOW, POLICY, claim
+from tests.support.settlements import FIELD, RULES, opened
 
 KEY = f"invoice:42|{FIELD}".encode()
 

@@ -1,8 +1,8 @@
 """The loop's outcome counts: summed over batches, sent at most once an interval without waiting
 for the acknowledgement, one send in flight, and all of them at stop.
 
-Driven on the ticks' stand-in for the collector: the counts' agent runs against real brokers in
-tests/stream/test_lifecycle.py."""
+Driven on a stand-in for the collector (`tests.support.fakes.Collector`): the counts' agent
+runs against real brokers in tests/stream/test_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import asyncio
 from collections import Counter
 
 from streams.arbiter.tallies import Tallies
-from tests.test_arbiter_ticks import Collector, settle
+from tests.support.fakes import Collector, settle
 
 HOUR = 3600.0  # an interval no test outlasts: a send is due only when the test says so
 
 
 def counts(collector: Collector, n: int) -> dict[bytes | None, bytes | None]:
-    assert all(record.topic == "outcomes" for record in collector.sent[n])
-    return {record.key: record.value for record in collector.sent[n]}
+    assert all(record.topic == "outcomes" for record in collector.sends[n])
+    return {record.key: record.value for record in collector.sends[n]}
 
 
 def test_counts_go_out_summed_over_batches_once_an_interval_and_all_at_stop() -> None:
@@ -27,13 +27,13 @@ def test_counts_go_out_summed_over_batches_once_an_interval_and_all_at_stop() ->
         tallies.add(Counter({b"f|resolved|none": 2}))
         await tallies.send()
         assert counts(collector, 0) == {b"f|resolved|none": b"2"}, "the first waits for none"
-        collector.acks[0].set_result(None)
+        collector.ack_send(0)
         await settle()
         tallies.add(Counter({b"f|resolved|none": 1}))
         await tallies.send()
         tallies.add(Counter({b"f|resolved|none": 3, b"f|conflict|value": 1}))
         await tallies.send()
-        assert len(collector.sent) == 1, "counts went out before the interval was over"
+        assert len(collector.sends) == 1, "counts went out before the interval was over"
         tallies._sent_at -= HOUR
         await tallies.send()
         assert counts(collector, 1) == {b"f|resolved|none": b"4", b"f|conflict|value": b"1"}
@@ -41,11 +41,11 @@ def test_counts_go_out_summed_over_batches_once_an_interval_and_all_at_stop() ->
         stopping = asyncio.ensure_future(tallies.send(now=True))
         await settle()
         assert not stopping.done(), "sent beside an unacknowledged send"
-        collector.acks[1].set_result(None)
+        collector.ack_send(1)
         await asyncio.wait_for(stopping, 1)
         assert counts(collector, 2) == {b"f|insufficient|none": b"1"}
         await tallies.send(now=True)
-        assert len(collector.sent) == 3, "nothing gathered, nothing sent"
+        assert len(collector.sends) == 3, "nothing gathered, nothing sent"
 
     asyncio.run(scenario())
 
@@ -56,7 +56,7 @@ def test_the_counts_of_a_failed_send_go_out_again_with_the_next() -> None:
         tallies = Tallies(collector, "outcomes", interval_s=HOUR)  # type: ignore[arg-type]
         tallies.add(Counter({b"f|resolved|none": 2}))
         await tallies.send()
-        collector.acks[0].set_exception(ConnectionError("broker gone"))
+        collector.ack_send(0, error=ConnectionError("broker gone"))
         await settle()
         tallies.add(Counter({b"f|resolved|none": 1, b"f|conflict|value": 1}))
         tallies._sent_at -= HOUR

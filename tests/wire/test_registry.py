@@ -46,6 +46,7 @@ from streams.wire.registry import (
     registry_from_url,
     schema_id,
 )
+from tests.support.builders import REPO
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, 250_000, tzinfo=UTC)
 V1 = schema_dir() / "history" / "claimstream.Claim.v1.avsc"
@@ -408,7 +409,7 @@ def test_ids_are_stable_across_instances_and_processes(folder: FolderRegistry) -
         capture_output=True,
         text=True,
         env={"PYTHONHASHSEED": "12345", "PATH": ""},
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=REPO,
     )
     assert json.loads(other.stdout) == ids
 

@@ -19,8 +19,8 @@ import pytest
 import streams
 from streams.build_info import describe
 from streams.devkit.synthetic import generate_claims
+from tests.support.builders import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 POLICY = REPO / "examples" / "policy.yaml"
 NOW = "2026-11-29T12:00:00Z"
 

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from streams.core.contracts import RECORD_MODELS
 from streams.wire.avro_writer import compile_writer, long_bytes
 from streams.wire.codec import expanded_schema, parsed_schema
+from tests.support.strategies import INT64
 
 _PRIMITIVE_DATA: dict[str, st.SearchStrategy[Any]] = {
     "null": st.none(),
     "boolean": st.booleans(),
     "int": st.integers(-(2**31), 2**31 - 1),
-    "long": st.integers(-(2**63), 2**63 - 1),
+    "long": INT64,
     "float": st.floats(width=32),
     "double": st.floats(),
     "string": st.text(max_size=12),
@@ -86,7 +87,7 @@ def test_compiled_writer_writes_fastavros_bytes_for_every_schema(
 _UNION_DATA = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
+    INT64,
     st.integers(2**63, 2**64),  # beyond a long: written as a double
     st.floats(),
     st.text(max_size=4),
@@ -111,7 +112,7 @@ def test_one_writer_writes_fastavros_bytes_for_a_run_of_values_of_mixed_types(
 
 
 @settings(max_examples=300, deadline=None)
-@given(number=st.integers(-(2**63), 2**63 - 1))
+@given(number=INT64)
 def test_longs_are_zigzag_varints_as_fastavro_writes_them(number: int) -> None:
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, "long", number)

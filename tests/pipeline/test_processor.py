@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,15 +18,12 @@ from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
 from streams.ops.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Processor
-from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from streams.wire.registry import FolderRegistry, WireCodec
 from tests.stream.support import crc32_partition
-
-REPO = Path(__file__).resolve().parents[1]
-SECRET = "s3cret-s3cret-s3cret-s3cret-s3cret!"
-CODEC = WireCodec(FolderRegistry())
-NOW = datetime.now(UTC)
+from tests.support.builders import REPO
+from tests.support.pipeline import CODEC, NOW, SECRET, owner, reason, run
+from tests.support.strategies import DATETIMES, INT64
 
 
 def secured_policy(tmp_path: Path) -> Policy:
@@ -79,27 +76,6 @@ def record(topic: str, value: bytes, headers: list[tuple[str, bytes]]) -> Incomi
     c = claim()
     key = state_key(c.subject, c.field).encode()
     return Incoming(topic, owner(key), 7, key, value, tuple(headers), NOW.timestamp())
-
-
-def owner(key: bytes) -> int:
-    """The partition that owns `key` under the default settings' partition count."""
-    return partition_of(key, Settings().partitions)
-
-
-def run(processor: Processor, incoming: Incoming) -> Handled:
-    states: dict[bytes, KeyState] = {}
-    return processor.process(incoming, states.get, lambda subject: None)
-
-
-def reason(handled: Handled) -> str | None:
-    (out,) = [o for o in handled.outputs if o.topic == "claims.dead-letters"] or [None]
-    if out is None:
-        return None
-    return (
-        dict(out.headers)["claimstream.error.reason"].decode()
-        + ": "
-        + dict(out.headers)["claimstream.error.detail"].decode()
-    )
 
 
 def signed(
@@ -173,7 +149,7 @@ FIELDS = [*sorted(plain_processor_policy.fields), "no.such.field"]
 VALUES = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    INT64,
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=50),
     st.sampled_from(["paid", "unpaid", "overdue", " PAID ", ""]),
@@ -188,9 +164,7 @@ fuzzed_claims = st.builds(
     unit=st.none() | st.sampled_from(["ms", "s", "kg", "USD", ""]),
     source=st.sampled_from(["billing-api", "crm", "chat", "nobody", ""]),
     source_class=st.sampled_from(["observation", "user", "inference"]),
-    observed_at=st.datetimes(
-        min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
-    ),
+    observed_at=DATETIMES,
     epoch=st.none() | st.integers(min_value=-5, max_value=5),
     confidence=st.none() | st.floats(allow_nan=True),
 )

@@ -20,7 +20,8 @@ from streams.ops.metrics import Metrics
 from streams.pipeline import Incoming, Processor
 from streams.pipeline.authentication import STEWARD_HEADER, alias_payload
 from streams.settings import Settings
-from tests.test_pipeline import CODEC, NOW, REPO, SECRET, owner, reason, run
+from tests.support.builders import REPO
+from tests.support.pipeline import CODEC, NOW, SECRET, owner, reason, run
 
 TOPIC = "claims.resolutions"
 

@@ -16,19 +16,19 @@ from streams.core.keystate import add_claim
 from streams.core.policy import load_policy
 from streams.settings import Settings
 from streams.wire.codec import decode, encode, parsed_schema
+from tests.support.strategies import INT64
 
 texts = st.text(min_size=1, max_size=20)
 moments = st.datetimes(
     min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
 ).map(lambda d: d.replace(microsecond=d.microsecond))
-int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 values = st.one_of(
     st.none(),
     st.booleans(),
-    int64,
+    INT64,
     st.floats(allow_nan=False),
     texts,
-    st.builds(Money, amount_minor=int64, currency=st.sampled_from(["USD", "EUR"])),
+    st.builds(Money, amount_minor=INT64, currency=st.sampled_from(["USD", "EUR"])),
 )
 claims = st.builds(
     Claim,
@@ -44,7 +44,7 @@ claims = st.builds(
     observed_at=moments,
     valid_from=st.none() | moments,
     valid_to=st.none() | moments,
-    epoch=st.none() | int64,
+    epoch=st.none() | INT64,
     lineage=st.none() | texts,
     scope=st.none() | texts,
     confidence=st.none() | st.floats(min_value=0, max_value=1),

@@ -18,7 +18,7 @@ from streams.core.keystate import KeyState, Limits, add_claim, state_key
 from streams.devkit.synthetic import generate_claims
 from streams.state.cache import KEY_BYTES, StateCache, decoded_bytes
 from streams.state.task import TaskStore
-from tests.test_statestore import POLICY, state_of
+from tests.support.builders import POLICY, state_of
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 

@@ -35,7 +35,8 @@ from streams.settings import Settings
 from streams.wire.codec import expanded_schema
 from streams.wire.decision_bytes import DecisionWriter, SchemaLayoutError
 from streams.wire.registry import FolderRegistry, WireCodec
-from tests.core.conftest import claim
+from tests.support.builders import claim
+from tests.support.strategies import INT64
 
 POLICY: Policy = load_policy(example_path("policy.yaml"))
 CODEC = WireCodec(FolderRegistry())
@@ -63,7 +64,7 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     ),
     "api.latency": st.floats(0, 1e9, allow_nan=False) | st.sampled_from([120.0, 120.2, 480.0]),
     "service.retry_timeout": st.sampled_from([5, 30, 30.0]),
-    "contract.seats": st.integers(-(2**63), 2**63 - 1) | st.sampled_from([25, 40]),
+    "contract.seats": INT64 | st.sampled_from([25, 40]),
     "customer.shipping_address": st.text(max_size=16) | st.sampled_from(["1 Main St"]),
     "customer.email_verified": st.booleans(),
     "subscription.renews_at": st.sampled_from(

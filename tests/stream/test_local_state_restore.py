@@ -20,11 +20,13 @@ from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import (
     Deployment,
     WorkerProcess,
+    expected_decisions,
     produce,
+    publishable,
     read_topic,
+    records,
     wait_for_decisions,
 )
-from tests.stream.test_pipeline import expected_decisions, publishable, records
 
 pytestmark = pytest.mark.integration
 

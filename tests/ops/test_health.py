@@ -1,6 +1,6 @@
 """Liveness and readiness verdicts from the arbiter's signals, on an injected clock.
 
-The same verdicts on a real arbiter and broker: tests/stream/test_health.py; through a real
+The same verdicts on a real arbiter and broker: tests/stream/test_arbiter_health.py; through a real
 worker and Prometheus: tests/ops/test_live_prometheus.py."""
 
 from __future__ import annotations

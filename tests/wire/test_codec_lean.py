@@ -3,11 +3,9 @@ contract's claims: the same accepted, the same refused for the same reason, equa
 
 from __future__ import annotations
 
-import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +24,10 @@ from streams.core.journal import encode_state
 from streams.core.keystate import KeyState
 from streams.core.policy import load_policy
 from streams.settings import Settings
-from streams.wire.codec import claim_from_avro, parsed_schema
+from streams.wire.codec import claim_from_avro
 from streams.wire.registry import FolderRegistry, WireCodec
+from tests.support.avro import avro_body
+from tests.support.strategies import DATETIMES, INT64
 
 CODEC = WireCodec(FolderRegistry())
 POLICY = load_policy(Settings().policy)
@@ -37,19 +37,15 @@ FRAME = CODEC.encode(
 )[:5]  # the magic byte and the current Claim schema's id
 
 texts = st.text(max_size=12) | st.sampled_from(["", " ", "paid", "PAID ", "billing-api", "crm"])
-moments = st.datetimes(
-    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
-)
-int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 doubles = st.floats(allow_nan=False)  # infinities included; NaN equals nothing, itself neither
 values = st.one_of(
     st.none(),
     st.booleans(),
-    int64,
+    INT64,
     doubles,
     texts,
     st.fixed_dictionaries(
-        {"amount_minor": int64, "currency": st.sampled_from(["USD", "usd", "EUR", ""])}
+        {"amount_minor": INT64, "currency": st.sampled_from(["USD", "usd", "EUR", ""])}
     ),
 )
 avro_fields = {
@@ -62,10 +58,10 @@ avro_fields = {
     "source": st.sampled_from(["billing-api", "crm", "chat", "nobody", "", " "]),
     "replica": st.none() | texts,
     "source_class": st.sampled_from(["observation", "user", "inference"]),
-    "observed_at": moments | st.just(NOW + timedelta(hours=1)),
-    "valid_from": st.none() | moments,
-    "valid_to": st.none() | moments,
-    "epoch": st.none() | int64,
+    "observed_at": DATETIMES | st.just(NOW + timedelta(hours=1)),
+    "valid_from": st.none() | DATETIMES,
+    "valid_to": st.none() | DATETIMES,
+    "epoch": st.none() | INT64,
     "lineage": st.none() | texts,
     "scope": st.none() | texts,
     "confidence": st.none() | doubles,
@@ -74,12 +70,6 @@ avro_fields = {
     "attributes": st.dictionaries(texts, texts, max_size=2),
 }
 avro_claims = st.fixed_dictionaries(avro_fields)
-
-
-def avro_body(data: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, parsed_schema("Claim"), data)
-    return buffer.getvalue()
 
 
 def outcome(decode: Any, data: bytes) -> tuple[str, object]:
@@ -172,13 +162,13 @@ recent = st.datetimes(
 fitting: dict[str, st.SearchStrategy[tuple[Any, str | None]]] = {
     "account.balance": st.tuples(
         st.fixed_dictionaries(
-            {"amount_minor": int64, "currency": st.sampled_from(["USD", " usd", "EUR"])}
+            {"amount_minor": INT64, "currency": st.sampled_from(["USD", " usd", "EUR"])}
         ),
         st.sampled_from([None, "USD", "EUR"]),
     ),
-    "api.latency": st.tuples(st.floats() | int64, st.sampled_from(["ms", "s", "us", None, "kg"])),
-    "contract.seats": st.tuples(int64 | st.floats(-1e3, 1e3), st.sampled_from([None, None, "s"])),
-    "customer.email_verified": st.tuples(st.booleans() | int64, st.none()),
+    "api.latency": st.tuples(st.floats() | INT64, st.sampled_from(["ms", "s", "us", None, "kg"])),
+    "contract.seats": st.tuples(INT64 | st.floats(-1e3, 1e3), st.sampled_from([None, None, "s"])),
+    "customer.email_verified": st.tuples(st.booleans() | INT64, st.none()),
     "customer.shipping_address": st.tuples(texts, st.none()),
     "order.payment_status": st.tuples(
         st.sampled_from(["paid", " PAID ", "Overdue", "refunded", "maybe", ""]), st.none()
@@ -218,7 +208,7 @@ def admissible(draw: st.DrawFn) -> dict[str, Any]:
         "observed_at": draw(recent | around_skew | st.just(datetime(1970, 1, 1, tzinfo=UTC))),
         "valid_from": draw(st.none() | st.none() | recent),
         "valid_to": draw(st.none() | st.none() | recent),
-        "epoch": draw(st.none() | st.none() | int64),
+        "epoch": draw(st.none() | st.none() | INT64),
         "scope": draw(st.none() | st.none() | texts),
         "confidence": draw(st.none() | st.floats()),  # NaN and the infinities included
     }
@@ -287,8 +277,7 @@ EDGES = (micros(datetime(1, 1, 1, tzinfo=UTC)), micros(datetime.max.replace(tzin
 @settings(max_examples=200, deadline=None)
 @given(
     data=avro_claims,
-    observed=st.sampled_from([EDGES[0] - 1, EDGES[0], EDGES[1], EDGES[1] + 1, -(2**63)])
-    | st.integers(-(2**63), 2**63 - 1),
+    observed=st.sampled_from([EDGES[0] - 1, EDGES[0], EDGES[1], EDGES[1] + 1, -(2**63)]) | INT64,
     valid_to=st.none() | st.sampled_from([EDGES[1], EDGES[1] + 1, 2**63 - 1]),
 )
 def test_instants_read_as_longs_overflow_where_fastavro_does(

@@ -18,42 +18,9 @@ from aiokafka.structs import TopicPartition
 from streams.arbiter.commit import IN_FLIGHT, AtLeastOnce, TaskBatch
 from streams.ops.metrics import StageClock
 from streams.pipeline import Outgoing
+from tests.support.fakes import Collector
 
 CHANGELOG = "changelog"
-
-
-class Collector:
-    """Hands out an acknowledgement per record that the test settles, and keeps what it sent."""
-
-    def __init__(self) -> None:
-        self.acks: dict[bytes, asyncio.Future[Any]] = {}
-        self.sent: list[bytes] = []
-        self.values: dict[bytes, bytes] = {}  # the last value sent under each key
-
-    async def enqueue(self, records: list[Outgoing], via: Any = None) -> list[Any]:
-        loop = asyncio.get_running_loop()
-        pending = []
-        for record in records:
-            assert record.key is not None
-            self.sent.append(record.key)
-            self.values[record.key] = record.value
-            ack = self.acks[record.key] = loop.create_future()
-            pending.append((record.topic, record.partition, ack))
-        return pending
-
-    async def acknowledged(self, pending: list[Any]) -> dict[int, int]:
-        await asyncio.gather(*(ack for _, _, ack in pending))
-        return {p: 1 for topic, p, _ in pending if topic == CHANGELOG}
-
-    async def send_all(self, records: list[Outgoing], via: Any = None) -> dict[int, int]:
-        return await self.acknowledged(await self.enqueue(records))
-
-    def ack(self, *keys: bytes, error: Exception | None = None) -> None:
-        for key in keys:
-            if error is None:
-                self.acks[key].set_result(None)
-            else:
-                self.acks[key].set_exception(error)
 
 
 class Journal:
@@ -75,7 +42,7 @@ class Parts:
         self.committed: list[dict[TopicPartition, int]] = []
         self.commits_running: list[asyncio.Future[None]] = []  # held only if `hold_commits`
         self.hold_commits = False
-        self.collector = Collector()
+        self.collector = Collector(CHANGELOG)
         tasks = SimpleNamespace(
             changelog=CHANGELOG,
             open={p: SimpleNamespace(states=j) for p, j in self.journals.items()},

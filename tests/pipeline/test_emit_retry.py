@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +21,8 @@ from streams.pipeline import Handled, Incoming, Processor, TaskCorrupted
 from streams.pipeline.rekey import HEADER_DUE, HEADER_KIND, KIND_TICK, partition_of
 from streams.settings import Settings
 from streams.wire.registry import FolderRegistry, RegistryUnavailable, WireCodec
-from tests.core.conftest import claim
+from tests.support.builders import REPO, claim
 
-REPO = Path(__file__).resolve().parents[1]
 SETTINGS = Settings()
 TOPICS = SETTINGS.topics
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
