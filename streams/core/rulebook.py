@@ -33,7 +33,8 @@ class Context:
     evidence: list[AdmittedClaim]
     """Every claim once: what the decision cites, each with its role."""
     plain: bool
-    """No claim carries an epoch, a period or a scope."""
+    """No claim carries an epoch, a period or a scope: the rows declared `plain=False` are
+    skipped."""
     weaker: list[AdmittedClaim]
     """Live claims below the deciding authority (and epoch-less assertions): they agree with the
     result or are contested, never decide."""
@@ -91,6 +92,10 @@ class Rule:
     """The `Context` fields the step writes beside what it returns: what later steps read."""
     revises: bool = False
     """Runs only once a verdict exists, and may replace it (the deciding steps stop there)."""
+    plain: bool = True
+    """Runs on plain claims (`Context.plain`). False: the step has nothing to look at there (no
+    epoch, period or scope) and is skipped, a speed shortcut declared here rather than a branch
+    in its body."""
 
     def __post_init__(self) -> None:
         unknown = set(self.sets).difference(field.name for field in fields(Context))
