@@ -1,15 +1,15 @@
 """The arbitration engine: a pure function of (one key's claims, the field's rules, now).
 
 Where it sits: keystate hands it a key's admitted claims (after trying the shortcut in
-`incremental.py`); the verdict and roles found here become an `Arbitration` (`arbitration.py`).
-Read top-down: the table (`_rules`: the README's "How a decision is made", same names and order,
-held by a test; its `Rule`s, the `Context` the steps share and their `StepResult` are in
-`rulebook.py`), `arbitrate` (which hands plain keys to
-the table's single pass, `fused.py`), `run_rules`, then the steps in table order. A step takes
-the claims still in play and returns the roles it gave and, once the belief is known, the
-verdict; what else it leaves for later steps it writes to the `Context` fields its rule names
-in `sets`. The last two steps revise a verdict. The result depends only on the set of
-claims. How claims agree and count as independent is in `agreement.py`.
+`shortcuts/incremental.py`); the verdict and roles found here become an `Arbitration`
+(`arbitration.py`). Read top-down: the table (`_rules`: the README's "How a decision is made",
+same names and order, held by a test; its `Rule`s, the `Context` the steps share and their
+`StepResult` are in `rulebook.py`), `arbitrate` (which hands plain keys to the table's single
+pass, `shortcuts/fused.py`), `run_rules`, then the steps in table order. A step takes the claims
+still in play and returns the roles it gave and, once the belief is known, the verdict; what else
+it leaves for later steps it writes to the `Context` fields its rule names in `sets`. The last two
+steps revise a verdict. The result depends only on the set of claims. How claims agree and count
+as independent is in `agreement.py`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from streams.core.contracts import (
     EvidenceRole,
     Resolution,
 )
-from streams.core.fused import applies, arbitrate_plain
-from streams.core.incremental import extensible_belief
 from streams.core.instants import micros
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
@@ -59,6 +57,8 @@ from streams.core.members import (
 from streams.core.normalize import values_agree
 from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
 from streams.core.rulebook import Context, Rule, StepResult
+from streams.core.shortcuts.fused import applies, arbitrate_plain
+from streams.core.shortcuts.incremental import extensible_belief
 
 
 def _rules() -> tuple[Rule, ...]:
@@ -96,9 +96,9 @@ def arbitrate(
     previous: Arbitration | None = None,
 ) -> Arbitration:
     """Decide what is believed about `field` of `subject` at `now`: by the rules' single pass
-    (`fused.py`) where every claim is plain and no resolution is in play, else by running
-    `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its id
-    to a verdict that did not change."""
+    (`shortcuts/fused.py`) where every claim is plain and no resolution is in play, else by
+    running `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its
+    id to a verdict that did not change."""
     # A list, whatever was passed: the steps index and iterate it natively.
     said = claims if isinstance(claims, list) else list(claims)
     resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)

@@ -1,11 +1,11 @@
 """The enum members and contract constants the hot path reads on every decision, bound once as
 module constants.
 
-Where it sits: beside `contracts.py`, which defines the enums. The engine's rooms (`fused.py`,
-`engine.py`, `arbitration.py`, `incremental.py`, `intake.py`) import these rather than reading
-`Outcome.RESOLVED` and the like per decision: on Python 3.11 the enums' metaclass defines
-`__getattr__`, which sends every attribute read off an enum class through Python's slow
-attribute hook, about twenty times the cost of reading a module constant (measured with timeit).
+Where it sits: beside `contracts.py`, which defines the enums. The engine's rooms (`engine.py`,
+`shortcuts/`, `arbitration.py`, `intake.py`) import these rather than reading `Outcome.RESOLVED`
+and the like per decision: on Python 3.11 the enums' metaclass defines `__getattr__`, which sends
+every attribute read off an enum class through Python's slow attribute hook, about twenty times
+the cost of reading a module constant (measured with timeit).
 Compiled, each `Final` here is read by the compiled rooms as a C static; a name they import from
 an interpreted module (`contracts.py` defines models, so stays interpreted) is a dictionary
 lookup on every read.

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from streams.core.arbitration import Arbitration
 from streams.core.contracts import Claim, Money
 from streams.core.engine import arbitrate, run_rules
-from streams.core.fused import applies, arbitrate_plain
 from streams.core.intake import AdmittedClaim, admit
 from streams.core.policy import FieldRules, Policy, parse_policy
+from streams.core.shortcuts.fused import applies, arbitrate_plain
 from tests.core.conftest import NOW, REPO
 from tests.core.test_properties import POLICY, payment_claims
 

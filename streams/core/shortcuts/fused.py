@@ -27,7 +27,6 @@ from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
 from streams.core.contracts import (
     Resolution,
 )
-from streams.core.incremental import plain_belief
 from streams.core.instants import micros
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
@@ -46,6 +45,7 @@ from streams.core.members import (
     WINNER,
 )
 from streams.core.policy import FieldRules, freshness_us
+from streams.core.shortcuts.incremental import plain_belief
 
 
 def applies(claims: list[AdmittedClaim], resolutions: Sequence[Resolution]) -> bool:
