@@ -57,7 +57,7 @@ from streams.core.members import (
 from streams.core.normalize import values_agree
 from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
 from streams.core.rulebook import Context, Rule, StepResult
-from streams.core.shortcuts.fused import applies, arbitrate_plain
+from streams.core.shortcuts.fused import applies, arbitrate_plain, check_follows
 from streams.core.shortcuts.incremental import extensible_belief
 
 
@@ -419,6 +419,7 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
 
 
 RULES: tuple[Rule, ...] = _rules()
+check_follows(RULES)  # the single pass encodes the rows that run on plain keys, and only them
 _DECIDING: tuple[Rule, ...] = tuple(rule for rule in RULES if not rule.revises)
 _REVISING: tuple[Rule, ...] = tuple(rule for rule in RULES if rule.revises)
 

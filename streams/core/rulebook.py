@@ -4,8 +4,8 @@ row that lists it.
 Where it sits: `engine.py` builds the table (`engine.RULES`) from `Rule`s and runs its steps over
 one `Context` per arbitration, each returning a `StepResult`;
 `shortcuts.incremental.extensible_belief` reads what the steps left in the `Context` once they
-ran. Compiled with the engine: one `Context` and a `StepResult` per step are built on every
-arbitration by the rules.
+ran, and `shortcuts.fused.check_follows` which rows run on plain keys. Compiled with the engine:
+one `Context` and a `StepResult` per step are built on every arbitration by the rules.
 """
 
 from __future__ import annotations

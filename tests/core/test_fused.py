@@ -1,21 +1,27 @@
-"""The rules' single pass for plain keys (`fused.py`) decides exactly as the table (`RULES`), and
-a verdict that did not change keeps the previous decision's id without hashing it again."""
+"""The rules' single pass for plain keys (`fused.py`) decides exactly as the table (`RULES`),
+names exactly the table's rows that run on plain keys, and a verdict that did not change keeps
+the previous decision's id without hashing it again."""
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.arbitration import Arbitration
 from streams.core.contracts import Claim, Money
-from streams.core.engine import arbitrate, run_rules
+from streams.core.engine import RULES, arbitrate, run_rules
 from streams.core.intake import AdmittedClaim, admit
 from streams.core.policy import FieldRules, Policy, parse_policy
-from streams.core.shortcuts.fused import applies, arbitrate_plain
+from streams.core.rulebook import Rule
+from streams.core.shortcuts.fused import applies, arbitrate_plain, check_follows
 from tests.core.conftest import NOW, REPO
 from tests.core.test_properties import POLICY, payment_claims
 
@@ -111,6 +117,33 @@ def _same(fused: Arbitration, table: Arbitration) -> None:
             table.belief.policy_version,
         )
     assert fused.decision == table.decision
+
+
+def test_the_fused_pass_names_the_rows_that_run_on_plain_keys() -> None:
+    """The table as it is passes the check the engine makes at import; a row added, one more
+    row run on plain keys, or the rows reordered, do not."""
+    check_follows(RULES)
+    added = Rule("another", lambda remaining, context: None)
+    changed_tables = [
+        (*RULES[:-1], added, RULES[-1]),
+        tuple(dataclasses.replace(rule, plain=True) for rule in RULES),
+        tuple(reversed(RULES)),
+    ]
+    for table in changed_tables:
+        with pytest.raises(RuntimeError, match=r"fused\.py\) encodes the rows"):
+            check_follows(table)
+
+
+def test_a_table_the_fused_pass_does_not_follow_fails_at_import() -> None:
+    """The engine checks as it is imported (here against a pass that lost its last row)."""
+    code = (
+        "import streams.core.shortcuts.fused as fused\n"
+        "fused.FOLLOWS = fused.FOLLOWS[:-1]\n"
+        "import streams.core.engine\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "RuntimeError: the fused pass (streams/core/shortcuts/fused.py)" in done.stderr
 
 
 @settings(max_examples=1500, deadline=None)
