@@ -1,9 +1,12 @@
-"""Suite-wide reporting: the figures passing tests print, without the rest of their output.
+"""Suite-wide reporting: the figures passing tests print, without the rest of their output; and
+how many examples the property tests that ask (`examples`) run.
 
 Passing tests keep their output captured (a passing broker test's aiokafka retry log alone ran to
 84k lines); what a test prints on stdout (checker verdicts, throughput and recovery figures) is
 collected here and shown once, in a "figures" section at the end of the run. A failing test that
 started workers shows what each was doing (its threads' stacks and its log's tail).
+`--examples-scale N` multiplies the examples of the tests that ask: scripts/test.sh runs the
+shortcuts' equivalence to the rules table (tests/core/test_shortcuts.py) again at 10.
 """
 
 from __future__ import annotations
@@ -15,6 +18,28 @@ import pytest
 from tests.stream.support import STARTED
 
 FIGURES: list[str] = []
+_examples_scale = 1
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--examples-scale",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N times the examples of the property tests that ask (tests.conftest.examples)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _examples_scale
+    _examples_scale = config.getoption("--examples-scale")
+
+
+def examples(count: int) -> int:
+    """`count` examples times `--examples-scale`, for a test's `settings(max_examples=...)`: read
+    as its module is collected, after pytest_configure has read the option."""
+    return count * _examples_scale
 
 
 @pytest.hookimpl(wrapper=True)

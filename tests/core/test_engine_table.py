@@ -18,8 +18,8 @@ from streams.core.intake import AdmittedClaim, admit, admit_resolution
 from streams.core.policy import FieldRules, Policy
 from streams.core.rulebook import Context, Rule, StepResult
 from tests.core.conftest import NOW, claim
-from tests.core.test_fused import plain_keys
 from tests.core.test_properties import POLICY, payment_claims
+from tests.core.test_shortcuts import plain_keys
 
 Snapshot = dict[str, tuple[object, ...]]
 

@@ -26,7 +26,8 @@ from streams.core.keystate import (
 )
 from streams.core.policy import FieldRules, Policy
 from tests.core.conftest import NOW, claim
-from tests.core.test_properties import POLICY, arrivals
+from tests.core.test_properties import POLICY
+from tests.core.test_shortcuts import arrivals
 
 _SETTLED: dict[str, Any] = {  # what a steward may decide, per field
     "order.payment_status": "paid",

@@ -7,6 +7,7 @@ specification; each shortcut decides a case faster, and only as the table would:
   hands such keys here).
 - incremental: one more claim placed into the key's last arbitration without running the rules
   (keystate tries it first for a new claim; `Arbitration.place` applies it).
-tests/core/test_fused.py and tests/core/test_properties.py hold them equal to the table over
-generated keys: a change to the rules that a shortcut does not follow fails there.
+tests/core/test_shortcuts.py holds them equal to the table over generated keys (scripts/test.sh
+runs it again with ten times the examples): a change to the rules that a shortcut does not follow
+fails there. The fused pass also names the rows it encodes, checked against the table at import.
 """

@@ -6,7 +6,7 @@ nothing to look at). One pass sorts the claims into excluded, stale, the top aut
 weaker ones; lineage and agreement then run over the top group only, and the result is the
 `Arbitration` the rules (`engine.RULES`, the specification) reach, roles included. It is a second
 encoding of those rules: it names the rows it encodes (`FOLLOWS`), which the engine checks
-against the table as it builds it, and `tests/core/test_fused.py` holds its decisions equal to
+against the table as it builds it, and `tests/core/test_shortcuts.py` holds its decisions equal to
 the table's for generated plain keys, so a change to the rules that this pass does not follow
 fails at import or there.
 """

@@ -1,13 +1,18 @@
-"""The rules' single pass for plain keys (`fused.py`) decides exactly as the table (`RULES`),
-names exactly the table's rows that run on plain keys, and a verdict that did not change keeps
-the previous decision's id without hashing it again."""
+"""The table's shortcuts (`streams/core/shortcuts/`) decide exactly as the table (`RULES`) they
+encode a second time: the single pass for plain keys (`fused.py`) names exactly the table's rows
+that run on plain keys and decides as the table over generated plain keys, a verdict that did not
+change keeping the previous decision's id without hashing it again; one more claim placed by the
+incremental path (`incremental.py`) decides as the full engine, claim by claim.
+
+scripts/test.sh runs this module again with ten times the examples (`--examples-scale 10`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,15 +24,18 @@ from streams.core.arbitration import Arbitration
 from streams.core.contracts import Claim, Money
 from streams.core.engine import RULES, arbitrate, run_rules
 from streams.core.intake import AdmittedClaim, admit
+from streams.core.keystate import KeyState, add_claim
 from streams.core.policy import FieldRules, Policy, parse_policy
 from streams.core.rulebook import Rule
 from streams.core.shortcuts.fused import applies, arbitrate_plain, check_follows
+from tests.conftest import examples
 from tests.core.conftest import NOW, REPO
-from tests.core.test_properties import POLICY, payment_claims
+from tests.core.test_properties import POLICY, SOURCES, WIDE, payment_claims
 
 _raw = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
-# Beside the example policy: independence counted, and a toleranced number field whose
-# conflicts the newest claims break (tolerance chains meet recency there).
+# Beside the example policy: independence counted (two claims of one lineage are one
+# observation), and a toleranced number field whose conflicts the newest claims break (tolerance
+# chains meet recency there).
 _raw["fields"]["order.payment_status"]["min_independent_sources"] = 2
 _raw["fields"]["customer.email_verified"]["min_independent_sources"] = 3
 _raw["fields"]["api.latency"]["on_conflict"] = "most_recent"
@@ -146,7 +154,7 @@ def test_a_table_the_fused_pass_does_not_follow_fails_at_import() -> None:
     assert "RuntimeError: the fused pass (streams/core/shortcuts/fused.py)" in done.stderr
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(key=plain_keys(), later=st.sampled_from([timedelta(0), timedelta(microseconds=1)]))
 def test_the_fused_pass_decides_plain_keys_as_the_table(
     key: tuple[Policy, FieldRules, list[AdmittedClaim]], later: timedelta
@@ -158,7 +166,7 @@ def test_the_fused_pass_decides_plain_keys_as_the_table(
     _same(arbitrate_plain(*args, supersedes="dec_x"), run_rules(*args, supersedes="dec_x"))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(claims=payment_claims())
 def test_arbitrate_decides_as_the_table_whatever_the_claims(claims: list[Claim]) -> None:
     rules = POLICY.rules_for("order.payment_status")
@@ -168,7 +176,7 @@ def test_arbitrate_decides_as_the_table_whatever_the_claims(claims: list[Claim])
     _same(arbitrate(*args), run_rules(*args))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(key=plain_keys(), earlier=plain_keys(), data=st.data())
 def test_an_unchanged_verdict_takes_the_previous_id_and_a_changed_one_its_own(
     key: tuple[Policy, FieldRules, list[AdmittedClaim]],
@@ -229,3 +237,92 @@ def test_a_money_value_is_compared_as_hashed() -> None:
     assert again.verdict.value is not first.verdict.value
     assert again.decision_id is first.decision_id
     assert decided(5, first).decision_id != first.decision_id
+
+
+# The incremental path's cases: an enum field whose conflicts block; a float field with a
+# tolerance (agreement is not transitive there); a field whose conflicts the newest claims break;
+# the enum field where independence is counted (two claims of one lineage are one observation).
+_MIXED = [*SOURCES, "apm-agent", "synthetic-probe", "config-service", "deploy-tool"]
+_KEYS = {  # policy, field, values, sources, how old a claim may be on arrival (s)
+    "enum": (POLICY, "order.payment_status", ["paid", "paid", "unpaid"], _MIXED, 70),
+    "float": (POLICY, "api.latency", [120.0, 120.0, 120.3, 120.6, 121.5], _MIXED, 700),
+    "recent": (POLICY, "customer.shipping_address", ["1 Main St", "2 Side Rd"], _MIXED, 2),
+    "counted": (
+        _VARIANT,
+        "order.payment_status",
+        ["paid", "paid", "paid", "unpaid"],
+        ["crm", "config-service", "billing-cache"],
+        70,
+    ),
+}
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> tuple[Policy, list[tuple[int, Claim]]]:
+    """A policy and claims about one key arriving one by one at non-decreasing instants
+    (seconds after NOW): mostly plain claims the incremental path takes, some stale on arrival,
+    some that force the rules to run again."""
+    policy, field, values, sources, oldest_s = _KEYS[draw(st.sampled_from(sorted(_KEYS)))]
+    moments = sorted(draw(st.lists(st.integers(0, 200), min_size=1, max_size=10)))
+    out = []
+    for n, moment in enumerate(moments):
+        at = NOW + timedelta(seconds=moment)
+        status = draw(st.sampled_from(["present"] * 8 + ["not_found", "error"]))
+        special = draw(st.sampled_from([{}] * 6 + [{"epoch": 1}, {"scope": "server"}]))
+        out.append(
+            (
+                moment,
+                Claim(
+                    claim_id=f"c{n}",
+                    subject="invoice:42",
+                    field=field,
+                    status=status,
+                    value=draw(st.sampled_from(values)) if status == "present" else None,
+                    unit="ms" if field == "api.latency" and status == "present" else None,
+                    source=draw(st.sampled_from(sources)),
+                    source_class="user" if draw(st.integers(0, 5)) == 0 else "observation",
+                    observed_at=at - timedelta(seconds=draw(st.integers(0, oldest_s))),
+                    lineage=draw(
+                        st.sampled_from([None, None, "l1", "source:crm", "source:config-service"])
+                    ),
+                    **special,
+                ),
+            )
+        )
+    return policy, out
+
+
+@settings(max_examples=examples(600), deadline=None)
+@given(key=arrivals())
+def test_incremental_arbitration_equals_the_full_engine_at_every_step(
+    key: tuple[Policy, list[tuple[int, Claim]]],
+) -> None:
+    """Every step of a key, whether the incremental path placed the claim or the rules ran,
+    decides and assigns roles exactly as the full engine over the key's claims at that instant."""
+    policy, claims = key
+    rules = policy.rules_for(claims[0][1].field)
+    assert rules is not None
+    state: KeyState | None = None
+    for moment, c in claims:
+        at = NOW + timedelta(seconds=moment)
+        step = add_claim(state, admit(c, policy, at), rules, policy.version, at, WIDE)
+        state = step.state
+        full = arbitrate("invoice:42", rules.name, state.claims, rules, policy.version, at)
+        assert step.arbitration.decision_id == full.decision_id
+        assert step.arbitration.decision.evidence == full.decision.evidence
+        assert state.current is not None
+        assert state.current.decision_id == full.decision_id
+        assert state.next_check_at == _next_moment(state, rules, at)
+
+
+def _next_moment(state: KeyState, rules: FieldRules, now: datetime) -> datetime | None:
+    """When time alone could next change the key, from its claims (as the full path computes)."""
+    moments = [
+        a.claim.observed_at + rules.freshness + timedelta(microseconds=1)
+        for a in state.claims
+        if rules.freshness is not None
+    ]
+    if state.conflict_since is not None and not state.escalated:
+        moments.append(state.conflict_since + rules.escalate_after)
+    moments += [m for a in state.claims for m in (a.claim.valid_from, a.claim.valid_to) if m]
+    return min((m for m in moments if m > now), default=None)
