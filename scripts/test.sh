@@ -3,7 +3,8 @@
 # (unit, property, and integration tests against real brokers this suite starts itself).
 # The suite runs on the modules compiled with mypyc (CLAIMSTREAM_USE_MYPYC=1 unless set to 0),
 # then the compiled modules' tests run again on their pure-Python sources
-# (CLAIMSTREAM_INTERPRETED=1).
+# (CLAIMSTREAM_INTERPRETED=1). The rules table's shortcuts are held equal to it again with ten
+# times the examples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CLAIMSTREAM_USE_MYPYC="${CLAIMSTREAM_USE_MYPYC:-1}"
@@ -13,6 +14,8 @@ echo "== ruff"; .venv/bin/ruff check streams tests grafana
 .venv/bin/ruff format --check streams tests grafana
 echo "== mypy"; .venv/bin/mypy streams
 echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytest "$@"
+echo "== pytest, the shortcuts' equivalence to the rules at 10x the examples"
+.venv/bin/python -m pytest -q tests/core/test_shortcuts.py --examples-scale 10
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
     echo "== pytest, the compiled modules interpreted"
     CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \

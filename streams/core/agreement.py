@@ -1,6 +1,6 @@
 """When claims say the same thing, and how many independent observations they are.
 
-The comparisons the rules (`engine.py`) and their incremental shortcut (`incremental.py`) share:
+The comparisons the rules (`engine.py`) and their shortcuts (`shortcuts/`) share:
 agreement by the field's tolerance, grouping into statements in an order that does not depend on
 arrival, and the count of independent observers. Values arrive here normalized (`normalize.py`).
 """

@@ -4,8 +4,8 @@ Where it sits: the rules (`engine.py`) reach a `Verdict` and give each claim a r
 turns them into an `Arbitration`, which carries the decision id and the roles at once and builds
 the Decision (with its evidence), the EpochChange and the ReobserveRequest only when someone reads
 them. Downstream, keystate keeps the last arbitration in memory and the pipeline sends its records.
-Every path that decides (the full rules, their incremental shortcut in `incremental.py`, a decision
-restated as first emitted) computes the id here, from the verdict.
+Every path that decides (the full rules, their shortcuts in `shortcuts/`, a decision restated as
+first emitted) computes the id here, from the verdict.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Verdict:
 
     `by_precedence` is set by the rule that resolves by authority precedence (corroboration,
     without a tiebreak): the winner's own value decides, so one more claim that agrees with it,
-    or is weaker, leaves the belief standing (see `incremental.placement`).
+    or is weaker, leaves the belief standing (see `shortcuts.incremental.placement`).
 
     A plain slotted class, not a NamedTuple: every arbitration builds one, and a NamedTuple's
     `__new__` is Python code where this class's `__init__` compiles. Not to be changed once
@@ -217,7 +217,7 @@ class Arbitration:
         self.subject, self.field = subject, field
         self.belief = belief
         """Set when a new claim may be added without arbitrating again (see
-        `incremental.placement`)."""
+        `shortcuts.incremental.placement`)."""
         self.roles = roles
         self.outcome = verdict.outcome
         self._claims, self._verdict, self._rules = claims, verdict, rules
@@ -336,8 +336,8 @@ class Arbitration:
         supersedes: str | None,
     ) -> None:
         """One more claim placed in this decision, in place (its verdict and id stand, see
-        `incremental.placement`): only for an arbitration a key's state owns (`owned`). The
-        records built from it before are dropped: they describe the decision before `added`."""
+        `shortcuts.incremental.placement`): only for an arbitration a key's state owns (`owned`).
+        The records built from it before are dropped: they describe the decision before `added`."""
         self.roles.update(roles)
         insort(self._claims, added, key=RECENCY)
         self.belief = belief

@@ -1,15 +1,15 @@
 """The arbitration engine: a pure function of (one key's claims, the field's rules, now).
 
 Where it sits: keystate hands it a key's admitted claims (after trying the shortcut in
-`incremental.py`); the verdict and roles found here become an `Arbitration` (`arbitration.py`).
-Read top-down: the table (`_rules`: the README's "How a decision is made", same names and order,
-held by a test; its `Rule`s, the `Context` the steps share and their `StepResult` are in
-`rulebook.py`), `arbitrate` (which hands plain keys to
-the table's single pass, `fused.py`), `run_rules`, then the steps in table order. A step takes
-the claims still in play and returns the roles it gave and, once the belief is known, the
-verdict; what else it leaves for later steps it writes to the `Context` fields its rule names
-in `sets`. The last two steps revise a verdict. The result depends only on the set of
-claims. How claims agree and count as independent is in `agreement.py`.
+`shortcuts/incremental.py`); the verdict and roles found here become an `Arbitration`
+(`arbitration.py`). Read top-down: the table (`_rules`: the README's "How a decision is made",
+same names and order, held by a test; its `Rule`s, the `Context` the steps share and their
+`StepResult` are in `rulebook.py`), `arbitrate` (which hands plain keys to the table's single
+pass, `shortcuts/fused.py`), `run_rules`, then the steps in table order. A step takes the claims
+still in play and returns the roles it gave and, once the belief is known, the verdict; what else
+it leaves for later steps it writes to the `Context` fields its rule names in `sets`. The last two
+steps revise a verdict. The result depends only on the set of claims. How claims agree and count
+as independent is in `agreement.py`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from streams.core.contracts import (
     EvidenceRole,
     Resolution,
 )
-from streams.core.fused import applies, arbitrate_plain
-from streams.core.incremental import extensible_belief
 from streams.core.instants import micros
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
@@ -59,25 +57,29 @@ from streams.core.members import (
 from streams.core.normalize import values_agree
 from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
 from streams.core.rulebook import Context, Rule, StepResult
+from streams.core.shortcuts.fused import applies, arbitrate_plain, check_follows
+from streams.core.shortcuts.incremental import extensible_belief
 
 
 def _rules() -> tuple[Rule, ...]:
     """The table, in order. A function so that it reads here, ahead of the steps it names;
-    `RULES` is built from it once they are defined."""
+    `RULES` is built from it once they are defined. `plain=False`: the step has nothing to look
+    at when no claim carries an epoch, a period or a scope (`Context.plain`), and `run_rules`
+    skips it then (unanchored's claims are only ever set aside by missing_epoch)."""
     return (
         Rule("duplicates", _duplicates, sets=("evidence", "plain")),
         Rule("no_evidence", _no_evidence),
-        Rule("later_periods", _later_periods),
+        Rule("later_periods", _later_periods, plain=False),
         Rule("freshness", _freshness),
-        Rule("missing_epoch", _missing_epoch, sets=("unanchored", "weaker")),
-        Rule("newest_epoch", _newest_epoch, sets=("shift",)),
+        Rule("missing_epoch", _missing_epoch, sets=("unanchored", "weaker"), plain=False),
+        Rule("newest_epoch", _newest_epoch, sets=("shift",), plain=False),
         Rule("authority", _authority, sets=("weaker",)),
         Rule("lineage", _lineage),
-        Rule("scope", _scope),
+        Rule("scope", _scope, plain=False),
         Rule("existence", _existence),
         Rule("value", _value, sets=("tiebreak",)),
         Rule("corroboration", _corroboration, sets=("winner",)),
-        Rule("unanchored", _unanchored, revises=True),
+        Rule("unanchored", _unanchored, revises=True, plain=False),
         Rule("resolution", _resolution, revises=True),
     )
 
@@ -94,9 +96,9 @@ def arbitrate(
     previous: Arbitration | None = None,
 ) -> Arbitration:
     """Decide what is believed about `field` of `subject` at `now`: by the rules' single pass
-    (`fused.py`) where every claim is plain and no resolution is in play, else by running
-    `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its id
-    to a verdict that did not change."""
+    (`shortcuts/fused.py`) where every claim is plain and no resolution is in play, else by
+    running `RULES` in order; both decide alike. `previous`, the key's last arbitration, lends its
+    id to a verdict that did not change."""
     # A list, whatever was passed: the steps index and iterate it natively.
     said = claims if isinstance(claims, list) else list(claims)
     resolutions = resolutions if isinstance(resolutions, tuple) else tuple(resolutions)
@@ -123,8 +125,10 @@ def run_rules(
     """`RULES` in order, step by step: the specification every faster path is held equal to."""
     context = Context(rules, now, resolutions)
     remaining = list(claims)
-    for step in _DECIDING:
-        result = step(remaining, context)
+    for rule in _DECIDING:
+        if context.plain and not rule.plain:
+            continue  # nothing for it to look at, as its row says
+        result = rule.apply(remaining, context)
         if result is not None:
             if result.roles:
                 context.roles.update(result.roles)
@@ -132,8 +136,10 @@ def run_rules(
             if result.verdict is not None:
                 context.verdict = result.verdict
                 break
-    for step in _REVISING:
-        result = step(remaining, context)
+    for rule in _REVISING:
+        if context.plain and not rule.plain:
+            continue
+        result = rule.apply(remaining, context)
         if result is not None:
             context.roles.update(result.roles)
             if result.verdict is not None:
@@ -186,8 +192,6 @@ def _later_periods(claims: list[AdmittedClaim], context: Context) -> StepResult 
     """A statement about a later period describes a change, and closes for good every earlier
     statement of equal or weaker authority that does not explicitly reach into it, whether or not
     either period has ended."""
-    if context.plain:
-        return None
     latest_start: dict[int, int] = {}
     for admitted in claims:
         start = admitted.valid_from_us
@@ -240,8 +244,6 @@ def _freshness(claims: list[AdmittedClaim], context: Context) -> StepResult | No
 def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """Where some claims carry an epoch, an observation without one lacks provenance:
     quarantined. An assertion without one is only evidence: it is judged with the weaker claims."""
-    if context.plain:
-        return None
     anchored = len([a for a in claims if a.claim.epoch is not None])
     if anchored == 0 or anchored == len(claims):
         return None
@@ -260,8 +262,6 @@ def _missing_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult 
 def _newest_epoch(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """Only the newest epoch decides. A value that changed across the boundary (by the field's
     own equality) is quarantined until re-observed, unless the field accepts epoch changes."""
-    if context.plain:
-        return None
     found = {a.claim.epoch for a in claims}  # all set or all None, after missing_epoch
     if len(found) < 2:
         return None
@@ -314,8 +314,6 @@ def _lineage(claims: list[AdmittedClaim], context: Context) -> StepResult | None
 
 def _scope(claims: list[AdmittedClaim], context: Context) -> StepResult | None:
     """Different declared scopes (compared normalized) at the top are a semantic conflict."""
-    if context.plain:
-        return None
     scopes = {a.scope_key for a in claims if a.scope_key is not None}
     if len(scopes) > 1:
         return _conflict(claims, context, ConflictKind.SEMANTIC, "scope_conflict")
@@ -421,8 +419,9 @@ def _resolution(claims: list[AdmittedClaim], context: Context) -> StepResult | N
 
 
 RULES: tuple[Rule, ...] = _rules()
-_DECIDING = tuple(rule.apply for rule in RULES if not rule.revises)
-_REVISING = tuple(rule.apply for rule in RULES if rule.revises)
+check_follows(RULES)  # the single pass encodes the rows that run on plain keys, and only them
+_DECIDING: tuple[Rule, ...] = tuple(rule for rule in RULES if not rule.revises)
+_REVISING: tuple[Rule, ...] = tuple(rule for rule in RULES if rule.revises)
 
 
 def _conflict(

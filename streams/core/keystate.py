@@ -28,9 +28,9 @@ from streams.core.contracts import (
 )
 from streams.core.engine import arbitrate
 from streams.core.errors import ContractError
-from streams.core.incremental import Placement, placement
 from streams.core.intake import AdmittedClaim
 from streams.core.policy import FieldRules
+from streams.core.shortcuts.incremental import Placement, placement
 from streams.core.summary import DecisionSummary
 from streams.core.upkeep import evicted, expiry, latest_resolutions, next_check
 
@@ -443,9 +443,9 @@ def _placement(
     now_us: int,
     limits: Limits,
 ) -> Placement | None:
-    """The incremental path (`incremental.placement`), where its preconditions hold: the last
-    arbitration is at hand and was made under these rules, no timer of the key has come due since
-    (so time alone changed nothing), and the new claim needs no eviction."""
+    """The incremental path (`shortcuts.incremental.placement`), where its preconditions hold:
+    the last arbitration is at hand and was made under these rules, no timer of the key has come
+    due since (so time alone changed nothing), and the new claim needs no eviction."""
     previous, last = state.arbitration, state.current
     if (
         added is None

@@ -2,9 +2,10 @@
 row that lists it.
 
 Where it sits: `engine.py` builds the table (`engine.RULES`) from `Rule`s and runs its steps over
-one `Context` per arbitration, each returning a `StepResult`; `incremental.extensible_belief`
-reads what the steps left in the `Context` once they ran. Compiled with the engine: one
-`Context` and a `StepResult` per step are built on every arbitration by the rules.
+one `Context` per arbitration, each returning a `StepResult`;
+`shortcuts.incremental.extensible_belief` reads what the steps left in the `Context` once they
+ran, and `shortcuts.fused.check_follows` which rows run on plain keys. Compiled with the engine:
+one `Context` and a `StepResult` per step are built on every arbitration by the rules.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class Context:
     evidence: list[AdmittedClaim]
     """Every claim once: what the decision cites, each with its role."""
     plain: bool
-    """No claim carries an epoch, a period or a scope."""
+    """No claim carries an epoch, a period or a scope: the rows declared `plain=False` are
+    skipped."""
     weaker: list[AdmittedClaim]
     """Live claims below the deciding authority (and epoch-less assertions): they agree with the
     result or are contested, never decide."""
@@ -91,6 +93,10 @@ class Rule:
     """The `Context` fields the step writes beside what it returns: what later steps read."""
     revises: bool = False
     """Runs only once a verdict exists, and may replace it (the deciding steps stop there)."""
+    plain: bool = True
+    """Runs on plain claims (`Context.plain`). False: the step has nothing to look at there (no
+    epoch, period or scope) and is skipped, a speed shortcut declared here rather than a branch
+    in its body."""
 
     def __post_init__(self) -> None:
         unknown = set(self.sets).difference(field.name for field in fields(Context))

@@ -11,15 +11,13 @@ from streams.core.agreement import distinct
 from streams.core.contracts import Claim
 from streams.core.engine import arbitrate
 from streams.core.intake import admit
-from streams.core.keystate import KeyState, Limits, add_claim, advance, current_decision
-from streams.core.policy import FieldRules, Policy
-from tests.support.builders import NOW, POLICY, decide
-from tests.support.strategies import arrivals, payment_claims
+from streams.core.keystate import KeyState, add_claim, advance, current_decision
+from tests.support.builders import NOW, POLICY, WIDE, decide
+from tests.support.strategies import payment_claims
 
 _rules = POLICY.rules_for("order.payment_status")
 assert _rules is not None
 RULES = _rules
-WIDE = Limits(max_claims=64)  # no eviction: replay keeps every claim
 
 
 def fold(claims: list[Claim], now: datetime) -> KeyState:
@@ -113,39 +111,3 @@ def test_a_key_folded_claim_by_claim_decides_as_replay_in_any_order(
         moved.arbitration.decision.evidence
         == arbitrate("invoice:42", RULES.name, kept, RULES, POLICY.version, later).decision.evidence
     )
-
-
-@settings(max_examples=600, deadline=None)
-@given(key=arrivals())
-def test_incremental_arbitration_equals_the_full_engine_at_every_step(
-    key: tuple[Policy, list[tuple[int, Claim]]],
-) -> None:
-    """Every step of a key, whether the incremental path placed the claim or the rules ran,
-    decides and assigns roles exactly as the full engine over the key's claims at that instant."""
-    policy, claims = key
-    rules = policy.rules_for(claims[0][1].field)
-    assert rules is not None
-    state: KeyState | None = None
-    for moment, c in claims:
-        at = NOW + timedelta(seconds=moment)
-        step = add_claim(state, admit(c, policy, at), rules, policy.version, at, WIDE)
-        state = step.state
-        full = arbitrate("invoice:42", rules.name, state.claims, rules, policy.version, at)
-        assert step.arbitration.decision_id == full.decision_id
-        assert step.arbitration.decision.evidence == full.decision.evidence
-        assert state.current is not None
-        assert state.current.decision_id == full.decision_id
-        assert state.next_check_at == _next_moment(state, rules, at)
-
-
-def _next_moment(state: KeyState, rules: FieldRules, now: datetime) -> datetime | None:
-    """When time alone could next change the key, from its claims (as the full path computes)."""
-    moments = [
-        a.claim.observed_at + rules.freshness + timedelta(microseconds=1)
-        for a in state.claims
-        if rules.freshness is not None
-    ]
-    if state.conflict_since is not None and not state.escalated:
-        moments.append(state.conflict_since + rules.escalate_after)
-    moments += [m for a in state.claims for m in (a.claim.valid_from, a.claim.valid_to) if m]
-    return min((m for m in moments if m > now), default=None)

@@ -16,6 +16,7 @@ from streams.core.policy import Policy, load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+WIDE = Limits(max_claims=64)  # no eviction: replay keeps every claim
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 """The example policy (the packaged one is the same file)."""
 

@@ -1,9 +1,10 @@
 """Hypothesis strategies more than one test module draws from.
 
 Each keeps the distribution its tests were written against: the claims about one payment key
-(`payment_claims`), a key's claims arriving over time (`arrivals`), and key states of any shape
-(`key_states`). The other modules' strategies stay beside their tests: each draws what its own
-property needs (Avro dicts, contract claims, fuzz), and no two are the same distribution.
+(`payment_claims`), plain keys of every field kind the fused pass takes (`plain_keys`), a key's
+claims arriving over time (`arrivals`), and key states of any shape (`key_states`). The other
+modules' strategies stay beside their tests: each draws what its own property needs (Avro dicts,
+contract claims, fuzz), and no two are the same distribution.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from streams.core.contracts import (
     SourceClass,
     Value,
 )
-from streams.core.intake import AdmittedClaim
+from streams.core.intake import AdmittedClaim, admit
 from streams.core.keystate import KeyState
-from streams.core.policy import Policy, parse_policy
+from streams.core.policy import FieldRules, Policy, parse_policy
 from streams.core.summary import DecisionSummary
 from tests.support.builders import NOW, POLICY, REPO
 
@@ -75,19 +76,105 @@ def payment_claims(draw: st.DrawFn) -> list[Claim]:
     return claims
 
 
+_variant_raw = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+# Beside the example policy: independence counted (two claims of one lineage are one
+# observation), and a toleranced number field whose conflicts the newest claims break (tolerance
+# chains meet recency there).
+_variant_raw["fields"]["order.payment_status"]["min_independent_sources"] = 2
+_variant_raw["fields"]["customer.email_verified"]["min_independent_sources"] = 3
+_variant_raw["fields"]["api.latency"]["on_conflict"] = "most_recent"
+_VARIANT: Policy = parse_policy(_variant_raw)
+
+_VALUES: dict[str, list[Any]] = {
+    "order.payment_status": ["paid", "unpaid", "PAID"],
+    "api.latency": [120.0, 120.4, 120.8, 121.2, 119.6],  # 0.5 apart is agreement: not transitive
+    "customer.shipping_address": ["1 Main St", "2 Side Rd"],
+    "customer.email_verified": [True, False],
+    "account.balance": [
+        {"amount_minor": 100, "currency": "USD"},
+        {"amount_minor": 5, "currency": "USD"},
+    ],
+}
+_SOURCES = [  # system_of_record thrice as likely: conflicts at the top need two of a rank
+    *["billing-api", "ledger-service", "crm", "config-service"] * 3,  # billing, ledger: one lineage
+    "billing-cache",
+    "deploy-tool",
+    "reporting-replica",  # derived, lineage ledger-replica (with search-index)
+    "search-index",
+    "apm-agent",
+    "chat",
+]
+_STATUSES = ["present"] * 8 + ["not_found", "not_found", "unavailable", "error", "forbidden"]
+
+
+def _freshness_offsets(rules: FieldRules) -> list[timedelta]:
+    """How old a claim is at NOW: fresh, tied, and either side of the freshness boundary."""
+    offsets = [timedelta(0), timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=30)]
+    if rules.freshness is not None:
+        tick = timedelta(microseconds=1)
+        offsets += [rules.freshness - tick, rules.freshness, rules.freshness + tick]
+    else:
+        offsets.append(timedelta(days=400))
+    return offsets
+
+
+# The generators' strategies, built once: one built inside a draw is validated anew each time,
+# which took a third of the fused test's time.
+_POLICIES = st.sampled_from([POLICY, _VARIANT])
+_FIELDS = st.sampled_from(sorted(_VALUES))
+_FIELD_VALUES = {field: st.sampled_from(values) for field, values in _VALUES.items()}
+_COUNTS = st.sampled_from([3, 4, 2, 5, 6, 7, 3, 4, 1, 0])
+_REUSE = st.integers(0, 4)
+_STATUS = st.sampled_from(_STATUSES)
+_SOURCE = st.sampled_from(_SOURCES)
+_CLASS = st.sampled_from(["observation"] * 8 + ["user", "inference"])
+_LINEAGE = st.sampled_from([None, None, None, "l1", "source:crm"])
+
+
+@st.composite
+def plain_keys(draw: st.DrawFn) -> tuple[Policy, FieldRules, list[AdmittedClaim]]:
+    """A policy, a field and plain claims about one key: every status, authority and class,
+    shared lineages, claim ids reused with the same or other content, redeliveries."""
+    policy = draw(_POLICIES)
+    field = draw(_FIELDS)
+    rules = policy.rules_for(field)
+    assert rules is not None
+    offsets = st.sampled_from(_freshness_offsets(rules))
+    admitted: list[AdmittedClaim] = []
+    for n in range(draw(_COUNTS)):
+        reused = n > 0 and draw(_REUSE) == 0  # an earlier claim's id, rarely
+        status = draw(_STATUS)
+        value = draw(_FIELD_VALUES[field]) if status == "present" else None
+        said = Claim.model_validate(
+            {
+                "claim_id": f"c{draw(st.integers(0, n - 1)) if reused else n}",
+                "subject": "invoice:42",
+                "field": field,
+                "status": status,
+                "value": value,
+                "unit": "ms" if field == "api.latency" and status == "present" else None,
+                "source": draw(_SOURCE),
+                "source_class": draw(_CLASS),
+                "lineage": draw(_LINEAGE),
+                "observed_at": NOW - draw(offsets),
+            }
+        )
+        admitted.append(admit(said, policy, NOW))
+    if admitted:
+        admitted += draw(st.lists(st.sampled_from(admitted), max_size=2))  # redelivered
+    return policy, rules, admitted
+
+
 # The incremental path's cases: an enum field whose conflicts block; a float field with a
 # tolerance (agreement is not transitive there); a field whose conflicts the newest claims break;
 # the enum field where independence is counted (two claims of one lineage are one observation).
-_counted_policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
-_counted_policy["fields"]["order.payment_status"]["min_independent_sources"] = 2
-_COUNTED = parse_policy(_counted_policy)
 _MIXED = [*SOURCES, "apm-agent", "synthetic-probe", "config-service", "deploy-tool"]
 _KEYS = {  # policy, field, values, sources, how old a claim may be on arrival (s)
     "enum": (POLICY, "order.payment_status", ["paid", "paid", "unpaid"], _MIXED, 70),
     "float": (POLICY, "api.latency", [120.0, 120.0, 120.3, 120.6, 121.5], _MIXED, 700),
     "recent": (POLICY, "customer.shipping_address", ["1 Main St", "2 Side Rd"], _MIXED, 2),
     "counted": (
-        _COUNTED,
+        _VARIANT,
         "order.payment_status",
         ["paid", "paid", "paid", "unpaid"],
         ["crm", "config-service", "billing-cache"],
@@ -95,19 +182,27 @@ _KEYS = {  # policy, field, values, sources, how old a claim may be on arrival (
     ),
 }
 
+_KEY_KINDS = st.sampled_from(sorted(_KEYS))
+_MOMENTS = st.lists(st.integers(0, 200), min_size=1, max_size=10)
+_ARRIVING_STATUS = st.sampled_from(["present"] * 8 + ["not_found", "error"])
+_SPECIAL = st.sampled_from([{}] * 6 + [{"epoch": 1}, {"scope": "server"}])
+_ONE_IN_SIX = st.integers(0, 5)
+_ARRIVING_LINEAGE = st.sampled_from([None, None, "l1", "source:crm", "source:config-service"])
+
 
 @st.composite
 def arrivals(draw: st.DrawFn) -> tuple[Policy, list[tuple[int, Claim]]]:
     """A policy and claims about one key arriving one by one at non-decreasing instants
     (seconds after NOW): mostly plain claims the incremental path takes, some stale on arrival,
     some that force the rules to run again."""
-    policy, field, values, sources, oldest_s = _KEYS[draw(st.sampled_from(sorted(_KEYS)))]
-    moments = sorted(draw(st.lists(st.integers(0, 200), min_size=1, max_size=10)))
+    policy, field, values, sources, oldest_s = _KEYS[draw(_KEY_KINDS)]
+    value, source, age = st.sampled_from(values), st.sampled_from(sources), st.integers(0, oldest_s)
+    moments = sorted(draw(_MOMENTS))
     out = []
     for n, moment in enumerate(moments):
         at = NOW + timedelta(seconds=moment)
-        status = draw(st.sampled_from(["present"] * 8 + ["not_found", "error"]))
-        special = draw(st.sampled_from([{}] * 6 + [{"epoch": 1}, {"scope": "server"}]))
+        status = draw(_ARRIVING_STATUS)
+        special = draw(_SPECIAL)
         out.append(
             (
                 moment,
@@ -116,14 +211,12 @@ def arrivals(draw: st.DrawFn) -> tuple[Policy, list[tuple[int, Claim]]]:
                     subject="invoice:42",
                     field=field,
                     status=status,
-                    value=draw(st.sampled_from(values)) if status == "present" else None,
+                    value=draw(value) if status == "present" else None,
                     unit="ms" if field == "api.latency" and status == "present" else None,
-                    source=draw(st.sampled_from(sources)),
-                    source_class="user" if draw(st.integers(0, 5)) == 0 else "observation",
-                    observed_at=at - timedelta(seconds=draw(st.integers(0, oldest_s))),
-                    lineage=draw(
-                        st.sampled_from([None, None, "l1", "source:crm", "source:config-service"])
-                    ),
+                    source=draw(source),
+                    source_class="user" if draw(_ONE_IN_SIX) == 0 else "observation",
+                    observed_at=at - timedelta(seconds=draw(age)),
+                    lineage=draw(_ARRIVING_LINEAGE),
                     **special,
                 ),
             )

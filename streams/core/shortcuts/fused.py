@@ -1,12 +1,14 @@
 """The rules in one pass, for a key whose claims are all plain: the engine's fast room.
 
 Where it sits: `engine.arbitrate` hands a key here when no claim carries an epoch, a period or a
-scope and no resolution is in play (then the epoch, period, scope, unanchored and resolution
-rules have nothing to look at). One pass sorts the claims into excluded, stale, the top
-authority and the weaker ones; lineage and agreement then run over the top group only, and the
-result is the `Arbitration` the rules (`engine.RULES`, the specification) reach, roles included.
-It is a second encoding of those rules: `tests/core/test_fused.py` holds it equal to them for
-generated plain keys, so a change to the rules that this pass does not follow fails there.
+scope and no resolution is in play (then the rows declared `plain=False`, and resolution, have
+nothing to look at). One pass sorts the claims into excluded, stale, the top authority and the
+weaker ones; lineage and agreement then run over the top group only, and the result is the
+`Arbitration` the rules (`engine.RULES`, the specification) reach, roles included. It is a second
+encoding of those rules: it names the rows it encodes (`FOLLOWS`), which the engine checks
+against the table as it builds it, and `tests/core/test_shortcuts.py` holds its decisions equal to
+the table's for generated plain keys, so a change to the rules that this pass does not follow
+fails at import or there.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
 from streams.core.contracts import (
     Resolution,
 )
-from streams.core.incremental import plain_belief
 from streams.core.instants import micros
 from streams.core.intake import AdmittedClaim
 from streams.core.members import (
@@ -46,6 +47,36 @@ from streams.core.members import (
     WINNER,
 )
 from streams.core.policy import FieldRules, freshness_us
+from streams.core.rulebook import Rule
+from streams.core.shortcuts.incremental import plain_belief
+
+FOLLOWS: tuple[str, ...] = (
+    "duplicates",
+    "no_evidence",
+    "freshness",
+    "authority",
+    "lineage",
+    "existence",
+    "value",
+    "corroboration",
+    "resolution",  # nothing to do here: `applies` leaves a resolution in play to the table
+)
+"""The table's rows this pass encodes, in the table's order: each row that runs on plain keys
+(`Rule.plain`)."""
+
+
+def check_follows(table: Sequence[Rule]) -> None:
+    """Raise unless `FOLLOWS` names exactly the rows of `table` that run on plain keys, in order.
+    The engine calls it as it builds `RULES`: a change to the table this pass does not follow
+    stops the import, rather than waiting for a generated key to tell the two apart."""
+    plain_rows = tuple(rule.name for rule in table if rule.plain)
+    if plain_rows != FOLLOWS:
+        raise RuntimeError(
+            f"the fused pass (streams/core/shortcuts/fused.py) encodes the rows {list(FOLLOWS)},"
+            f" but the table's rows that run on plain keys are {list(plain_rows)}: change"
+            " arbitrate_plain and FOLLOWS with the table (or declare a row that has nothing to do"
+            " on plain keys plain=False)"
+        )
 
 
 def applies(claims: list[AdmittedClaim], resolutions: Sequence[Resolution]) -> bool:
@@ -64,8 +95,7 @@ def arbitrate_plain(
     previous: Arbitration | None = None,
 ) -> Arbitration:
     """What `engine.arbitrate` decides over plain `claims` with no resolutions (the caller
-    checks `applies`), in the rules' order: duplicates, no_evidence, freshness, authority,
-    lineage, existence, value, corroboration."""
+    checks `applies`), row by row of `FOLLOWS`."""
     kept, _ = distinct(claims)
     roles: Roles = {}
     budget = freshness_us(rules)

@@ -3,10 +3,8 @@
 Where it sits: keystate tries `placement` first for a new claim (when no timer of the key has
 come due), and runs the rules (`engine.arbitrate`) only when it returns None. It is a second
 encoding of a part of `engine.RULES`, for the common case of a plain claim that cannot change the
-belief;
-`tests/core/test_properties.py::test_incremental_arbitration_equals_the_full_engine_at_every_step`
-holds it equal to the full engine, claim by claim, so a change to the rules that this shortcut
-does not follow fails there.
+belief; `tests/core/test_shortcuts.py` holds it equal to the full engine, claim by claim, so a
+change to the rules that this shortcut does not follow fails there.
 """
 
 from __future__ import annotations
