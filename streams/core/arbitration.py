@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 from bisect import insort
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
@@ -25,7 +24,6 @@ from streams.core.contracts import (
     Decision,
     EpochChange,
     Evidence,
-    EvidenceRole,
     Money,
     Outcome,
     ReobserveRequest,
@@ -35,8 +33,14 @@ from streams.core.contracts import (
 from streams.core.intake import AdmittedClaim
 from streams.core.members import QUARANTINED, RESOLVED
 from streams.core.policy import FieldRules, OnConflict
-
-Roles = dict[str, EvidenceRole]
+from streams.core.side_records import (
+    EpochShift,
+    Roles,
+    epoch_event,
+    evidence_fields,
+    reobserve_request,
+)
+from streams.core.summary import DecisionSummary
 
 _CONFLICT_ACTIONS: Final = {
     OnConflict.BLOCK: Action.BLOCK,
@@ -148,17 +152,6 @@ def resolved_by(winner: AdmittedClaim, tiebreak: str | None) -> Verdict:
         None,
         tiebreak is None,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class EpochShift:
-    """A value that changed across an epoch boundary (set aside by the newest_epoch rule)."""
-
-    from_epoch: int
-    to_epoch: int
-    previous_value: Value
-    new_value: Value
-    claim_ids: list[str]
 
 
 class Belief:
@@ -302,6 +295,47 @@ class Arbitration:
             },
         )
 
+    def summarized(self, decided_at: datetime) -> DecisionSummary:
+        """What the key's history keeps of it, read from the verdict, not the Decision: the
+        evidence records are built only for what is sent."""
+        verdict = self._verdict
+        return DecisionSummary(
+            self.decision_id,
+            verdict.outcome,
+            verdict.kind,
+            verdict.value,
+            verdict.reason,
+            decided_at,
+            self._supersedes,
+        )
+
+    def noting(self, refusals: str) -> Arbitration:
+        """This decision with `refusals` (the kept claims the policy refuses, and why) added to
+        its reason: what it was reached without is part of what was decided (and of its id)."""
+        mine = self._verdict
+        verdict = Verdict(
+            mine.outcome,
+            f"{mine.reason}; {refusals}",
+            mine.kind,
+            mine.status,
+            mine.value,
+            mine.tiebreak,
+            mine.resolution_id,
+            mine.by_precedence,
+        )
+        return Arbitration(
+            subject=self.subject,
+            field=self.field,
+            claims=self._claims,
+            roles=self.roles,
+            verdict=verdict,
+            rules=self._rules,
+            policy_version=self._policy_version,
+            decided_at=self._decided_at,
+            supersedes=self._supersedes,
+            shift=self._shift,
+        )
+
     def restated(self, decided_at: datetime, supersedes: str | None) -> Arbitration:
         """The same decision with another decided_at and supersedes (as first emitted)."""
         return Arbitration(
@@ -374,10 +408,10 @@ class Arbitration:
         events = self._events
         if events is None:
             shift = self._shift
-            epoch = None if shift is None else _epoch_event(self.decision, shift)
+            epoch = None if shift is None else epoch_event(self.decision, shift)
             quarantined = self.outcome is QUARANTINED
             reobserve = (
-                _reobserve_request(self.decision, self._claims, self.roles) if quarantined else None
+                reobserve_request(self.decision, self._claims, self.roles) if quarantined else None
             )
             events = self._events = (epoch, reobserve)
         return events
@@ -436,56 +470,3 @@ def _hashable(value: Value) -> str:
 
 def _action(verdict: Verdict, rules: FieldRules) -> Action:
     return _ACTIONS[rules.on_conflict][verdict.outcome]
-
-
-def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:
-    """The fields of the claim's Evidence, as weighed in a decision in the role it played."""
-    claim = admitted.claim
-    return {
-        "claim_id": claim.claim_id,
-        "source": claim.source,
-        "replica": claim.replica,
-        "authority": admitted.authority,
-        "status": claim.status,
-        "value": admitted.value,
-        "observed_at": claim.observed_at,
-        "valid_from": claim.valid_from,
-        "valid_to": claim.valid_to,
-        "epoch": claim.epoch,
-        "lineage": admitted.lineage,
-        # As compared (normalized): one claim sent twice with its scope spelled two ways is
-        # the same claim, and its evidence must not depend on which spelling arrived first.
-        "scope": admitted.scope_key,
-        "role": role,
-    }
-
-
-def _epoch_event(decision: Decision, shift: EpochShift) -> EpochChange:
-    return EpochChange(
-        subject=decision.subject,
-        field=decision.field,
-        from_epoch=shift.from_epoch,
-        to_epoch=shift.to_epoch,
-        previous_value=shift.previous_value,
-        new_value=shift.new_value,
-        claim_ids=tuple(shift.claim_ids),
-        decision_id=decision.decision_id,
-        detected_at=decision.decided_at,
-    )
-
-
-def _reobserve_request(
-    decision: Decision, claims: list[AdmittedClaim], roles: Roles
-) -> ReobserveRequest:
-    held = [a for a in claims if roles[a.claim_id] is EvidenceRole.QUARANTINED]
-    epochs = [a.claim.epoch for a in held if a.claim.epoch is not None]
-    return ReobserveRequest(
-        request_id=f"reobs_{decision.decision_id.removeprefix('dec_')}",
-        subject=decision.subject,
-        field=decision.field,
-        epoch=max(epochs) if epochs else None,
-        sources=tuple(sorted({a.claim.source for a in held})),
-        reason=decision.reason,
-        decision_id=decision.decision_id,
-        requested_at=decision.decided_at,
-    )

@@ -28,7 +28,7 @@ from streams.core.agreement import (
     newest_in_lineages,
     same_statements,
 )
-from streams.core.arbitration import Arbitration, EpochShift, Roles, Verdict, resolved_by
+from streams.core.arbitration import Arbitration, Verdict, resolved_by
 from streams.core.contracts import (
     Authority,
     ConflictKind,
@@ -59,6 +59,7 @@ from streams.core.policy import EpochChangeRule, FieldRules, freshness_us
 from streams.core.rulebook import Context, Rule, StepResult
 from streams.core.shortcuts.fused import applies, arbitrate_plain, check_follows
 from streams.core.shortcuts.incremental import extensible_belief
+from streams.core.side_records import EpochShift, Roles
 
 
 def _rules() -> tuple[Rule, ...]:

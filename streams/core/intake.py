@@ -54,6 +54,7 @@ class AdmittedClaim:
 
     __slots__ = (
         "authority",
+        "channel",
         "claim",
         "claim_id",
         "evidence_avro",
@@ -80,6 +81,9 @@ class AdmittedClaim:
     authority: Authority
     value: Value
     lineage: str
+    channel: SourceClass | None
+    """The class of the topic it arrived on, where that overrides the payload's (a user's topic
+    makes any claim an assertion): kept, so that a later policy admits it again alike."""
     rank: int
     """`authority.rank`: lower is stronger."""
     recency: tuple[int, str]
@@ -103,11 +107,19 @@ class AdmittedClaim:
     """Its Avro Evidence record up to the role, kept once a decision first sends it: every
     decision of the key sends it again, with only its role changed."""
 
-    def __init__(self, claim: ClaimFields, authority: Authority, value: Value, lineage: str):
+    def __init__(
+        self,
+        claim: ClaimFields,
+        authority: Authority,
+        value: Value,
+        lineage: str,
+        channel: SourceClass | None = None,
+    ):
         self.claim = claim
         self.authority = authority
         self.value = value
         self.lineage = lineage
+        self.channel = channel
         self.rank = rank = AUTHORITY_RANKS[authority]
         self.claim_id = claim_id = claim.claim_id
         self.observed_us = observed = claim.observed_us
@@ -126,11 +138,12 @@ class AdmittedClaim:
     def __eq__(self, other: object) -> bool:
         if type(other) is not AdmittedClaim:
             return NotImplemented
-        return (self.claim, self.authority, self.value, self.lineage) == (
+        return (self.claim, self.authority, self.value, self.lineage, self.channel) == (
             other.claim,
             other.authority,
             other.value,
             other.lineage,
+            other.channel,
         )
 
     __hash__ = None  # type: ignore[assignment]  # its claim holds a dict
@@ -138,7 +151,7 @@ class AdmittedClaim:
     def __repr__(self) -> str:
         return (
             f"AdmittedClaim(claim={self.claim!r}, authority={self.authority!r}, "
-            f"value={self.value!r}, lineage={self.lineage!r})"
+            f"value={self.value!r}, lineage={self.lineage!r}, channel={self.channel!r})"
         )
 
     def same_content(self, other: AdmittedClaim) -> bool:
@@ -177,6 +190,25 @@ def admit_micros(
 ) -> AdmittedClaim:
     """`admit` as of `now_us`, microseconds since the epoch: the hot path's form, which compares
     instants as integers and builds no datetime unless it refuses the claim."""
+    return _admitted(claim, policy, source_class, now_us)
+
+
+def readmit(admitted: AdmittedClaim, policy: Policy) -> AdmittedClaim:
+    """`admitted` (a kept claim) admitted again under `policy`, as `admit` would admit it afresh
+    from the topic it arrived on, or ContractError naming why `policy` refuses it. Its times
+    are not judged again: they were judged against the clock when it arrived. The same object
+    when `policy` admits it alike (its stored form and evidence stay cached on it)."""
+    again = _admitted(admitted.claim, policy, admitted.channel, None)
+    if again == admitted:
+        return admitted
+    return again
+
+
+def _admitted(
+    claim: ClaimFields, policy: Policy, channel: SourceClass | None, now_us: int | None
+) -> AdmittedClaim:
+    """What `policy` makes of `claim`, its times judged against `now_us` where given, or
+    ContractError."""
     rules = policy.rules_for(claim.field)
     if rules is None:
         raise ContractError(
@@ -190,18 +222,19 @@ def admit_micros(
     if source_policy is None:
         raise ContractError(
             RejectReason.UNKNOWN_SOURCE,
-            f"source {claim.source!r} is not in the policy and the policy has no '*' entry",
+            f"source {claim.source!r} is not in policy {policy.version} and it has no '*' entry",
         )
-    _check_times(claim, policy.defaults, now_us)
+    if now_us is not None:
+        _check_times(claim, policy.defaults, now_us)
     confidence = claim.confidence
     if confidence is not None and not (math.isfinite(confidence) and 0.0 <= confidence <= 1.0):
         raise ContractError(RejectReason.INVALID_VALUE, "confidence must be within [0, 1]")
     value = _normalized(claim.status, claim.value, claim.unit, rules)
-    effective_class = source_class or claim.source_class
+    effective_class = channel or claim.source_class
     authority = _CLASS_AUTHORITY.get(effective_class) or rules.authorities.get(
         claim.source, source_policy.authority
     )
-    return AdmittedClaim(claim, authority, value, lineage_of(claim, source_policy))
+    return AdmittedClaim(claim, authority, value, lineage_of(claim, source_policy), channel)
 
 
 def lineage_of(claim: ClaimFields, source_policy: SourcePolicy | None) -> str:

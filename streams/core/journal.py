@@ -32,12 +32,13 @@ from streams.core.contracts import (
 )
 from streams.core.errors import ClaimstreamError
 from streams.core.intake import AdmittedClaim
-from streams.core.keystate import KeyState
+from streams.core.keystate import KeyState, RefusedClaim
 from streams.core.normalize import canonical_value
 from streams.core.stored import (
     EarlierSummary,
     StoredClaim,
     StoredMoney,
+    StoredRefusal,
     StoredResolution,
     StoredState,
     StoredSummary,
@@ -117,6 +118,11 @@ def encode_state(state: KeyState) -> bytes:
             next_check_at=_micros_or_none(state.next_check_at),
             disputed=tuple(state.disputed),
             claims=tuple([a.journaled or _journaled(a) for a in state.claims]),
+            policy_version=state.policy_version,
+            refused=tuple(
+                StoredRefusal(claim=r.claim.journaled or _journaled(r.claim), reason=r.reason)
+                for r in state.refused
+            ),
         )
     )
 
@@ -157,6 +163,11 @@ def _state(stored: StoredState, reader: _Reader) -> KeyState:
         escalated=stored.escalated,
         next_check_at=_time(stored.next_check_at),
         disputed=stored.disputed,
+        policy_version=stored.policy_version,
+        refused=tuple(
+            RefusedClaim(_read_claim(r.claim, subject, field, reader), r.reason)
+            for r in stored.refused
+        ),
     )
 
 
@@ -209,6 +220,7 @@ def _journaled(admitted: AdmittedClaim) -> msgspec.Raw:
             if admitted.lineage == (lineage or f"source:{claim.source}")
             else admitted.lineage
         ),
+        channel=admitted.channel,
     )
     kept = msgspec.Raw(_ENCODER.encode(stored))
     admitted.journaled = kept
@@ -283,6 +295,7 @@ def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
         stored.authority,
         claim.value if admitted_value is msgspec.UNSET else _value(admitted_value),
         _default_lineage(claim) if admitted_lineage is msgspec.UNSET else intern(admitted_lineage),
+        stored.channel,
     )
 
 

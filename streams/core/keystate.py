@@ -1,12 +1,11 @@
 """Per-key state and its transitions: what a worker keeps for one subject and field.
 
 Where it sits: the stream shell loads a KeyState (journal.py reads it from the changelog), calls
-one transition here (add_claim, add_resolution, advance), which decides through the engine (or
-its incremental shortcut), stores the new state and sends what the `Transition` says to send.
+one transition here (add_claim, add_resolution, advance, adopt_policy), which decides through the
+engine (or its incremental shortcut), stores the new state and sends what the `Transition` says.
 Pure, and only the transitions: how a state is stored is the journal's. A decision is emitted
-only when the belief (its id) changes; a claim delivered again re-emits the current decision
-unchanged, so a crash between storing state and sending a decision can repeat a decision but
-never lose one.
+only when the belief (its id) changes; a claim delivered again re-emits it unchanged, so a crash
+between storing state and sending can repeat a decision, never lose one.
 """
 
 from __future__ import annotations
@@ -47,6 +46,13 @@ def split_key(key: str) -> tuple[str, str]:
     return subject, field
 
 
+class RefusedClaim(NamedTuple):
+    """A kept claim the policy in force refuses, as last admitted, and why."""
+
+    claim: AdmittedClaim
+    reason: str
+
+
 @dataclass(slots=True)
 class KeyState:
     """One key's claims (as admitted, so re-deciding re-uses their precomputed orderings), the
@@ -66,6 +72,11 @@ class KeyState:
     of them counts, and any later version is refused too, whichever order they arrive in. An id
     trimmed off the bound is forgotten: a later version of it counts as a new claim (replay keeps
     every id, so it decides such a key apart from the stream)."""
+    policy_version: str | None = None
+    """The policy the key was last decided under, which admitted its claims as they are."""
+    refused: tuple[RefusedClaim, ...] = ()
+    """Kept claims the policy in force refuses (a later policy may admit them again): no part
+    in the decision, which names each with its reason."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
     the belief be placed without running the rules again, and a verdict that did not change
@@ -107,7 +118,7 @@ class Transition:
     quarantine): what a settlement is judged against. A copy, as the state changes in place."""
 
 
-Trigger = Literal["claim", "duplicate", "resolution", "time"]
+Trigger = Literal["claim", "duplicate", "resolution", "time", "policy"]
 
 
 def add_claim(
@@ -118,8 +129,7 @@ def add_claim(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Transition:
-    """`apply_claim` on a copy of `state`, which stays as it was: the pure transition replay
-    and the property tests fold."""
+    """`apply_claim` on a copy of `state`: the pure transition replay and the properties fold."""
     copy = _copied(state) if state is not None else None
     return apply_claim(copy, admitted, rules, policy_version, now, limits)
 
@@ -276,9 +286,24 @@ def advance(
     now: datetime,
     limits: Limits = Limits(),
 ) -> Transition:
-    """Time alone moved: claims may have gone stale, a conflict may need escalating. (On a copy:
-    `state` stays as it was.)"""
+    """Time alone moved: claims may have gone stale, a conflict may need escalating. On a copy."""
     return _decide(_copied(state), rules, policy_version, now, "time", limits)
+
+
+def adopt_policy(
+    state: KeyState,
+    claims: tuple[AdmittedClaim, ...],
+    refused: tuple[RefusedClaim, ...],
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """The key re-decided under another policy, over its kept claims as that policy admits and
+    refuses them (`rollout.readmitted`). On a copy."""
+    copy = _copied(state)
+    copy.refused = refused[-limits.max_claims :]
+    return _decide(copy, rules, policy_version, now, "policy", limits, claims=claims)
 
 
 def current_decision(
@@ -297,7 +322,7 @@ def _arbitrate(
     state: KeyState, rules: FieldRules, policy_version: str, now: datetime
 ) -> Arbitration:
     last = state.current
-    return arbitrate(
+    arbitration = arbitrate(
         state.subject,
         state.field,
         state.claims,
@@ -308,6 +333,16 @@ def _arbitrate(
         supersedes=last.decision_id if last else None,
         previous=state.arbitration,
     )
+    return _noting_refusals(arbitration, state.refused, policy_version)
+
+
+def _noting_refusals(
+    arbitration: Arbitration, refused: tuple[RefusedClaim, ...], policy_version: str
+) -> Arbitration:
+    if not refused:
+        return arbitration
+    named = "; ".join(f"{r.claim.claim_id} ({r.reason})" for r in refused)
+    return arbitration.noting(f"kept claims policy {policy_version} refuses: {named}")
 
 
 def _decide(
@@ -343,6 +378,7 @@ def _decide(
     arbitration = arbitrate(
         subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
     )
+    arbitration = _noting_refusals(arbitration, state.refused, policy_version)
     emission = _emission(state, arbitration, trigger, now, limits)
     escalation = _escalation(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
@@ -354,6 +390,7 @@ def _decide(
     state.claims, state.resolutions, state.history = kept, resolutions, emission.history
     state.conflict_since, state.escalated = emission.conflict_since, escalated
     state.next_check_at, state.arbitration = next_check_at, owned
+    state.policy_version = policy_version
     if disputed is not None:
         state.disputed = disputed
     return Transition(
@@ -407,7 +444,7 @@ def _emission(
         was_open = last is not None and last.outcome in OPEN_OUTCOMES
         is_open = arbitration.outcome in OPEN_OUTCOMES
         return _Emission(
-            history=(*state.history, _summarize(arbitration, now))[-limits.max_history :],
+            history=(*state.history, arbitration.summarized(now))[-limits.max_history :],
             conflict_since=(state.conflict_since if was_open else now) if is_open else None,
             escalated=state.escalated and was_open and is_open,
             emitted=arbitration,
@@ -457,21 +494,7 @@ def _placement(
         or previous.decision_id != last.decision_id
         or (state.next_check_at is not None and now >= state.next_check_at)
         or len(claims) > limits.max_claims
+        or state.refused
     ):
         return None
     return placement(previous, added, now_us)
-
-
-def _summarize(arbitration: Arbitration, decided_at: datetime) -> DecisionSummary:
-    """Read from the arbitration, not its Decision: the evidence records are built only for
-    what is sent."""
-    verdict = arbitration.verdict
-    return DecisionSummary(
-        arbitration.decision_id,
-        verdict.outcome,
-        verdict.kind,
-        verdict.value,
-        verdict.reason,
-        decided_at,
-        arbitration.supersedes,
-    )

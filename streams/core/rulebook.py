@@ -15,10 +15,11 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from types import MappingProxyType
 
-from streams.core.arbitration import EpochShift, Roles, Verdict
+from streams.core.arbitration import Verdict
 from streams.core.contracts import EvidenceRole, Resolution
 from streams.core.intake import AdmittedClaim
 from streams.core.policy import FieldRules
+from streams.core.side_records import EpochShift, Roles
 
 
 @dataclass(slots=True, init=False, eq=False, repr=False)

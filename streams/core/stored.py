@@ -68,11 +68,13 @@ class StoredClaim(
         "authority": "A",
         "admitted_value": "V",
         "admitted_lineage": "L",
+        "channel": "C",
     },
 ):
     """A claim as admitted: the claim's fields, then what admission gave it under capitals
     (A: authority; V: the normalized value when it differs from the claim's own; L: the
-    lineage when not the claim's default)."""
+    lineage when not the claim's default; C: the class of the topic it arrived on, where that
+    overrode its own)."""
 
     claim_id: str
     status: ClaimStatus = ClaimStatus.PRESENT
@@ -94,6 +96,14 @@ class StoredClaim(
     authority: Authority
     admitted_value: StoredValue | msgspec.UnsetType = msgspec.UNSET
     admitted_lineage: str | msgspec.UnsetType = msgspec.UNSET
+    channel: SourceClass | None = None
+
+
+class StoredRefusal(msgspec.Struct, kw_only=True, rename={"claim": "c", "reason": "r"}):
+    """A kept claim the policy in force refuses: its stored form (as admitted before) and why."""
+
+    claim: msgspec.Raw
+    reason: str
 
 
 class StoredResolution(
@@ -163,6 +173,9 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     claims: tuple[msgspec.Raw, ...] = ()
     """Each a `StoredClaim`'s bytes, kept on the claim once written (`AdmittedClaim.journaled`):
     a key's state is written again on every change, and its older claims never change."""
+    policy_version: str | None = None
+    """The policy the key was last decided under (absent: written before it was recorded)."""
+    refused: tuple[StoredRefusal, ...] = ()
 
 
 class EarlierSummary(BaseModel):

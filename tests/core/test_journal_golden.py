@@ -1,6 +1,8 @@
 """The journal's bytes do not move: states grown from a fixed history encode exactly as a
 recorded copy (tests/core/golden/journal-v4.json, written by the code that first stored them),
-and the copy version 3 recorded in JSON (journal-v3.json) reads back as the same states.
+the copy recorded before version 4 stored a key's policy version
+(journal-v4-before-policy-version.json) reads back and encodes to its own bytes, and the copy
+version 3 recorded in JSON (journal-v3.json) reads back as the same states.
 
 A changelog written before a change must read the same after it, and a state journaled again
 must not change its bytes (the store compares them); the decision ids inside are held too.
@@ -10,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from streams.core.contracts import Resolution
 from streams.core.errors import ContractError
@@ -32,6 +36,7 @@ from tests.support.builders import NOW, REPO, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
 GOLDEN = Path(__file__).parent / "golden" / "journal-v4.json"
+GOLDEN_UNVERSIONED = Path(__file__).parent / "golden" / "journal-v4-before-policy-version.json"
 GOLDEN_V3 = Path(__file__).parent / "golden" / "journal-v3.json"
 
 
@@ -119,18 +124,29 @@ def test_the_journal_bytes_are_the_recorded_ones() -> None:
     assert _digest(encoded) == golden["digest"]
 
 
-def test_the_recorded_states_read_back_and_encode_to_the_same_bytes() -> None:
-    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("recorded", [GOLDEN, GOLDEN_UNVERSIONED], ids=lambda p: p.stem)
+def test_the_recorded_states_read_back_and_encode_to_the_same_bytes(recorded: Path) -> None:
+    golden = json.loads(recorded.read_text(encoding="utf-8"))
     for sample in golden["samples"].values():
         data = bytes.fromhex(sample["hex"])
         assert encode_state(decode_state(data)) == data
+
+
+def test_a_state_recorded_before_its_policy_version_reads_back_without_one() -> None:
+    golden = json.loads(GOLDEN_UNVERSIONED.read_text(encoding="utf-8"))
+    encoded = journals()
+    for key, sample in golden["samples"].items():
+        state = decode_state(bytes.fromhex(sample["hex"]))
+        assert state.policy_version is None
+        assert encode_state(replace(state, policy_version=POLICY.version)) == encoded[key]
 
 
 def test_the_states_version_3_recorded_read_back_as_the_same_states() -> None:
     golden = json.loads(GOLDEN_V3.read_text(encoding="utf-8"))
     encoded = journals()
     for key, data in golden["samples"].items():
-        assert encode_state(decode_state(data.encode())) == encoded[key]
+        state = replace(decode_state(data.encode()), policy_version=POLICY.version)
+        assert encode_state(state) == encoded[key]
 
 
 if __name__ == "__main__":  # records the copy: only for a deliberate change of the format

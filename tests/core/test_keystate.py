@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -157,7 +158,8 @@ def test_state_encoding_round_trips(values: list[str], sources: list[str]) -> No
     state, _ = grow(*claims)
     assert state is not None
     assert decode_state(encode_state(state)) == state
-    assert decode_state(_first_encoding(state)) == state
+    # The first encoding did not record the key's policy version.
+    assert decode_state(_first_encoding(state)) == replace(state, policy_version=None)
     assert len(encode_state(state)) < len(_first_encoding(state))
 
 
@@ -255,7 +257,7 @@ def test_history_and_resolutions_round_trip_through_this_and_the_earlier_encodin
     state: KeyState,
 ) -> None:
     assert decode_state(encode_state(state)) == state
-    assert decode_state(_second_encoding(state)) == state
+    assert decode_state(_second_encoding(state)) == replace(state, policy_version=None)
 
 
 def test_a_copied_decision_summary_is_stored_as_the_copy() -> None:

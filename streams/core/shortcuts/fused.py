@@ -25,7 +25,7 @@ from streams.core.agreement import (
     newest_group,
     newest_in_lineages,
 )
-from streams.core.arbitration import Arbitration, Roles, Verdict, resolved_by
+from streams.core.arbitration import Arbitration, Verdict, resolved_by
 from streams.core.contracts import (
     Resolution,
 )
@@ -49,6 +49,7 @@ from streams.core.members import (
 from streams.core.policy import FieldRules, freshness_us
 from streams.core.rulebook import Rule
 from streams.core.shortcuts.incremental import plain_belief
+from streams.core.side_records import Roles
 
 FOLLOWS: tuple[str, ...] = (
     "duplicates",

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from streams.core.agreement import agrees
-from streams.core.arbitration import Arbitration, Belief, Roles, Verdict
+from streams.core.arbitration import Arbitration, Belief, Verdict
 from streams.core.contracts import (
     NO_EVIDENCE_STATUSES,
     ClaimStatus,
@@ -33,6 +33,7 @@ from streams.core.members import (
 )
 from streams.core.normalize import values_agree
 from streams.core.policy import FieldRules, freshness_us
+from streams.core.side_records import Roles
 
 _EXTENSIBLE_CONFLICTS = frozenset({VALUE_CONFLICT, EXISTENCE_CONFLICT})
 
