@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from streams.core.errors import ClaimstreamError, validation_problems
+from streams.core.keystate import Limits
 from streams.packaged import example_path
 
 ENV_PREFIX = "CLAIMSTREAM_"
@@ -263,6 +264,15 @@ class Settings(BaseModel):
         """`kafka:9092` and `kafka://kafka:9092` both work (Faust needs the scheme)."""
         return ",".join(
             part if "://" in part else f"kafka://{part}" for part in broker.strip().split(",")
+        )
+
+    def key_limits(self) -> Limits:
+        """What a key's state keeps, at most (`max_claims_per_key` and the rest)."""
+        return Limits(
+            self.max_claims_per_key,
+            self.decision_history_per_key,
+            self.max_disputed_per_key,
+            max_resolutions=self.resolutions_per_key,
         )
 
     def ssl_context(self) -> ssl.SSLContext | None:

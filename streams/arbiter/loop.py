@@ -112,7 +112,7 @@ class Arbiter(Service):
             cache,
             self.schedule,
             self.positions,
-            Checkpoints(settings, processor.policy.version),
+            Checkpoints(settings),
             metrics,
         )
         self.collector = RecordCollector(settings.changelog_topic, self.tasks.journaled_to)
@@ -311,10 +311,14 @@ class Arbiter(Service):
         elif self._record_cost > 0:
             share = TICK_SHARE if fetched else IDLE_TICK_SHARE
             budget = max(1, min(budget, int(since * share / self._record_cost)))
-        due = self.schedule.take_due(datetime.now(UTC), budget)
-        if due:
+        now_at = datetime.now(UTC)
+        due = self.schedule.take_due(now_at, budget)
+        moving = self.schedule.sweep.take(self.processor.policy, budget - len(due))
+        if due or moving:
             self.metrics.expiry_ticks.inc(len(due))
-            await self.ticks_out.send([self.processor.tick(k, at) for k, at in due])
+            ticks = [self.processor.tick(key, at) for key, at in due]
+            ticks += [self.processor.tick(key, now_at) for key in moving]
+            await self.ticks_out.send(ticks)
 
     async def _scan(self) -> None:
         """Refresh the open-conflict gauges (count and oldest age per field) and the gauges of the
@@ -331,6 +335,8 @@ class Arbiter(Service):
         waiting, earliest = self.schedule.waiting(now, TIMERS_COUNTED)
         lag_s = (now - earliest).total_seconds() if earliest is not None else 0.0
         self.metrics.timers.set(waiting, lag_s)
+        self.metrics.policies.sweep_remaining.set(self.schedule.sweep.remaining)
+        self.metrics.policies.in_force(self.processor.policy.version)
 
     # -- rebalances ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import sys
 from collections import ChainMap
 from datetime import datetime
 
+from streams.arbiter.sweep import RolloutSweep
 from streams.core.instants import instant, micros
 from streams.core.keystate import KeyState
 from streams.state.task import TaskStore, open_since
@@ -27,6 +28,8 @@ class Schedule:
     def __init__(self) -> None:
         self._stores: dict[int, TaskStore] = {}
         self._open: dict[int, dict[bytes, tuple[str, datetime]]] = {}
+        self.sweep = RolloutSweep()
+        """The keys that change by a policy taking effect: walked, not ordered by instant."""
 
     @property
     def open_since(self) -> ChainMap[bytes, tuple[str, datetime]]:
@@ -36,6 +39,7 @@ class Schedule:
     def attach(self, partition: int, store: TaskStore) -> None:
         """The task is in service: its timers count, its open conflicts are listed."""
         self._stores[partition] = store
+        self.sweep.attach(partition, store)
         self._open[partition] = {
             key: (name, instant(since)) for key, name, since in store.open_conflicts()
         }
@@ -43,6 +47,7 @@ class Schedule:
     def detach(self, partition: int) -> None:
         self._stores.pop(partition, None)
         self._open.pop(partition, None)
+        self.sweep.detach(partition)
 
     def waiting(self, now: datetime, counted: int) -> tuple[int, datetime | None]:
         """The timers due by `now` not yet handed out (up to `counted` a task), and the instant

@@ -32,8 +32,15 @@ from streams.core.asof import NoBeliefAsOf, belief_as_of
 from streams.core.contracts import ClaimStatus, ConflictKind, Resolution
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
-from streams.core.keystate import KeyState, current_decision, split_key, stale_view, state_key
+from streams.core.keystate import (
+    KeyState,
+    current_decision,
+    split_key,
+    stale_view,
+    state_key,
+)
 from streams.core.policy import FieldRules, Policy
+from streams.core.rollout import PolicyHistory, catch_up
 from streams.core.settlement import ledger_document
 from streams.ops.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
@@ -53,17 +60,22 @@ def wall_clock() -> datetime:
 
 @dataclass
 class Console:
-    """What every handler needs: the worker's ownership, the policy, and the console's parts."""
+    """What every handler needs: the worker's ownership, the policies, and the console's parts."""
 
     ownership: Ownership
     alias_of: Callable[[str], str | None]  # an alias's canonical subject, as claims are keyed
-    policy: Policy
+    policies: Callable[[], PolicyHistory]  # the worker's policy history, as it grows
     settings: Settings
     metrics: Metrics
     live: LiveDecisions
     stewards: StewardTokens
     peers: Peers
     clock: Clock = wall_clock
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force now."""
+        return self.policies().in_force(self.clock())
 
     def live_upstreams(self, key: str | None) -> list[str]:
         """The workers whose live decisions a stream for `key` (or for every key) relays."""
@@ -181,7 +193,7 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
         as_of = parse_instant(raw_as_of) if raw_as_of else None
     except ValueError as exc:
         return web.json({"error": f"as_of: {exc}"}, status=400)
-    ownership, policy = console.ownership, console.policy
+    ownership, policy, now = console.ownership, console.policy, console.clock()
 
     def answer() -> Response:
         state = ownership.state_of(key.encode())
@@ -190,7 +202,10 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
             return web.json({"error": f"no claims for {key!r}"}, status=404)
         if as_of is not None:
             return _as_of_answer(web, key, state, rules, policy, as_of)
-        current = current_decision(state, rules, policy.version, console.clock())
+        # As the key stands once what is due by now has moved it: its timers, a newer policy.
+        moved = catch_up(state, console.policies(), now, console.settings.key_limits())
+        state = moved[-1][1].state if moved else state
+        current = current_decision(state, rules, policy.version, now)
         return web.json(
             {
                 "key": key,

@@ -37,7 +37,7 @@ from streams.console.api import ROUTES, Clock, Console, Route, wall_clock
 from streams.console.forward import Peers
 from streams.console.live import LiveDecisions
 from streams.console.stewards import Refusal, StewardTokens
-from streams.core.policy import Policy
+from streams.core.rollout import PolicyHistory
 from streams.ops.metrics import Metrics
 from streams.settings import Settings
 
@@ -74,7 +74,7 @@ def register_console(
     app: faust.App,
     ownership: Ownership,
     alias_of: Callable[[str], str | None],
-    policy: Policy,
+    policies: Callable[[], PolicyHistory],
     settings: Settings,
     metrics: Metrics,
     clock: Clock = wall_clock,
@@ -82,7 +82,7 @@ def register_console(
     console = Console(
         ownership,
         alias_of,
-        policy,
+        policies,
         settings,
         metrics,
         LiveDecisions(settings.console_live_clients),

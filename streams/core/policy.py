@@ -290,14 +290,23 @@ def parse_policy(data: object, origin: str = "<policy>") -> Policy:
         raise PolicyError(validation_problems(exc.errors(), origin)) from exc
 
 
+def policy_from_text(text: str, origin: str = "<policy>") -> Policy:
+    """A policy from its YAML text, or PolicyError naming `origin`, the key and the problem."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{origin}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(
+            f"{origin}: (top): a policy is a mapping with version, sources and fields"
+        )
+    return parse_policy(data, origin)
+
+
 def load_policy(path: Path | str) -> Policy:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read policy: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PolicyError(f"{path}: (top): a policy is a mapping with version, sources and fields")
-    return parse_policy(data, str(path))
+    return policy_from_text(text, str(path))

@@ -7,7 +7,9 @@ is byte-identical whatever order the input lines came in. Two readings:
   through its transitions (`keystate`) at their own instants (a claim's `observed_at`, a
   resolution's `decided_at`), and every time-driven re-decision (freshness running out, an
   escalation, a quarantine's end) at the instant its timer comes due, up to `now`, as a worker's
-  ticks make them.
+  ticks make them; given a policy history (`rollout.PolicyHistory`), each claim and resolution
+  admitted and applied under the policy in force at its instant, and each key moved to every
+  policy taking effect, at its instant (`rollout.catch_up`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from streams.core.errors import ContractError
 from streams.core.intake import AdmittedClaim, admit, admit_resolution, parse_claim
 from streams.core.keystate import KeyState, Limits, Transition, add_claim, add_resolution
 from streams.core.policy import Policy
-from streams.core.timers import due_by
+from streams.core.rollout import PolicyHistory, catch_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +74,9 @@ def replay(
     versions of one id that say different things are all rejected (`conflicting_duplicate`), and
     none of them counts. A resolution line that cannot be used is rejected on its own, naming
     `resolutions_origin` and its line number."""
-    by_key, rejections = _claims(lines, policy, now)
-    resolutions, refused = _resolutions(resolution_lines, policy, now, resolutions_origin)
+    history = PolicyHistory.of(policy)
+    by_key, rejections = _claims(lines, history, now)
+    resolutions, refused = _resolutions(resolution_lines, history, now, resolutions_origin)
     decisions = []
     for subject, field in sorted(by_key):
         received = by_key[(subject, field)]
@@ -109,9 +112,10 @@ Received = list[tuple[AdmittedClaim, Any]]
 
 
 def _claims(
-    lines: Iterable[str], policy: Policy, now: datetime
+    lines: Iterable[str], history: PolicyHistory, now: datetime
 ) -> tuple[dict[tuple[str, str], Received], list[ReplayRejection]]:
-    """The admitted claims of each key (subject, field), and the lines refused."""
+    """The admitted claims of each key (subject, field), each by the policy in force at its
+    instant (its `observed_at`, or `now` if later), and the lines refused."""
     rejections: list[ReplayRejection] = []
     by_key: dict[tuple[str, str], Received] = defaultdict(list)
     for line in lines:
@@ -121,7 +125,7 @@ def _claims(
         try:
             data = json.loads(line)
             claim = parse_claim(data)
-            admitted = admit(claim, policy, now)
+            admitted = admit(claim, history.in_force(min(claim.observed_at, now)), now)
         except json.JSONDecodeError as exc:
             rejections.append(
                 ReplayRejection(None, RejectReason.MALFORMED, f"not JSON: {exc.msg}", line)
@@ -140,15 +144,19 @@ def _claims(
 
 
 def _resolutions(
-    lines: Iterable[str], policy: Policy, now: datetime, origin: str
+    lines: Iterable[str], history: PolicyHistory, now: datetime, origin: str
 ) -> tuple[dict[tuple[str, str], list[Resolution]], list[str]]:
+    """The admitted resolutions of each key, each by the policy in force at its `decided_at`
+    (or `now` if later), and a line for each one refused."""
     found: dict[tuple[str, str], list[Resolution]] = defaultdict(list)
     refused: list[str] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            resolution = admit_resolution(Resolution.model_validate_json(line), policy, now)
+            said = Resolution.model_validate_json(line)
+            policy = history.in_force(min(said.decided_at, now))
+            resolution = admit_resolution(said, policy, now)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(resolution)'}: {e['msg']}"
@@ -181,7 +189,7 @@ class TimedReplay:
 
 def replay_with_clock(
     lines: Iterable[str],
-    policy: Policy,
+    policy: Policy | PolicyHistory,
     now: datetime,
     resolution_lines: Iterable[str] = (),
     resolutions_origin: str = "resolutions",
@@ -190,10 +198,16 @@ def replay_with_clock(
     """Every decision and escalation the stream emits for recorded claims and resolutions, each
     taken at its own instant (none later than `now`), and the key's timers fired as they come
     due, up to `now`. A claim_id reused for a different statement is refused as in the stream
-    (the later version, `conflicting_duplicate`), not every version as in `replay`."""
+    (the later version, `conflicting_duplicate`), not every version as in `replay`.
+
+    `policy` is one policy, or the policies in force over time: then each claim and resolution
+    is admitted and applied under the one in force at its instant (one that refuses it rejects
+    it), and each key moves to every policy taking effect by `now`, at its `since`, its kept
+    claims admitted afresh (`rollout.catch_up`): a move is a decision like the others."""
     limits = limits or Limits()
-    by_key, rejections = _claims(lines, policy, now)
-    resolutions, refused = _resolutions(resolution_lines, policy, now, resolutions_origin)
+    history = policy if isinstance(policy, PolicyHistory) else PolicyHistory.of(policy)
+    by_key, rejections = _claims(lines, history, now)
+    resolutions, refused = _resolutions(resolution_lines, history, now, resolutions_origin)
     emitted: list[tuple[datetime, tuple[str, str], int, Emitted]] = []
     for key in sorted(by_key.keys() | resolutions.keys()):
         events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]] = [
@@ -206,7 +220,7 @@ def replay_with_clock(
         ]
         events.sort(key=lambda event: (event[0], event[1]))
         for n, (at, record, transition) in enumerate(
-            _key_timeline(key[1], events, policy, now, limits)
+            _key_timeline(key[1], events, history, now, limits)
         ):
             if transition.refused is not None:
                 claim = record if isinstance(record, AdmittedClaim) else None
@@ -223,21 +237,23 @@ def replay_with_clock(
 def _key_timeline(
     field: str,
     events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]],
-    policy: Policy,
+    history: PolicyHistory,
     now: datetime,
     limits: Limits,
 ) -> Iterable[tuple[datetime, AdmittedClaim | Resolution | None, Transition]]:
     """One key's transitions in time order: before each event (and before `now`), the timers
-    that came due, each at its own instant."""
-    rules = policy.rules_for(field)
-    assert rules is not None  # admission refused claims and resolutions for unknown fields
+    that came due and the policies that took effect, each at its own instant (`catch_up`); then
+    the event, under the policy in force at its instant (which admitted it)."""
     state: KeyState | None = None
     for at, _, record, _ in [*events, (now, -1, None, None)]:
-        for due, step in due_by(state, rules, policy.version, at, limits):
+        for due, step in catch_up(state, history, at, limits):
             yield due, None, step
             state = step.state
         if record is None:
             continue
+        policy = history.in_force(at)
+        rules = policy.rules_for(field)
+        assert rules is not None  # admission refused claims and resolutions for unknown fields
         if isinstance(record, AdmittedClaim):
             step = add_claim(state, record, rules, policy.version, at, limits)
         else:

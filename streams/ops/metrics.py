@@ -257,13 +257,7 @@ class Metrics:
             "Input records whose processing this worker committed (group offsets advanced).",
             registry=r,
         )
-        self.policy_info = Gauge(
-            "claimstream_policy_info",
-            "The policy version the worker runs (value is always 1).",
-            ["policy_version"],
-            registry=r,
-        )
-        self.policy_info.labels(policy.version).set(1)
+        self.policies = PolicyGauges(r, policy.version)
 
     def field_label(self, field: str | None) -> str:
         return field if field in self._fields else OTHER
@@ -359,6 +353,32 @@ class TimerGauges:
     def set(self, waiting: int, lag_s: float) -> None:
         self.due.set(waiting)
         self.lag.set(lag_s)
+
+
+class PolicyGauges:
+    """The policy a worker decides by, and how far its rollout sweep has come."""
+
+    def __init__(self, r: CollectorRegistry, version: str) -> None:
+        self.info = Gauge(
+            "claimstream_policy_info",
+            "The policy version in force on the worker (value is always 1).",
+            ["policy_version"],
+            registry=r,
+        )
+        self.sweep_remaining = Gauge(
+            "claimstream_policy_sweep_remaining",
+            "Owned keys the rollout sweep has yet to look at, or found on an older policy and "
+            "not yet sent to the one in force (0: every owned key is on it).",
+            registry=r,
+        )
+        self._version = version
+        self.info.labels(version).set(1)
+
+    def in_force(self, version: str) -> None:
+        if version != self._version:
+            self.info.remove(self._version)
+            self._version = version
+            self.info.labels(version).set(1)
 
 
 class StageClock:

@@ -28,14 +28,13 @@ from streams.core.errors import RejectedInput
 from streams.core.intake import admit_micros, admit_resolution, skew_us
 from streams.core.keystate import (
     KeyState,
-    Limits,
     Transition,
     add_resolution,
     apply_claim,
     state_key,
 )
-from streams.core.policy import FieldRules, Policy
-from streams.core.timers import due_by
+from streams.core.policy import Policy
+from streams.core.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
 from streams.pipeline.outputs import Outputs
@@ -91,7 +90,8 @@ class _Decided:
     ) -> None:
         self.key = key
         self.step = step
-        # The key's timers that came due before the record's instant, fired first (`due_by`).
+        # The key's re-decisions before the record's instant (its timers as they came due, its
+        # move to a policy that took effect since), made first (`catch_up`).
         self.timed = timed
         # The key's stored state is the transition's: it changed, and deciding again would find
         # the record already applied (a redelivery), sending nothing it did not send.
@@ -106,7 +106,7 @@ class Processor:
     def __init__(
         self,
         settings: Settings,
-        policy: Policy,
+        policies: PolicyHistory | Policy,
         codec: WireCodec,
         metrics: Metrics,
         group: str = "",
@@ -115,23 +115,35 @@ class Processor:
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
-        self.policy = policy
+        if isinstance(policies, Policy):  # one policy, in force from the first instant
+            policies = PolicyHistory.of(policies)
+        self.policies = policies
+        policy = policies.latest.policy
         self.codec = codec
         self.metrics = metrics
         self.wall_clock = wall_clock
-        self.limits = Limits(
-            settings.max_claims_per_key,
-            settings.decision_history_per_key,
-            settings.max_disputed_per_key,
-            max_resolutions=settings.resolutions_per_key,
-        )
+        self.limits = settings.key_limits()
         self._skew_us = skew_us(policy.defaults)  # the latest a record's timestamp counts
         self.stages = StageClock()
+        self._env = env
+        # Who may publish is the newest policy's to say, from the moment it is known.
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
         self.outputs = Outputs(settings, codec, metrics, group, wall_clock)
         # Records that failed after changing their key's state, until read again (`_unapplied`).
         self._unbuildable: dict[Position, tuple[Exception, int]] = {}
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force now (by the wall clock)."""
+        return self.policies.in_force(instant(micros_from_seconds(self.wall_clock())))
+
+    def adopt(self, policies: PolicyHistory) -> None:
+        """A policy history that grew (one more version published): decide by it from now."""
+        self.policies = policies
+        latest = policies.latest.policy
+        self._skew_us = skew_us(latest.defaults)
+        self.authentication = Authentication(self.settings, latest, self._env)
 
     def process(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
         """Handle one record: retried on unexpected failure, dead-lettered when it cannot be.
@@ -210,33 +222,42 @@ class Processor:
         wall_us = micros_from_seconds(wall_s)
         self.authentication.check(record, claim.source, wall_us)
         claim = canonical(claim, alias_of)
+        now = instant(self._now_us(record, wall_us))
+        policy = self.policies.in_force(now)
         rekeying = self.rekeying
-        admitted = admit_micros(claim, self.policy, wall_us, rekeying.source_class(record))
+        admitted = admit_micros(claim, policy, wall_us, rekeying.source_class(record))
         key = state_key(claim.subject, claim.field).encode()
         if rekeying.misrouted(record, key):
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
             self.stages.charge(DECODE, started, decoded)
             return forwarded
-        rules = self.policy.rules_for(claim.field)
+        rules = policy.rules_for(claim.field)
         assert rules is not None  # admit() refused unknown fields
         admitted_at = perf_counter()
         stored = state_of(key)
-        now = instant(self._now_us(record, wall_us))
-        timed = self._timers_due(stored, rules, now)
+        timed = self._caught_up(stored, now)
         current = timed[-1][1].state if timed else stored
-        step = apply_claim(current, admitted, rules, self.policy.version, now, self.limits)
+        step = apply_claim(current, admitted, rules, policy.version, now, self.limits)
         clocks = (started, decoded, admitted_at, perf_counter())
         return _Decided(key, step, step.state is stored, claim, wall_s, clocks, timed)
 
-    def _timers_due(
-        self, state: KeyState | None, rules: FieldRules, now: datetime
+    def _caught_up(
+        self, state: KeyState | None, now: datetime
     ) -> list[tuple[datetime, Transition]] | None:
-        """The key's timers that came due by `now`, fired at their own instants before the
-        record applies: a tick that went out late (a catch-up, a restart) must not let a later
-        record decide first. None (most records): none is due."""
-        if state is None or state.next_check_at is None or state.next_check_at > now:
+        """The key's re-decisions due by `now`, each at its own instant, made before the record
+        applies: its timers that came due (a tick that went out late, a catch-up, a restart must
+        not let a later record decide first) and its move to a policy that took effect since
+        (`catch_up`). None (most records): none is due."""
+        if state is None:
             return None
-        return due_by(state, rules, self.policy.version, now, self.limits)
+        latest = self.policies.latest
+        if (
+            state.policy_version == latest.policy.version
+            and now >= latest.since
+            and (state.next_check_at is None or state.next_check_at > now)
+        ):
+            return None
+        return catch_up(state, self.policies, now, self.limits) or None
 
     def _emitted(self, record: Incoming, decided: _Decided, counts_decision: bool) -> Handled:
         """The records `decided` sends; a claim's counts. `counts_decision`: the attempt that
@@ -288,35 +309,37 @@ class Processor:
         self.authentication.check_steward(
             record.value or b"", record.headers, decoded.decided_by, wall
         )
-        resolution = admit_resolution(decoded, self.policy, wall)
+        now = instant(self._now_us(record, wall_us))
+        policy = self.policies.in_force(now)
+        resolution = admit_resolution(decoded, policy, wall)
         resolution = canonical(resolution, alias_of)
         key = state_key(resolution.subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
-        rules = self.policy.rules_for(resolution.field)
+        rules = policy.rules_for(resolution.field)
         assert rules is not None
         stored = state_of(key)
-        now = instant(self._now_us(record, wall_us))
-        timed = self._timers_due(stored, rules, now)
+        timed = self._caught_up(stored, now)
         current = timed[-1][1].state if timed else stored
-        step = add_resolution(current, resolution, rules, self.policy.version, now, self.limits)
+        step = add_resolution(current, resolution, rules, policy.version, now, self.limits)
         return _Decided(key, step, step.state is stored, timed=timed)
 
     def _on_tick(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
+        """A key's timer came due, or a policy took effect that its key is not on yet (the
+        rollout sweep): the key re-decided up to the tick's instant."""
         if record.key is None:
             return Handled()
         state = state_of(record.key)
         due_header = record.header(HEADER_DUE)
         if state is None or due_header is None:
             return Handled()
-        rules = self.policy.rules_for(state.field)
-        if rules is None:
+        due = datetime.fromisoformat(due_header.decode())
+        if self.policies.in_force(due).rules_for(state.field) is None:
             # The policy no longer has this field: time re-decides nothing here. Its timer is
             # cleared, or the key would stay due, handed out and read past at every tick.
             state.next_check_at = None
             return Handled(record.key, state)
-        due = datetime.fromisoformat(due_header.decode())
-        timed = self._timers_due(state, rules, due)
+        timed = self._caught_up(state, due)
         if not timed:  # a late tick: a record since fired the timer, or moved it
             return Handled()
         *earlier, (_, step) = timed

@@ -61,6 +61,10 @@ class StateCache:
         self.bytes = 0  # estimated bytes of the states held
         self.misses = 0  # states decoded from their encoded form: claimstream_state_cache_misses
 
+    def peek(self, key: bytes) -> KeyState | None:
+        """The key's cached state, its place in the eviction order left as it is."""
+        return self._states.get(key)
+
     def get(self, key: bytes) -> KeyState | None:
         state = self._states.get(key)
         if state is not None:

@@ -6,13 +6,13 @@ its beginning. With `rocksdb://` it is on disk, `<data_dir>/<app_id>-arbiter/tas
 `rocksdb/` (the store) and `checkpoint.json`, written atomically (a temporary file, fsynced, then
 renamed over the old one, and the directory fsynced) once the store's own writes are synced:
 
-    {"format": 1, "app_id": ..., "policy_version": ..., "changelog": ..., "partition": p,
-     "offset": N}
+    {"format": 1, "app_id": ..., "changelog": ..., "partition": p, "offset": N}
 
 `offset` is the next changelog offset the store has not applied: a restore reads from there. A
-store whose checkpoint is missing, unreadable, or names another app id, policy version, store
-format, changelog or partition is wiped and restored in full, and the log says why. When the
-checkpoint is written and removed is the guarantee's (see `Checkpoints`). Modelled on Kafka
+store whose checkpoint is missing, unreadable, or names another app id, store format, changelog or
+partition is wiped and restored in full, and the log says why. A store holds for any policy:
+each key records the policy it was decided under, and a newer one moves it (`core.rollout`).
+When the checkpoint is written and removed is the guarantee's (see `Checkpoints`). Modelled on Kafka
 Streams' `OffsetCheckpoint` and `ProcessorStateManager`, quix-streams' `state/recovery.py`.
 """
 
@@ -61,14 +61,13 @@ class Checkpoints:
 
     CHECKPOINT_RECORDS = 10_000
 
-    def __init__(self, settings: Settings, policy_version: str) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.on_disk = settings.store.startswith("rocksdb:")
         self.at_close_only = settings.processing_guarantee is Guarantee.EXACTLY_ONCE
         self.root = settings.data_dir / f"{settings.app_id}-arbiter"
         self.identity: dict[str, Any] = {
             "format": STORE_FORMAT,
             "app_id": settings.app_id,
-            "policy_version": policy_version,
             "changelog": settings.changelog_topic,
         }
         self._budget = Budget(settings.store_cache_mb * 1024 * 1024) if self.on_disk else None

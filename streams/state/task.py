@@ -69,6 +69,17 @@ class _Timing(msgspec.Struct):
 _TIMING = msgspec.msgpack.Decoder(_Timing)
 
 
+class _Versioned(msgspec.Struct):
+    """The field of a stored state (journal version 4) that names the policy it was decided
+    under; the rest of the record is skipped unread."""
+
+    version: Literal[4]
+    policy_version: str | None = None
+
+
+_VERSIONED = msgspec.msgpack.Decoder(_Versioned)
+
+
 def encoded_timer(data: bytes) -> Timer | None:
     """`timer_of` the state `data` encodes, read without decoding the state (an earlier journal
     version is decoded; one this release does not read raises `UnknownStateFormat`)."""
@@ -124,6 +135,26 @@ class TaskStore:
         if self._batch_open and key not in unjournaled and key not in self._handed_timers:
             self._handed_timers[key] = timer_of(state) if state is not None else None
         return state
+
+    def policy_version_of(self, key: bytes) -> str | None:
+        """The policy the key was last decided under, read without decoding (or caching) its
+        state where it is not decoded already: what the rollout sweep asks of every key."""
+        state = self._unjournaled.get(key) or self._decoded.get(key) or self.cache.peek(key)
+        if state is not None:
+            return state.policy_version
+        data = self._encoded_peek(key)
+        if data is None:
+            return None
+        try:
+            return _VERSIONED.decode(data).policy_version
+        except msgspec.DecodeError:
+            return decode_state(data).policy_version  # an earlier journal version
+
+    def _encoded_peek(self, key: bytes) -> bytes | None:
+        for changes in reversed(self._pending):
+            if key in changes.states:
+                return changes.states[key]
+        return self._read.get(key) or self.store.get(key)
 
     def _encoded(self, key: bytes) -> bytes | None:
         for changes in reversed(self._pending):

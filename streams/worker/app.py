@@ -29,6 +29,7 @@ from streams.core.contracts import ConflictKind, Outcome
 from streams.core.errors import RejectedInput
 from streams.core.normalize import normalize_string
 from streams.core.policy import Policy, StringCase, load_policy
+from streams.core.rollout import PolicyHistory
 from streams.ops.health import LagProbe, Pulse, report_health
 from streams.ops.metrics import Metrics
 from streams.ops.stall_watch import StallWatch, stall_view
@@ -173,14 +174,18 @@ def broker_credentials(settings: Settings) -> Any:
 
 
 def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
+    """The worker's parts, wired. Its policy takes effect as it starts: a key last decided under
+    another is moved to it (at this instant) before anything else applies to it, and the rollout
+    sweep moves the quiet ones (`arbiter.sweep`)."""
     policy = policy or load_policy(settings.policy)
+    policies = PolicyHistory.of(policy, datetime.now(UTC))
     metrics = Metrics(policy)
     app = faust.App(settings.app_id, **faust_settings(settings))
     setup_prometheus_sensors(
         app, "/metrics", registry=metrics.registry, name_prefix="claimstream_faust"
     )
     codec = WireCodec(registry_for(settings))
-    processor = Processor(settings, policy, codec, metrics, group=f"{settings.app_id}-arbiter")
+    processor = Processor(settings, policies, codec, metrics, group=f"{settings.app_id}-arbiter")
     topics = settings.topics
     configs = topic_configs(settings)
 
@@ -258,8 +263,10 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         await app.add_runtime_dependency(loop_lag)
         await app.add_runtime_dependency(stall_watch)
 
-    register_views(app, pulse, arbiter.ownership, policy, outcome_counts)
-    console = register_console(app, arbiter.ownership, alias_of, policy, settings, metrics)
+    register_views(app, pulse, arbiter.ownership, processor, outcome_counts)
+    console = register_console(
+        app, arbiter.ownership, alias_of, lambda: processor.policies, settings, metrics
+    )
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
 
@@ -320,7 +327,11 @@ ENDPOINTS = {
 
 
 def register_views(
-    app: faust.App, pulse: Pulse, ownership: Ownership, policy: Policy, outcome_counts: Any
+    app: faust.App,
+    pulse: Pulse,
+    ownership: Ownership,
+    processor: Processor,
+    outcome_counts: Any,
 ) -> None:
     async def endpoints_view(web: View, request: Request) -> Response:
         return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
@@ -331,7 +342,11 @@ def register_views(
     @app.page("/healthz")
     async def liveness_view(web: View, request: Request) -> Response:
         verdict = pulse.liveness()
-        body = verdict.json() | {"policy_version": policy.version}
+        in_force = processor.policies.entries[processor.policies.position(datetime.now(UTC))]
+        body = verdict.json() | {
+            "policy_version": in_force.policy.version,
+            "policy_since": in_force.since.isoformat(),
+        }
         return web.json(body, status=200 if verdict.ok else 503)
 
     @app.page("/readyz")

@@ -37,7 +37,7 @@ def test_the_rocksdb_store_answers_as_the_memory_store_does(
 
 def test_a_checkpoint_reads_back_only_for_the_store_it_was_written_for(tmp_path: Path) -> None:
     options = {"store": "rocksdb://", "data_dir": tmp_path, "app_id": "a"}
-    checkpoints = Checkpoints(Settings(**options), "1.0")
+    checkpoints = Checkpoints(Settings(**options))
     store, offset = checkpoints.open(3)
     assert offset == 0
     checkpoints.write(3, store, 42)
@@ -46,10 +46,7 @@ def test_a_checkpoint_reads_back_only_for_the_store_it_was_written_for(tmp_path:
     store, offset = checkpoints.open(3)
     assert offset == 42
     store.close()
-    assert Checkpoints(Settings(**options), "2.0").read(3) == (
-        "was written for policy_version '1.0', not '2.0'"
-    )
-    assert Checkpoints(Settings(**options | {"app_id": "b"}), "1.0").read(3) == (
+    assert Checkpoints(Settings(**options | {"app_id": "b"})).read(3) == (
         "has no checkpoint"  # another app id keeps its stores apart
     )
     file = tmp_path / "a-arbiter" / "task-3" / "checkpoint.json"
@@ -59,5 +56,5 @@ def test_a_checkpoint_reads_back_only_for_the_store_it_was_written_for(tmp_path:
     assert offset == 0
     assert list(store.state_keys()) == []
     store.close()
-    exactly_once = Checkpoints(Settings(**options, processing_guarantee="exactly_once"), "1.0")
+    exactly_once = Checkpoints(Settings(**options, processing_guarantee="exactly_once"))
     assert exactly_once.read(3) == "has no checkpoint (not closed cleanly, under exactly-once)"

@@ -1,0 +1,135 @@
+"""The rollout sweep: every owned key moved to the policy in force, quiet ones included.
+
+A key moves to a newer policy when anything next applies to it (`core.rollout.catch_up`, before
+a claim, a resolution or a tick); a quiet key would wait for its next claim. So when the policy
+in force is not the one its keys were last decided under, the sweep walks each open task's keys
+and sends a tick to each key still on another policy: its owner moves it, at the instant the
+policy took effect, through the same path as any record (its decision, state and offsets commit
+together, under either guarantee). The sweep only looks; the key's state is the truth:
+
+- a key whose tick is lost (a crash, a rebalance) is found again: a task's walk starts over
+  whenever it is installed, and a walk that found keys to move is followed by another, until a
+  walk finds none;
+- a key moved twice is moved once: a tick finding the key on the policy in force is a late
+  tick, and does nothing.
+
+It shares the loop with live input: the ticks are sent from the timers' budget (`Arbiter._tick`:
+a quarter of the loop's time while input arrives, half when none does), after the due timers,
+and a turn reads at most `SCAN_PER_TURN` keys' policy versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from streams.core.keystate import split_key
+from streams.core.policy import Policy
+from streams.state.task import TaskStore
+
+log = logging.getLogger(__name__)
+
+SCAN_PER_TURN = 2000
+"""Keys whose policy version one turn reads at most (a memory read each, a small decode on
+disk): about a millisecond, so a walk of a million keys costs no turn more than that."""
+PASS_PAUSE_S = 2.0
+"""Between a pass that sent ticks and the next: time for the ticks to be applied, so that the
+next pass finds only keys whose move was lost."""
+
+
+@dataclass
+class _Walk:
+    """One pass over a task's keys."""
+
+    keys: Iterator[bytes]
+    left: int
+    """Keys not yet looked at (an estimate on disk)."""
+    found: int = 0
+    """Keys this pass sent a tick to."""
+    passes: int = 1
+    not_before: float = 0.0
+    """The monotonic instant this pass may start."""
+    pending: list[bytes] = field(default_factory=list)
+    """Keys found to move, their ticks not yet sent (the budget ran out)."""
+
+
+class RolloutSweep:
+    """Walks the open tasks' keys while any is on a policy other than the one in force."""
+
+    def __init__(self) -> None:
+        self._stores: dict[int, TaskStore] = {}
+        self._walks: dict[int, _Walk] = {}
+        self._version: str | None = None  # the policy the walks move keys to
+
+    def attach(self, partition: int, store: TaskStore) -> None:
+        """A task installed: its keys are walked (again) from the first."""
+        self._stores[partition] = store
+        self._walks[partition] = _Walk(iter(store), len(store))
+
+    def detach(self, partition: int) -> None:
+        self._stores.pop(partition, None)
+        self._walks.pop(partition, None)
+
+    @property
+    def remaining(self) -> int:
+        """Keys the sweep has yet to look at, or found and not yet sent a tick."""
+        return sum(walk.left + len(walk.pending) for walk in self._walks.values())
+
+    def take(self, policy: Policy, budget: int) -> list[bytes]:
+        """Up to `budget` keys to tick, found on a policy other than `policy` (the one in force)
+        where it decides their field. A new version in force walks every task again."""
+        version = policy.version
+        if version != self._version:
+            if self._version is not None:
+                log.info(
+                    "policy %s in force (was %s): moving every owned key", version, self._version
+                )
+            self._version = version
+            for partition, store in self._stores.items():
+                self.attach(partition, store)
+        taken: list[bytes] = []
+        clock = time.monotonic()
+        for partition, walk in list(self._walks.items()):
+            if clock < walk.not_before:
+                continue
+            store, scanned, ended = self._stores[partition], 0, False
+            while len(walk.pending) < budget - len(taken) and scanned < SCAN_PER_TURN:
+                key = next(walk.keys, None)
+                if key is None:
+                    ended = True
+                    break
+                scanned += 1
+                walk.left = max(0, walk.left - 1)
+                if store.policy_version_of(key) != version and policy.rules_for(
+                    split_key(key.decode())[1]
+                ):
+                    walk.pending.append(key)
+            given = walk.pending[: budget - len(taken)]
+            del walk.pending[: len(given)]
+            walk.found += len(given)
+            taken += given
+            if ended and not walk.pending:
+                self._walked(partition, walk, store)
+        return taken
+
+    def _walked(self, partition: int, walk: _Walk, store: TaskStore) -> None:
+        """A pass ended: another if it sent ticks (to find any whose move was lost), else done."""
+        if walk.found:
+            log.info(
+                "policy sweep: task %d pass %d sent %d keys to policy %s; checking again",
+                partition,
+                walk.passes,
+                walk.found,
+                self._version,
+            )
+            self._walks[partition] = _Walk(
+                iter(store),
+                len(store),
+                passes=walk.passes + 1,
+                not_before=time.monotonic() + PASS_PAUSE_S,
+            )
+        else:
+            log.info("policy sweep: task %d is on policy %s", partition, self._version)
+            del self._walks[partition]
