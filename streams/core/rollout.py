@@ -5,7 +5,8 @@ A policy takes effect at an instant, its `since`; the versions with their instan
 given. A key's state records the policy it was last decided under. Before anything applies to a
 key at an instant (a claim, a resolution, a tick, the rollout sweep), `catch_up` fires the key's
 timers and moves it through every policy that took effect since, each at its own instant, its
-kept claims admitted afresh by that policy: replay calls it between recorded events. So a
+kept claims admitted afresh by that policy (and its resolutions: a value in the field's new
+unit): replay calls it between recorded events. So a
 key's belief is a function of its claims, the policy history and the clock, whichever path moves
 it and whichever worker owns it.
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streams.core.agreement import RECENCY
 from streams.core.errors import ContractError
 from streams.core.instants import EPOCH
-from streams.core.intake import AdmittedClaim, readmit
+from streams.core.contracts import Resolution
+from streams.core.intake import AdmittedClaim, admit_resolution, readmit
 from streams.core.keystate import KeyState, Limits, RefusedClaim, Transition, adopt_policy
 from streams.core.policy import Policy
 from streams.core.timers import due_by
@@ -85,6 +87,20 @@ def readmitted(
     return tuple(admitted), tuple(refused)
 
 
+def readmitted_resolutions(state: KeyState, policy: Policy) -> tuple[Resolution, ...]:
+    """The key's resolutions as `policy` admits them afresh: each value normalized from the unit
+    it was kept in to the field's unit under `policy` (a unit or currency that changed would
+    otherwise decide the key on a number in the old unit). One `policy` refuses (its value no
+    longer of the field's type) no longer decides the key, and is not kept."""
+    kept: list[Resolution] = []
+    for resolution in state.resolutions:
+        try:
+            kept.append(admit_resolution(resolution, policy, resolution.decided_at))
+        except ContractError:
+            continue
+    return tuple(kept)
+
+
 def switches(state: KeyState, history: PolicyHistory, until: datetime) -> list[InForce]:
     """The policies that took effect for the key after the one it was last decided under, by
     `until`: each a policy that decides its field and differs from the one before. A key
@@ -145,6 +161,8 @@ def catch_up(
         rules = policy.rules_for(state.field)
         assert rules is not None  # `switches` passes over policies without the field
         claims, refused = readmitted(state, policy)
+        if state.resolutions:
+            state = replace(state, resolutions=readmitted_resolutions(state, policy))
         step = adopt_policy(state, claims, refused, rules, policy.version, entry.since, limits)
         steps.append((step.arbitration.decided_at, step))
         state = step.state

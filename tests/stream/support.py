@@ -435,3 +435,42 @@ def warm_up(bootstrap: str, deployment: Deployment) -> None:
             wait_for_decisions(bootstrap, deployment.topics.decisions, {}, timeout_s=1)
         )
     assert ("warm-up", "order.payment_status") in latest
+
+
+Sent = tuple[str, str]
+"""A decision on a topic as the differential tests compare it: (decision_id, decided_at)."""
+ByKey = dict[tuple[str, str], list[Sent]]
+
+
+def sent_of(decision: Decision) -> Sent:
+    return decision.decision_id, decision.decided_at.isoformat()
+
+
+def decisions_by_key(bootstrap: str, topic: str, guarantee: str) -> ByKey:
+    """Each key's decisions on `topic`, in order (read committed under exactly once)."""
+    isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
+    records = asyncio.run(read_topic(bootstrap, topic, idle_s=2, isolation_level=isolation))
+    by_key: ByKey = {}
+    for record in records:
+        decision = CODEC.decode(Decision, record.value)
+        by_key.setdefault((decision.subject, decision.field), []).append(sent_of(decision))
+    return by_key
+
+
+def without_repeats(by_key: ByKey) -> ByKey:
+    """Each key's records with a repeat of one already sent left out: a redelivered claim's
+    decision, sent again exactly as first sent, or a batch sent again after a restart."""
+    return {key: list(dict.fromkeys(sent)) for key, sent in by_key.items()}
+
+
+async def start_ready(workers: list[WorkerProcess]) -> None:
+    """Start every worker and wait until each owns its partitions (`/readyz` answers 200)."""
+
+    def ready(worker: WorkerProcess) -> None:
+        worker.start()
+        deadline = time.monotonic() + 120
+        while worker.get("/readyz", attempts=1) is None:
+            assert time.monotonic() < deadline, worker.diagnosis()
+            time.sleep(0.3)
+
+    await asyncio.gather(*(asyncio.to_thread(ready, w) for w in workers))

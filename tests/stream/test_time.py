@@ -25,12 +25,22 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from streams.core.contracts import Claim, Decision, Outcome, Resolution
+from streams.core.contracts import Claim, Outcome, Resolution
 from streams.core.keystate import state_key
 from streams.core.policy import load_policy
 from streams.core.replay import replay_with_clock
 from streams.devkit.brokers import KafkaBroker
-from tests.stream.support import CODEC, Deployment, WorkerProcess, read_topic, write_policy
+from tests.stream.support import (
+    CODEC,
+    Deployment,
+    Sent,
+    WorkerProcess,
+    decisions_by_key,
+    sent_of,
+    start_ready,
+    without_repeats,
+    write_policy,
+)
 
 SEED = 20261204
 FRESHNESS_S = 8  # order.payment_status
@@ -43,8 +53,6 @@ COMBINATIONS = [
     ("rocksdb://", "exactly_once"),
 ]
 RESTART_AT_S, KILL_AT_S, END_AT_S = 6.0, 14.0, 26.0
-
-Sent = tuple[str, str]  # (decision_id, decided_at) of a record on a topic
 
 
 @dataclass(frozen=True)
@@ -166,34 +174,13 @@ def _replayed(history: list[Event], start: datetime, now: datetime, policy: Path
         d = emitted.decision
         key = (d.subject, d.field)
         if emitted.escalation:
-            replayed.escalations.setdefault(key, []).append(_sent(d))
+            replayed.escalations.setdefault(key, []).append(sent_of(d))
         else:
             sent = replayed.decisions.setdefault(key, [])
-            if _sent(d) not in sent:  # a redelivery's repeat is no new belief
+            if sent_of(d) not in sent:  # a redelivery's repeat is no new belief
                 replayed.outcomes.setdefault(key, []).append(d.outcome)
-            sent.append(_sent(d))
+            sent.append(sent_of(d))
     return replayed
-
-
-def _sent(decision: Decision) -> Sent:
-    return decision.decision_id, decision.decided_at.isoformat()
-
-
-def _on_topic(bootstrap: str, topic: str, guarantee: str) -> dict[tuple[str, str], list[Sent]]:
-    """Each key's records on `topic`, in order."""
-    isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
-    records = asyncio.run(read_topic(bootstrap, topic, idle_s=2, isolation_level=isolation))
-    by_key: dict[tuple[str, str], list[Sent]] = {}
-    for record in records:
-        decision = CODEC.decode(Decision, record.value)
-        by_key.setdefault((decision.subject, decision.field), []).append(_sent(decision))
-    return by_key
-
-
-def _once(by_key: dict[tuple[str, str], list[Sent]]) -> dict[tuple[str, str], list[Sent]]:
-    """Each key's records with a repeat of one already sent left out: a redelivered claim's
-    decision, sent again exactly as first sent, or a batch sent again after a restart."""
-    return {key: list(dict.fromkeys(sent)) for key, sent in by_key.items()}
 
 
 def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
@@ -220,7 +207,7 @@ def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
     workers = [d.worker() for d in deployments]
     history = _history(random.Random(SEED))
     try:
-        asyncio.run(_start_all(workers))
+        asyncio.run(start_ready(workers))
         start = datetime.fromtimestamp(round(time.time() + 1.0), UTC)
         asyncio.run(_run(history, start, deployments, workers))
         time.sleep(max(0.0, start.timestamp() + END_AT_S - time.time()))
@@ -243,19 +230,6 @@ async def _run(
     workers: list[WorkerProcess],
 ) -> None:
     await asyncio.gather(_publish(history, start, deployments), _faults(start, workers))
-
-
-async def _start_all(workers: list[WorkerProcess]) -> None:
-    """Start every worker and wait until each owns its partitions (`/readyz` answers 200)."""
-
-    def ready(worker: WorkerProcess) -> None:
-        worker.start()
-        deadline = time.monotonic() + 120
-        while worker.get("/readyz", attempts=1) is None:
-            assert time.monotonic() < deadline, worker.diagnosis()
-            time.sleep(0.3)
-
-    await asyncio.gather(*(asyncio.to_thread(ready, w) for w in workers))
 
 
 def _check_the_table(replayed: Replayed) -> None:
@@ -290,10 +264,10 @@ def _check_deployment(deployment: Deployment, worker: WorkerProcess, replayed: R
     # Exactly once: the topics hold replay's records, repeats included (a redelivered claim's
     # decision is sent again as first sent), and nothing else. At least once: the same once a
     # record sent again is left out.
-    seen = (lambda sent: sent) if guarantee == "exactly_once" else _once
+    seen = (lambda sent: sent) if guarantee == "exactly_once" else without_repeats
     deadline = time.monotonic() + 60
     while True:
-        on_decisions = _on_topic(bootstrap, topics.decisions, guarantee)
+        on_decisions = decisions_by_key(bootstrap, topics.decisions, guarantee)
         if seen(on_decisions) == seen(decisions) or time.monotonic() > deadline:
             break
     expected = seen(decisions)
@@ -301,9 +275,11 @@ def _check_deployment(deployment: Deployment, worker: WorkerProcess, replayed: R
     differing = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
     assert not differing, f"{label}: {len(differing)} keys differ: {list(differing.items())[:2]}"
     assert got.keys() == expected.keys()
-    on_escalations = _on_topic(bootstrap, topics.escalations, guarantee)
+    on_escalations = decisions_by_key(bootstrap, topics.escalations, guarantee)
     assert seen(on_escalations) == seen(escalations), label
-    repeated = sum(map(len, on_decisions.values())) - sum(map(len, _once(on_decisions).values()))
+    repeated = sum(map(len, on_decisions.values())) - sum(
+        map(len, without_repeats(on_decisions).values())
+    )
     answers = {}
     for subject, field in decisions:
         key = urllib.parse.quote(f"{subject}|{field}", safe="")
