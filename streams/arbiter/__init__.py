@@ -35,7 +35,7 @@ The rooms, in the order a batch flows through them (every module of the package)
 point one way: `loop` imports every other room but `changelog`; `bookkeeping` imports `commit`,
 `routing`, `schedule`, `sources` and `tallies`; `commit` imports `tasks`, `changelog` and
 `collector`; `changelog` and `tallies` import `collector`; `routing` imports `tasks` and
-`schedule`; `tasks` imports `schedule`; nothing imports `loop`.
+`schedule`; `tasks` imports `schedule`; `schedule` imports `sweep`; nothing imports `loop`.
 
 - `loop`: `Arbiter`, the service: fetch, run each record through `Processor`, apply, commit,
   repair what failed, tick; and, from the consumer's listener, revoke and assign.
@@ -47,6 +47,8 @@ point one way: `loop` imports every other room but `changelog`; `bookkeeping` im
   positions, pauses, seeks, offset commits), `Tasks` (open and standby tasks: restore from the
   changelog off the rebalance callback, install, reload, close).
 - `schedule`: `Schedule`, the keys due a tick and the open conflicts (a punctuation queue).
+- `sweep`: `RolloutSweep`, the owned keys still on a policy other than the one in force, walked
+  and sent a tick each (the schedule holds it).
 - `collector`: `RecordCollector`, records to producer batches per partition, and their acks.
 - `commit`: the guarantee as a strategy, chosen once (`commits_for`): `AtLeastOnce` (a window of
   batches in flight) or `ExactlyOnce` (a transaction per task). Both return what failed

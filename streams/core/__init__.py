@@ -10,10 +10,12 @@ The rooms, in the order a claim flows through them (every module of the package)
 - authenticity: a claim's signature; intake: admission (authority, lineage) through normalize
   (each value in its field's type and unit).
 - keystate: one key's transitions, which decide through the engine; timers: the transitions
-  time alone makes, fired in order up to an instant.
+  time alone makes, fired in order up to an instant; rollout: the policies in force over time,
+  and a key moved through them (policy_history: that history as JSON lines).
 - engine: the rules as a table (rulebook: the table's vocabulary; agreement: how claims agree);
   shortcuts (fused, incremental): the table's second encodings, held equal to it.
-- arbitration: the decision record and its id.
+- arbitration: the decision record and its id; side_records: the evidence and the events a
+  decision is built with.
 - summary: the decisions a key keeps; upkeep: its bounds and next check; journal: how a key's
   state is stored (stored: the stored forms, field by field).
 - explain, asof, replay: reading decisions back (replay with the clock through timers).

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streams.core.agreement import RECENCY
+from streams.core.contracts import Resolution
 from streams.core.errors import ContractError
 from streams.core.instants import EPOCH
-from streams.core.contracts import Resolution
 from streams.core.intake import AdmittedClaim, admit_resolution, readmit
 from streams.core.keystate import KeyState, Limits, RefusedClaim, Transition, adopt_policy
 from streams.core.policy import Policy
@@ -103,14 +103,15 @@ def readmitted_resolutions(state: KeyState, policy: Policy) -> tuple[Resolution,
 
 def switches(state: KeyState, history: PolicyHistory, until: datetime) -> list[InForce]:
     """The policies that took effect for the key after the one it was last decided under, by
-    `until`: each a policy that decides its field and differs from the one before. A key
+    `until`: each a policy that decides its field and differs from the one before (one that does
+    not decide it moves nothing: the key stays as it is until a policy decides it again). A key
     decided under a policy the history does not hold (or before policies were recorded on
-    state) moves straight to the policy in force at `until`."""
+    state) moves straight to the last policy by `until` that decides its field."""
     entries = history.entries
-    last = history.position(until)
     field = state.field
-    if entries[last].policy.rules_for(field) is None:
-        return []  # its field is no longer decided: nothing moves it (`Processor` clears timers)
+    last, _ = _deciding(history, field, until)
+    if last < 0:
+        return []  # no policy by `until` decides its field
     start = _own_position(state, history)
     if start is None:
         target = entries[last]
@@ -122,6 +123,19 @@ def switches(state: KeyState, history: PolicyHistory, until: datetime) -> list[I
             found.append(entry)
             version = entry.policy.version
     return found
+
+
+def _deciding(history: PolicyHistory, field: str, until: datetime) -> tuple[int, datetime]:
+    """The last entry by `until` that decides `field` (-1 if none), and the instant up to which
+    time runs for a key on it: `until`, or when the policies after it that do not decide the
+    field took effect (the key's timers wait there for a policy that decides it again)."""
+    entries = history.entries
+    n = history.position(until)
+    end = until
+    while n >= 0 and entries[n].policy.rules_for(field) is None:
+        end = entries[n].since
+        n -= 1
+    return n, end
 
 
 def _own_position(state: KeyState, history: PolicyHistory) -> int | None:
@@ -144,7 +158,9 @@ def catch_up(
 ) -> list[tuple[datetime, Transition]]:
     """The key's re-decisions up to `until` (inclusive), in order, each with its instant: its
     timers as they came due under the policy it was on, and its move to each policy that took
-    effect since (`switches`). `state` is not changed. Empty when nothing moves it."""
+    effect since (`switches`). While no policy decides its field, nothing moves it: its timers
+    due meanwhile fire once one does again. `state` is not changed. Empty when nothing moves
+    it. The same re-decisions whether it is called once up to `until` or at instants between."""
     steps: list[tuple[datetime, Transition]] = []
     if state is None:
         return steps
@@ -166,8 +182,11 @@ def catch_up(
         step = adopt_policy(state, claims, refused, rules, policy.version, entry.since, limits)
         steps.append((step.arbitration.decided_at, step))
         state = step.state
-    policy = history.in_force(until)
+    last, end = _deciding(history, state.field, until)
+    if last < 0:
+        return steps
+    policy = history.entries[last].policy
     rules = policy.rules_for(state.field)
     if rules is not None and state.policy_version == policy.version:
-        steps += due_by(state, rules, policy.version, until, limits)
+        steps += due_by(state, rules, policy.version, end, limits)
     return steps

@@ -200,20 +200,7 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
             config=configs[name],  # as ensure_topics creates it, should Faust declare it first
         )
 
-    aliases = app.GlobalTable(
-        "subject-aliases",
-        partitions=settings.partitions,
-        help="Alias (normalized) -> canonical subject.",
-    )
-    field_outcomes = app.Table(
-        "field-outcomes",
-        default=int,
-        partitions=settings.partitions,
-        help="Decisions per field|outcome|kind in one-minute windows: conflict rates.",
-    )
-    outcome_counts = field_outcomes.tumbling(OUTCOME_WINDOW, expires=OUTCOMES_KEPT)
-
-    assert isinstance(aliases, AliasTable)
+    aliases, outcome_counts = _tables(app, settings)
     alias_of = aliases.canonical
 
     pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s)
@@ -268,6 +255,24 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
         app, arbiter.ownership, alias_of, lambda: processor.policies, settings, metrics
     )
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
+
+
+def _tables(app: faust.App, settings: Settings) -> tuple[AliasTable, Any]:
+    """The Faust tables: subject aliases (global), and the decisions per field, outcome and
+    kind in one-minute windows (the conflict rates)."""
+    aliases = app.GlobalTable(
+        "subject-aliases",
+        partitions=settings.partitions,
+        help="Alias (normalized) -> canonical subject.",
+    )
+    field_outcomes = app.Table(
+        "field-outcomes",
+        default=int,
+        partitions=settings.partitions,
+        help="Decisions per field|outcome|kind in one-minute windows: conflict rates.",
+    )
+    assert isinstance(aliases, AliasTable)
+    return aliases, field_outcomes.tumbling(OUTCOME_WINDOW, expires=OUTCOMES_KEPT)
 
 
 async def _alias_proven(processor: Processor, dead_letters: Any, message: Any) -> bool:
