@@ -21,7 +21,7 @@ import shutil
 import sys
 from collections.abc import Iterable
 from contextlib import nullcontext
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlencode
@@ -33,6 +33,7 @@ from streams.core.contracts import ClaimStatus, Decision, Resolution
 from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
+from streams.core.policy_history import history_from_lines
 from streams.core.replay import ReplayResult, TimedReplay, replay, replay_with_clock
 from streams.core.suggestions import render, suggest
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
@@ -80,10 +81,17 @@ def _final_replay(policy_path: Path, now: datetime, claims: Path) -> ReplayResul
 
 
 def _run_replay(args: argparse.Namespace) -> ReplayResult | TimedReplay:
-    policy = load_policy(args.policy)
     resolution_lines = _read_lines(args.resolutions) if args.resolutions else []
+    origin = str(args.resolutions)
+    if args.policy_history is not None:
+        lines = _read_lines(args.policy_history)
+        history = history_from_lines(lines, str(args.policy_history))
+        return replay_with_clock(
+            _read_lines(args.claims), history, args.now, resolution_lines, origin
+        )
+    policy = load_policy(args.policy)
     read = replay_with_clock if args.clock else replay
-    return read(_read_lines(args.claims), policy, args.now, resolution_lines, str(args.resolutions))
+    return read(_read_lines(args.claims), policy, args.now, resolution_lines, origin)
 
 
 def _open_for_writing(path: Path) -> TextIO:
@@ -96,6 +104,10 @@ def _open_for_writing(path: Path) -> TextIO:
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.escalations and not args.clock:
         raise ClaimstreamError("--escalations goes with --clock (only the clock escalates)")
+    if args.policy_history is not None and not args.clock:
+        raise ClaimstreamError(
+            "--policy-history goes with --clock (each claim is taken at its own instant)"
+        )
     # Opened first: an unwritable path fails before any decision is printed.
     with (
         _open_for_writing(args.rejected) if args.rejected else nullcontext() as rejected,
@@ -322,6 +334,34 @@ def _steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
         )
     raw = base64.b64decode(material) if key.algorithm == ED25519 else material.encode()
     return lambda value: sign(value, key.key_id, key.algorithm, raw, datetime.now(UTC))
+
+
+def cmd_policy_publish(args: argparse.Namespace) -> int:
+    from streams.worker.policy_log import publish_policy
+
+    _client_logs_quiet()
+    settings = settings_from(args)
+    policy = load_policy(args.file)
+    lead = args.lead if args.lead is not None else timedelta(seconds=settings.policy_lead_s)
+    since = args.at or datetime.now(UTC) + lead
+    signer = _steward_signer(args, settings) if args.key_id else None
+    text = args.file.read_text(encoding="utf-8")
+    asyncio.run(publish_policy(settings, text, since, signer, args.by))
+    print(
+        f"policy {policy.version} published on {settings.topics.policies}: every worker moves "
+        f"every key to it at {since.isoformat()}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_policy_history(args: argparse.Namespace) -> int:
+    from streams.worker.policy_log import published_lines
+
+    _client_logs_quiet()
+    for line in asyncio.run(published_lines(settings_from(args))):
+        print(line)
+    return 0
 
 
 def _json_or_text(raw: str) -> Any:

@@ -19,6 +19,8 @@ from streams.cli.commands import (
     cmd_init,
     cmd_policy_check,
     cmd_policy_diff,
+    cmd_policy_history,
+    cmd_policy_publish,
     cmd_policy_suggest,
     cmd_publish,
     cmd_replay,
@@ -130,7 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", help="arbitrate recorded claims offline (JSON lines)"
     )
     replay_parser.add_argument("claims", type=Path, help="claims, one JSON object per line")
-    replay_parser.add_argument("--policy", type=Path, required=True, help="the policy file (YAML)")
+    replay_policy = replay_parser.add_mutually_exclusive_group(required=True)
+    replay_policy.add_argument("--policy", type=Path, help="the policy file (YAML)")
+    replay_policy.add_argument(
+        "--policy-history",
+        type=Path,
+        metavar="FILE",
+        help="with --clock, instead of --policy: the policies in force over time, one JSON line "
+        'per version, {"since": RFC 3339 instant, "policy": its YAML text} (other keys ignored); '
+        "each claim and resolution is taken under the policy in force at its instant, and each "
+        "key moves to every policy at the instant it takes effect",
+    )
     replay_parser.add_argument(
         "--now",
         type=_instant_argument,
@@ -296,6 +308,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--key-env", metavar="VAR", help="the environment variable holding the key's secret"
     )
     resolve_parser.set_defaults(handler=cmd_resolve)
+
+    publish_policy = policy_commands.add_parser(
+        "publish",
+        parents=[connection],
+        help="roll a policy out (or back) on every worker: publish it on the policy topic",
+    )
+    publish_policy.add_argument("file", type=Path, help="the policy file (YAML)")
+    publish_policy.add_argument(
+        "--in",
+        dest="lead",
+        type=_duration_argument,
+        metavar="DURATION",
+        help="take effect this long after now (default: the setting policy_lead_s)",
+    )
+    publish_policy.add_argument(
+        "--at", type=_instant_argument, help="take effect at this RFC 3339 instant instead"
+    )
+    publish_policy.add_argument("--by", help="the steward publishing it (with --key-id)")
+    publish_policy.add_argument(
+        "--key-id",
+        metavar="ID",
+        help="sign as --by with this key of the stewards section of the policy in force",
+    )
+    publish_policy.add_argument(
+        "--key-env", metavar="VAR", help="the environment variable holding the key's secret"
+    )
+    publish_policy.set_defaults(handler=cmd_policy_publish, policy=None)
+    history_parser = policy_commands.add_parser(
+        "history",
+        parents=[connection],
+        help="the published policies with the instant each takes effect, as JSON lines "
+        "(for replay --policy-history)",
+    )
+    history_parser.set_defaults(handler=cmd_policy_history)
 
     redrive_parser = commands.add_parser(
         "replay-dead-letters",

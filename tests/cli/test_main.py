@@ -310,6 +310,104 @@ def test_bad_resolution_lines_are_rejected_on_their_own(tmp_path: Path) -> None:
     assert any(d["reason"] == "manual" for d in manual)  # the good line still applied
 
 
+def _seats(n: int, source: str, value: int, at: str) -> str:
+    return json.dumps(
+        {
+            "claim_id": f"c{n}",
+            "subject": "initech",
+            "field": "contract.seats",
+            "status": "present",
+            "value": value,
+            "source": source,
+            "observed_at": at,
+        }
+    )
+
+
+def test_replay_with_a_policy_history_moves_keys_at_each_policys_instant(tmp_path: Path) -> None:
+    """The example policy, then from 12:00:30 one without billing-cache: the cache's kept claim
+    is refused at the switch (named in the decision), and its later claim rejected at intake."""
+    example = POLICY.read_text()
+    without_cache = example.replace('version: "2026-11-29.1"', 'version: "no-cache"').replace(
+        "  billing-cache: {authority: cached}\n", ""
+    )
+    history = tmp_path / "history.jsonl"
+    history.write_text(
+        json.dumps({"since": "2026-12-04T00:00:00Z", "policy": example, "version": "x"})
+        + "\n"
+        + json.dumps({"since": "2026-12-04T12:00:30Z", "policy": without_cache})
+        + "\n"
+    )
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text(
+        "\n".join(
+            [
+                _seats(1, "crm", 12, "2026-12-04T12:00:00Z"),
+                _seats(2, "billing-cache", 15, "2026-12-04T12:00:10Z"),
+                _seats(3, "billing-cache", 16, "2026-12-04T12:00:40Z"),
+            ]
+        )
+        + "\n"
+    )
+    rejected = tmp_path / "rejected.jsonl"
+    now = "2026-12-04T12:01:00Z"
+    args = ["replay", "--clock", "--now", now, claims, "--rejected", rejected]
+    result = claimstream(*args, "--policy-history", history)
+    decisions = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(d["decided_at"], d["policy_version"], d["value"]) for d in decisions] == [
+        ("2026-12-04T12:00:00Z", "2026-11-29.1", 12),  # the cache's 15 at :10 changed nothing
+        ("2026-12-04T12:00:30Z", "no-cache", 12),
+    ]
+    assert decisions[-1]["reason"].endswith(
+        "; kept claims policy no-cache refuses: c2 (unknown_source: source 'billing-cache' is "
+        "not in policy no-cache and it has no '*' entry)"
+    )
+    assert [e["claim_id"] for e in decisions[-1]["evidence"]] == ["c1"]
+    [refused] = [json.loads(line) for line in rejected.read_text().splitlines()]
+    assert (refused["claim_id"], refused["reason"]) == ("c3", "unknown_source")
+
+    first = tmp_path / "first.jsonl"  # one policy: the same as --policy
+    first.write_text(history.read_text().splitlines()[0] + "\n")
+    alone = claimstream(*args, "--policy-history", first)
+    assert alone.stdout == claimstream(*args, "--policy", POLICY).stdout
+
+
+def test_replay_policy_history_misuse_is_an_error(tmp_path: Path) -> None:
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps({"since": "2026-12-04T00:00:00", "policy": "version: x"}))
+    claims = REPO / "examples" / "claims.jsonl"
+    unclocked = claimstream(
+        "replay", "--now", NOW, claims, "--policy-history", history, check=False
+    )
+    assert (unclocked.returncode, unclocked.stdout) == (2, "")
+    assert unclocked.stderr.strip() == (
+        "claimstream: error: --policy-history goes with --clock (each claim is taken at its "
+        "own instant)"
+    )
+    bad = claimstream(
+        "replay", "--clock", "--now", NOW, claims, "--policy-history", history, check=False
+    )
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr.strip().splitlines() == [
+        f"claimstream: error: {history}:1: since: '2026-12-04T00:00:00' is not an RFC 3339 "
+        "instant: '2026-12-04T00:00:00' needs a UTC offset, e.g. 2026-11-29T12:00:00Z"
+    ]
+    both = claimstream(
+        "replay",
+        "--clock",
+        "--now",
+        NOW,
+        claims,
+        "--policy",
+        POLICY,
+        "--policy-history",
+        history,
+        check=False,
+    )
+    assert both.returncode == 2
+    assert "not allowed with argument" in both.stderr
+
+
 def test_explain_names_the_line_that_is_not_a_decision(tmp_path: Path) -> None:
     replayed = claimstream(
         "replay", "--policy", POLICY, "--now", NOW, REPO / "examples" / "claims.jsonl"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from streams.core.contracts import Outcome
 from streams.core.policy import load_policy
 from streams.core.replay import replay, replay_with_clock
+from streams.core.rollout import InForce, PolicyHistory
 
 POLICY = load_policy(Path(__file__).resolve().parents[2] / "examples" / "policy.yaml")
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -106,3 +107,55 @@ def test_at_now_the_clock_reaches_the_final_replays_belief(
         if not e.escalation
     }
     assert last == final
+
+
+def test_a_policy_history_moves_a_key_and_its_resolution_to_a_new_unit() -> None:
+    """api.latency in ms, then from T0 + 60 s in s: two derived sources conflict, a steward
+    settles on 120 ms; at the switch the key decides 0.12 s, its resolution moved to seconds
+    with its claims (not 120 s)."""
+    seconds = POLICY.model_copy(
+        update={
+            "version": "in-seconds",
+            "fields": POLICY.fields
+            | {
+                "api.latency": POLICY.fields["api.latency"].model_copy(
+                    update={"unit": "s", "tolerance": 0.0005}
+                )
+            },
+        }
+    )
+    history = PolicyHistory([InForce(T0, POLICY), InForce(T0 + timedelta(seconds=60), seconds)])
+    latency = {"subject": "checkout", "field": "api.latency", "unit": "ms"}
+    lines = [
+        _line(1, T0, source="apm-agent", value=120, **latency),
+        _line(2, T0, source="synthetic-probe", value=180, **latency),
+    ]
+    resolution = {
+        "resolution_id": "r1",
+        "subject": "checkout",
+        "field": "api.latency",
+        "status": "present",
+        "value": 120,
+        "unit": "ms",
+        "decided_by": "ann",
+        "note": "the probe ran cold",
+        "decided_at": (T0 + timedelta(seconds=10)).isoformat(),
+    }
+    timed = replay_with_clock(lines, history, T0 + timedelta(minutes=2), [json.dumps(resolution)])
+    decided = [
+        (
+            e.at - T0,
+            e.decision.outcome,
+            e.decision.value,
+            e.decision.unit,
+            e.decision.policy_version,
+        )
+        for e in timed.emitted
+        if not e.escalation
+    ]
+    assert decided == [
+        (timedelta(0), Outcome.RESOLVED, 120.0, "ms", POLICY.version),
+        (timedelta(0), Outcome.CONFLICT, None, None, POLICY.version),
+        (timedelta(seconds=10), Outcome.RESOLVED, 120.0, "ms", POLICY.version),
+        (timedelta(seconds=60), Outcome.RESOLVED, 0.12, "s", "in-seconds"),
+    ]
