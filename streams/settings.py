@@ -71,6 +71,7 @@ class Topics(BaseModel):
     epoch_changes: str = "claims.epoch-changes"
     reobserve: str = "claims.reobserve-requests"
     escalations: str = "claims.escalations"
+    policies: str = "claims.policies"
     rekeyed: str = "claimstream-rekeyed"
     outcomes: str = "claimstream-outcomes"
 
@@ -151,6 +152,18 @@ class Settings(BaseModel):
         description="the replay and audit horizon: days the input topics, dead letters and "
         "event topics keep every record (-1: forever); an existing topic that keeps less is "
         "warned of at start",
+    )
+    policy_lead_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="how long after its publication a policy takes effect (`claimstream policy "
+        "publish`, or a worker publishing its policy file's new version): time for every worker "
+        "to read it first, so that all move to it at the same instant",
+    )
+    policy_poll_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often a worker reads the policy topic for a newly published policy",
     )
     expiry_interval_s: float = Field(
         default=1.0,

@@ -40,6 +40,7 @@ from streams.pipeline.records import Incoming
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from streams.wire.registry import WireCodec, registry_for
+from streams.worker.policy_log import PolicyFollower
 from streams.worker.retention import topic_configs
 from streams.worker.topics import OUTCOMES_KEPT
 
@@ -173,12 +174,15 @@ def broker_credentials(settings: Settings) -> Any:
     return None
 
 
-def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
-    """The worker's parts, wired. Its policy takes effect as it starts: a key last decided under
-    another is moved to it (at this instant) before anything else applies to it, and the rollout
-    sweep moves the quiet ones (`arbiter.sweep`)."""
+def build(
+    settings: Settings, policy: Policy | None = None, history: PolicyHistory | None = None
+) -> Pipeline:
+    """The worker's parts, wired. `history`: the cluster's policies from the policy topic, which
+    the worker follows (`policy_log`); without it, `policy` alone, in force from now. A key last
+    decided under another policy is moved to the one in force before anything else applies to
+    it, and the rollout sweep moves the quiet ones (`arbiter.sweep`)."""
     policy = policy or load_policy(settings.policy)
-    policies = PolicyHistory.of(policy, datetime.now(UTC))
+    policies = history or PolicyHistory.of(policy, datetime.now(UTC))
     metrics = Metrics(policy)
     app = faust.App(settings.app_id, **faust_settings(settings))
     setup_prometheus_sensors(
@@ -243,9 +247,13 @@ def build(settings: Settings, policy: Policy | None = None) -> Pipeline:
     stall_watch = StallWatch(metrics.registry, settings.stall_threshold_s, loop=app.loop)
     app.page("/api/stalls")(stall_view(stall_watch))
 
+    follower = PolicyFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
+
     @app.task
     async def start_arbiter() -> None:
         await app.add_runtime_dependency(arbiter)
+        if history is not None:
+            await app.add_runtime_dependency(follower)
         await app.add_runtime_dependency(lag_probe)
         await app.add_runtime_dependency(loop_lag)
         await app.add_runtime_dependency(stall_watch)

@@ -64,6 +64,7 @@ def retention_wanted(settings: Settings, extra: Iterable[str] = ()) -> dict[str,
     )
     return {
         topics.resolutions: -1,
+        topics.policies: -1,  # every version with its instant: what replay is given
         **dict.fromkeys(audited, audit_retention_ms(settings)),
         topics.rekeyed: INTERNAL_RETENTION_MS,
         topics.outcomes: INTERNAL_RETENTION_MS,

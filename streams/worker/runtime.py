@@ -34,6 +34,7 @@ from streams.settings import Settings, warn_unknown_variables
 from streams.wire.kafka import client_options
 from streams.wire.registry import WireCodec, registry_for
 from streams.worker.app import Pipeline, build
+from streams.worker.policy_log import history_at_start
 from streams.worker.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,10 @@ def run_worker(settings: Settings, customize: Callable[[Pipeline], None] | None 
     asyncio.set_event_loop(loop)
     policy = load_policy(settings.policy)
     loop.run_until_complete(ensure_topics(settings, principal_topics(policy, settings)))
+    text = settings.policy.read_text(encoding="utf-8")
+    history = loop.run_until_complete(history_at_start(settings, policy, text))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    pipeline = build(settings, policy)
+    pipeline = build(settings, policy, history)
     if customize is not None:
         customize(pipeline)
     worker = QuietWorker(

@@ -53,6 +53,7 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
         topics.reobserve,
         topics.escalations,
         topics.outcomes,
+        topics.policies,
     ]
     admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
@@ -67,7 +68,8 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
                     [
                         NewTopic(
                             name,
-                            settings.partitions,
+                            # The policy topic: one partition, its versions in published order.
+                            1 if name == topics.policies else settings.partitions,
                             settings.replication_factor,
                             topic_configs={**durability, **configs.get(name, {})},
                         )

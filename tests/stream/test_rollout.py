@@ -47,6 +47,7 @@ COMBINATIONS = [
     ("rocksdb://", "exactly_once"),
 ]
 SEATS, TIMEOUT = "contract.seats", "service.retry_timeout"
+LEAD_S = 2.0  # a policy takes effect this long after a worker publishes its file's new version
 
 
 def _policy(path: Path, version: str, *, crm: str, order_form: str, on_conflict: str) -> Path:
@@ -136,6 +137,7 @@ def test_a_rollout_re_decides_every_key_on_every_store_and_guarantee(
             store=store,
             guarantee=guarantee,
             static_membership=True,
+            settings={"policy_lead_s": str(LEAD_S)},
         )
         for store, guarantee in COMBINATIONS
     ]
@@ -185,8 +187,10 @@ def _check_rollout(
     deployment: Deployment, worker: WorkerProcess, claims: list[Claim], a: Any, b: Any
 ) -> None:
     label = f"{deployment.store},{deployment.guarantee}"
-    health = worker.get("/healthz")
-    assert health["policy_version"] == "B", health
+    deadline = time.monotonic() + 30
+    while (health := worker.get("/healthz"))["policy_version"] != "B":
+        assert time.monotonic() < deadline, f"{label}: policy B not in force: {health}"
+        time.sleep(0.3)
     since = datetime.fromisoformat(health["policy_since"])
     history = PolicyHistory([InForce(datetime(1970, 1, 1, tzinfo=UTC), a), InForce(since, b)])
     expected = _replayed(claims, history, datetime.now(UTC) + timedelta(seconds=1))
