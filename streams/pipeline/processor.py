@@ -231,15 +231,28 @@ class Processor:
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
             self.stages.charge(DECODE, started, decoded)
             return forwarded
-        rules = policy.rules_for(claim.field)
-        assert rules is not None  # admit() refused unknown fields
-        admitted_at = perf_counter()
         stored = state_of(key)
         timed = self._caught_up(stored, now)
         current = timed[-1][1].state if timed else stored
+        own = self._policy_of(current, policy, now)
+        if own is not policy:  # a late record, for a key already on a later policy
+            policy = own
+            admitted = admit_micros(claim, own, wall_us, rekeying.source_class(record))
+        rules = policy.rules_for(claim.field)
+        assert rules is not None  # admit() refused unknown fields
+        admitted_at = perf_counter()
         step = apply_claim(current, admitted, rules, policy.version, now, self.limits)
         clocks = (started, decoded, admitted_at, perf_counter())
         return _Decided(key, step, step.state is stored, claim, wall_s, clocks, timed)
+
+    def _policy_of(self, state: KeyState | None, policy: Policy, now: datetime) -> Policy:
+        """The policy a record at `now` is decided under: the one in force then (`policy`), or
+        for a key whose clock is past `now` (a late record) the one in force at the key's clock:
+        a key's clock never runs backwards (`keystate._decide`), nor does its policy."""
+        last = state.current if state is not None else None
+        if last is None or last.decided_at <= now:
+            return policy
+        return self.policies.in_force(last.decided_at)
 
     def _caught_up(
         self, state: KeyState | None, now: datetime
@@ -316,11 +329,15 @@ class Processor:
         key = state_key(resolution.subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
-        rules = policy.rules_for(resolution.field)
-        assert rules is not None
         stored = state_of(key)
         timed = self._caught_up(stored, now)
         current = timed[-1][1].state if timed else stored
+        own = self._policy_of(current, policy, now)
+        if own is not policy:  # a late record, for a key already on a later policy
+            policy = own
+            resolution = canonical(admit_resolution(decoded, own, wall), alias_of)
+        rules = policy.rules_for(resolution.field)
+        assert rules is not None
         step = add_resolution(current, resolution, rules, policy.version, now, self.limits)
         return _Decided(key, step, step.state is stored, timed=timed)
 
