@@ -118,8 +118,8 @@ async def publish_policy(
     producer = AIOKafkaProducer(**client_options(settings), acks="all")
     await producer.start()
     try:
-        await producer.send_and_wait(
-            settings.topics.policies, value, key=version.encode(), headers=headers
+        await producer.send_and_wait(  # partition 0: the one the workers read, in order
+            settings.topics.policies, value, key=version.encode(), partition=0, headers=headers
         )
     finally:
         await producer.stop()

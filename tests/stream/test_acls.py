@@ -69,6 +69,13 @@ ROWS = (
         WORKER,
     ),
     _row("claims.subject-aliases", "stewards", "workers (a global table)", STEWARD, WORKER),
+    _row(
+        "claims.policies",
+        "stewards (`claimstream policy publish`), workers (their policy file's new version)",
+        "workers, stewards",
+        f"{STEWARD} {WORKER}",
+        f"{WORKER} {STEWARD}",
+    ),
     _row("claims.decisions", "workers", "consumers", WORKER, CONSUMER),
     _row("claims.dead-letters", "workers", "operators", WORKER),
     _row(
