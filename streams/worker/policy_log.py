@@ -23,7 +23,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,12 +45,19 @@ Headers = Sequence[tuple[str, bytes]]
 
 
 class PolicyLog:
-    """The policy topic read from its start, and the lines of the records that hold."""
+    """The policy topic read from its start, and the lines of the records that hold. With
+    `prove`, a record after the first must be signed as the stewards section of the last policy
+    accepted before it asks (the first, the topic's bootstrap, is trusted as the topic's write
+    ACL is: workers and stewards only); a signature's age counts to when it was written."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, prove: bool = True, env: Mapping[str, str] | None = None
+    ) -> None:
         self.settings = settings
         self.partition = TopicPartition(settings.topics.policies, 0)
         self.lines: list[str] = []
+        self._prove, self._env = prove, env
+        self._proof: Authentication | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
@@ -65,9 +72,8 @@ class PolicyLog:
             await self._consumer.stop()
             self._consumer = None
 
-    async def read(self, authentication: Authentication | None) -> bool:
-        """Read on to the topic's end; whether a new line holds. `authentication`, where given,
-        proves each record a steward's as the policy in force asks."""
+    async def read(self) -> bool:
+        """Read on to the topic's end; whether a new line holds."""
         consumer = self._consumer
         assert consumer is not None, "start() first"
         end = (await consumer.end_offsets([self.partition]))[self.partition]
@@ -75,25 +81,28 @@ class PolicyLog:
         while await consumer.position(self.partition) < end:
             fetched = await consumer.getmany(self.partition, timeout_ms=1000)
             for record in fetched.get(self.partition, []):
-                line = self._line(record, authentication)
+                line = self._line(record)
                 if line is not None:
                     self.lines.append(line)
                     grew = True
         return grew
 
-    def _line(self, record: Any, authentication: Authentication | None) -> str | None:
+    def _line(self, record: Any) -> str | None:
         where = f"{self.partition.topic}@{record.offset}"
         value: bytes = record.value or b""
         try:
             line = value.decode()
-            history_from_lines([line], where)
-            if authentication is not None:
+            policy = history_from_lines([line], where).latest.policy
+            if self._proof is not None:
                 headers: Headers = [(k, v) for k, v in record.headers or ()]
                 steward = dict(headers).get(STEWARD_HEADER, b"").decode("utf-8", "replace")
-                authentication.check_steward(value, headers, steward, datetime.now(UTC))
+                written = datetime.fromtimestamp(record.timestamp / 1000, UTC)
+                self._proof.check_steward(value, headers, steward, written)
         except (UnicodeDecodeError, ClaimstreamError, RejectedInput) as exc:
             log.error("policy topic: %s passed over, not applied: %s", where, exc)
             return None
+        if self._prove:
+            self._proof = Authentication(self.settings, policy, self._env)
         return line
 
     def history(self) -> PolicyHistory | None:
@@ -128,10 +137,10 @@ async def publish_policy(
 
 async def published_lines(settings: Settings) -> list[str]:
     """The policy topic's valid lines, as published (signatures not checked)."""
-    policy_log = PolicyLog(settings)
+    policy_log = PolicyLog(settings, prove=False)
     await policy_log.start()
     try:
-        await policy_log.read(None)
+        await policy_log.read()
     finally:
         await policy_log.stop()
     return policy_log.lines
@@ -145,10 +154,9 @@ async def history_at_start(settings: Settings, policy: Policy, text: str) -> Pol
     """The cluster's policy history as this worker starts: the topic's, after publishing the
     policy file's where the topic does not have its version yet (see the module's docstring)."""
     policy_log = PolicyLog(settings)
-    proof = Authentication(settings, policy)
     await policy_log.start()
     try:
-        await policy_log.read(proof)
+        await policy_log.read()
         history = policy_log.history()
         now = datetime.now(UTC)
         if history is None:
@@ -173,10 +181,16 @@ async def history_at_start(settings: Settings, policy: Policy, text: str) -> Pol
                     policy.version,
                 )
             return history
-        while not await policy_log.read(proof):
-            await asyncio.sleep(0.2)  # until this worker reads its own publication
+        await policy_log.read()  # to the end, this worker's publication included
         found = policy_log.history()
-        assert found is not None
+        if found is None or found.latest.policy.version != policy.version:
+            log.error(
+                "policy %s (the policy file) was not applied: the policy in force asks for a "
+                "steward's signature; publish it with claimstream policy publish --key-id",
+                policy.version,
+            )
+        if found is None:
+            raise ClaimstreamError(f"the policy topic {settings.topics.policies} holds no policy")
         return found
     finally:
         await policy_log.stop()
@@ -205,7 +219,7 @@ class PolicyFollower(Service):
     async def _follow(self) -> None:
         while not self.should_stop:
             try:
-                if await self.policy_log.read(self.processor.authentication):
+                if await self.policy_log.read():
                     await self._adopt()
             except Exception as exc:  # a broker hiccup: read on next time
                 log.warning("policy topic: reading failed (%s); reading again", exc)
