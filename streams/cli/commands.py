@@ -1,12 +1,13 @@
 """What each `claimstream` subcommand does: one `cmd_*` handler per subcommand, in the order a
 newcomer meets them. Offline: `init` (example files), `replay` (arbitrate recorded claims),
 `policy check|diff`, `explain` (decisions for people). Against a worker's web API: `policy
-suggest` (candidate edits from settled conflicts). Against a broker: `worker`, `dev` (bundled
-broker, worker and demo feed), `publish` and `resolve` (claims and resolutions in),
-`replay-dead-letters` (refused records back in), `tail` (streams out). Broker-side work is
-imported lazily from streams.worker.runtime, streams.client and streams.cli.dead_letters, so
-the offline commands start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay in
-streams.cli.main, the one module that may name the dev kit (tests/devkit/test_boundary.py).
+suggest` (candidate edits from settled conflicts), `policy preview` (what a policy would flip
+among the cluster's keys). Against a broker: `worker`, `dev` (bundled broker, worker and demo
+feed), `publish` and `resolve` (claims and resolutions in), `replay-dead-letters` (refused
+records back in), `tail` (streams out). Broker-side work is imported lazily from
+streams.worker.runtime, streams.client and streams.cli.dead_letters, so the offline commands
+start without Kafka clients. The dev kit's commands (`dev`, `bench`) stay in streams.cli.main,
+the one module that may name the dev kit (tests/devkit/test_boundary.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.error import HTTPError
 from urllib.parse import urlencode
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 from pydantic import ValidationError
 
@@ -34,6 +36,7 @@ from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.policy_history import history_from_lines
+from streams.core.preview import render_answer
 from streams.core.replay import ReplayResult, TimedReplay, replay, replay_with_clock
 from streams.core.suggestions import render, suggest
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from streams.client import Signer
 
 SUGGEST_TIMEOUT_S = 15.0
+PREVIEW_TIMEOUT_S = 900.0  # every worker walks its keys: minutes for millions
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -207,6 +211,44 @@ def cmd_policy_suggest(args: argparse.Namespace) -> int:
             "CLAIMS` shows the decisions the edit would flip"
         )
     return 0
+
+
+def cmd_policy_preview(args: argparse.Namespace) -> int:
+    """Ask a worker to preview a policy against the cluster's keys; print it per field."""
+    load_policy(args.file)  # a bad policy is told here, before any worker is asked
+    text = args.file.read_text(encoding="utf-8")
+    if args.url:
+        url = args.url.rstrip("/")
+    else:
+        settings = load_settings(args.settings)
+        url = f"http://{settings.web_host}:{settings.web_port}"
+    query = f"?{urlencode({'limit': args.limit})}" if args.limit else ""
+    request = Request(
+        f"{url}/api/policy/preview{query}",
+        data=text.encode(),
+        headers={"Content-Type": "application/yaml"},
+        method="POST",
+    )
+    try:
+        with urlopen(request, timeout=PREVIEW_TIMEOUT_S) as reply:
+            answer = json.load(reply)
+    except HTTPError as exc:
+        raise ClaimstreamError(f"{url} refused the preview: {_error_of(exc)}") from exc
+    except (OSError, ValueError) as exc:
+        raise ClaimstreamError(f"could not preview the policy at {url}: {exc}") from exc
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        print("\n".join(render_answer(answer)))
+    return 1 if args.exit_code and answer.get("flipped") else 0
+
+
+def _error_of(exc: HTTPError) -> str:
+    """What a worker's error answer says (`{"error": ...}`), else its status."""
+    try:
+        return str(json.loads(exc.read())["error"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return f"HTTP {exc.code}"
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

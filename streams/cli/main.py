@@ -20,6 +20,7 @@ from streams.cli.commands import (
     cmd_policy_check,
     cmd_policy_diff,
     cmd_policy_history,
+    cmd_policy_preview,
     cmd_policy_publish,
     cmd_policy_suggest,
     cmd_publish,
@@ -207,6 +208,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="RFC 3339 instant the duration counts back from (default: now)",
     )
     suggest_parser.set_defaults(handler=cmd_policy_suggest)
+    preview_parser = policy_commands.add_parser(
+        "preview",
+        help="what a policy would flip among the cluster's keys, were it put in force now "
+        "(nothing is sent or changed)",
+    )
+    preview_parser.add_argument("file", type=Path, help="the proposed policy (YAML)")
+    preview_parser.add_argument(
+        "--url", help="any worker's web URL: it asks its peers (default: the settings' web port)"
+    )
+    preview_parser.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
+    preview_parser.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="keys each worker judges at most (default: the worker's, 100000)",
+    )
+    preview_parser.add_argument(
+        "--json", action="store_true", help="print the web API's answer (JSON) as it is"
+    )
+    preview_parser.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when a decision would flip"
+    )
+    preview_parser.set_defaults(handler=cmd_policy_preview)
 
     explain_parser = commands.add_parser("explain", help="render decisions (JSON lines) for people")
     explain_parser.add_argument("decisions", nargs="?", default="-", help="file, or - for stdin")

@@ -25,12 +25,13 @@ from streams.arbiter.sources import LEDGER_KEY, merged, readable, sources_report
 from streams.client import build_resolution, publish_resolutions
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
+from streams.console.preview import cluster_answer, owned_preview, peer_preview, preview_limit
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core import contracts
 from streams.core.asof import NoBeliefAsOf, belief_as_of
 from streams.core.contracts import ClaimStatus, ConflictKind, Resolution
-from streams.core.errors import ClaimstreamError
+from streams.core.errors import ClaimstreamError, PolicyError
 from streams.core.explain import explain
 from streams.core.keystate import (
     KeyState,
@@ -39,7 +40,8 @@ from streams.core.keystate import (
     stale_view,
     state_key,
 )
-from streams.core.policy import FieldRules, Policy
+from streams.core.policy import FieldRules, Policy, policy_from_text
+from streams.core.preview import Previewer
 from streams.core.rollout import PolicyHistory, catch_up
 from streams.core.settlement import ledger_document
 from streams.ops.metrics import Metrics
@@ -183,6 +185,28 @@ async def sources(console: Console, web: View, request: Request) -> Response:
             "unanswered": [p for p, a in zip(peers, answers, strict=True) if a is None],
         }
     )
+
+
+async def policy_preview(console: Console, web: View, request: Request) -> Response:
+    """The owned keys' decisions now beside those the policy in the body (its YAML text) would
+    give were it put in force now, per field: what would flip, examples, keys not judged, the
+    kept claims it would refuse. Nothing is sent, no state changes. Each worker judges at most
+    `limit` keys; the worker asked merges every worker's answer (routed: this worker's)."""
+    ownership, now = console.ownership, console.clock()
+    try:
+        limit = preview_limit(request.query.get("limit"))
+        text = await request.text()
+        policy = policy_from_text(text, "policy")
+        previewer = Previewer(console.policies(), policy, now, console.settings.key_limits())
+    except (PolicyError, ValueError) as exc:
+        return web.json({"error": str(exc)}, status=400)
+    local = owned_preview(ownership, previewer, limit)
+    if request.headers.get(ROUTED_HEADER):
+        return web.json((await local).as_json())
+    peers = ownership.peers()
+    asked = [peer_preview(console.peers, peer, text, {"limit": str(limit)}) for peer in peers]
+    mine, answers = await asyncio.gather(local, asyncio.gather(*asked))
+    return web.json(cluster_answer(mine, peers, answers, limit, now))
 
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
@@ -388,6 +412,7 @@ ROUTES = (
     Route("get", "/api/console", "console_settings", console_settings),
     Route("get", "/api/conflicts", "conflicts", conflicts),
     Route("get", "/api/sources", "sources", sources),
+    Route("post", "/api/policy/preview", "policy_preview", policy_preview),
     Route("get", "/api/decisions/{key}", "decision", decision),
     Route("get", "/api/decisions/{key}/history", "decision_history", decision_history),
     Route("post", "/api/resolutions", "resolutions", resolve),

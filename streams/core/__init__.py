@@ -11,7 +11,8 @@ The rooms, in the order a claim flows through them (every module of the package)
   (each value in its field's type and unit).
 - keystate: one key's transitions, which decide through the engine; timers: the transitions
   time alone makes, fired in order up to an instant; rollout: the policies in force over time,
-  and a key moved through them (policy_history: that history as JSON lines).
+  and a key moved through them (policy_history: that history as JSON lines; preview: what keys
+  would decide were a policy put in force now, beside what they decide now).
 - engine: the rules as a table (rulebook: the table's vocabulary; agreement: how claims agree);
   shortcuts (fused, incremental): the table's second encodings, held equal to it.
 - arbitration: the decision record and its id; side_records: the evidence and the events a

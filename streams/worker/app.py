@@ -325,6 +325,10 @@ ENDPOINTS = {
     "GET /api/sources[?since=RFC3339]": "how often each source's claims matched what closed "
     "conflicts settled on, per source and field, with candidate shared lineages and authorities "
     "to review (across the cluster)",
+    "POST /api/policy/preview[?limit=N]": "the policy in the body (YAML) against the keys the "
+    "cluster holds, as if put in force now: per field the decisions that would flip (from -> "
+    "to, example keys), keys not judged, kept claims it would refuse; nothing is sent or "
+    "changed (at most N keys per worker, default 100000)",
     "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
     "(Authorization: Bearer <steward token>)",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
