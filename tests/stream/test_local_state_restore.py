@@ -181,7 +181,7 @@ def last_caught_up_time(worker: WorkerProcess, mark: int) -> float:
 
 TAMPERINGS: list[tuple[str, Any, str]] = [
     ("app_id", "another-app", "was written for app_id 'another-app'"),
-    ("policy_version", "0.0.0-other", "was written for policy_version '0.0.0-other'"),
+    ("changelog", "another-changelog", "was written for changelog 'another-changelog'"),
     ("format", 99, "was written for format 99"),
     ("offset", 10**9, "past its changelog's end"),
     ("corrupt", None, "has a corrupt checkpoint"),
