@@ -29,6 +29,7 @@ from streams.core.arbitration import Arbitration
 from streams.core.keystate import KeyState
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
+from streams.state.task import TaskStore
 
 Observer = Callable[[Arbitration], None]
 """Told of each decision emitted, as decided: its Decision is built only if it reads it."""
@@ -130,6 +131,11 @@ class Ownership:
         """The task-level record `key` of each open task that has one."""
         records = (task.states.get_encoded(key) for task in self._tasks.open.values())
         return [record for record in records if record is not None]
+
+    def task_store(self, partition: int) -> TaskStore | None:
+        """The key store of the partition's task, if it is open here."""
+        task = self._tasks.open.get(partition)
+        return task.states if task is not None else None
 
     def open_tasks(self) -> frozenset[int]:
         """The partitions whose task is open (restored) on this worker."""

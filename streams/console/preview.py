@@ -25,7 +25,6 @@ from typing import Any
 import aiohttp
 
 from streams.arbiter.routing import Ownership
-from streams.arbiter.tasks import Task
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.core.errors import ClaimstreamError
 from streams.core.journal import decode_state
@@ -100,12 +99,6 @@ class WorkerPreview:
         }
 
 
-def _open_tasks(ownership: Ownership) -> Mapping[int, Task]:
-    """The tasks open on this worker (`Ownership` answers for one key at a time; a preview
-    walks every key of each)."""
-    return ownership._tasks.open
-
-
 class _Walk:
     """Keys judged so far, across the tasks."""
 
@@ -132,12 +125,12 @@ class _Walk:
             return
         self.tally.add(judged)
 
-    async def task(self, tasks: Mapping[int, Task], partition: int) -> bool:
+    async def task(self, ownership: Ownership, partition: int) -> bool:
         """Walk one task's keys, up to the limit; False if it closed meanwhile."""
-        task = tasks.get(partition)
-        if task is None:
+        store = ownership.task_store(partition)
+        if store is None:
             return False
-        store, keys = task.states, iter(task.states)
+        keys = iter(store)
         started, count = perf_counter(), 0
         while self.looked_at < self.limit:
             key = next(keys, None)
@@ -147,7 +140,7 @@ class _Walk:
             count += 1
             if count >= SLICE_KEYS or perf_counter() - started >= SLICE_S:
                 await asyncio.sleep(0)  # the arbiter's loop and the web server run
-                if tasks.get(partition) is not task:
+                if ownership.task_store(partition) is not store:
                     return False
                 started, count = perf_counter(), 0
         return True
@@ -158,21 +151,20 @@ async def owned_preview(
 ) -> WorkerPreview:
     """The previewer's policy against the keys this worker owns, at most `limit` of them."""
     walk = _Walk(previewer, limit)
-    tasks = _open_tasks(ownership)
     incomplete: list[int] = []
     not_looked_at = 0
-    for partition in sorted(tasks):
+    for partition in sorted(ownership.open_tasks()):
         if walk.looked_at >= limit:
-            task = tasks.get(partition)
-            not_looked_at += len(task.states) if task is not None else 0
+            store = ownership.task_store(partition)
+            not_looked_at += len(store) if store is not None else 0
             continue
         before = walk.looked_at
-        if not await walk.task(tasks, partition):
+        if not await walk.task(ownership, partition):
             incomplete.append(partition)
             continue
-        task = tasks.get(partition)
-        if walk.looked_at >= limit and task is not None:
-            not_looked_at += max(0, len(task.states) - (walk.looked_at - before))
+        store = ownership.task_store(partition)
+        if walk.looked_at >= limit and store is not None:
+            not_looked_at += max(0, len(store) - (walk.looked_at - before))
     return WorkerPreview(
         worker=ownership.url,
         in_force=previewer.history.in_force(previewer.now).version,

@@ -42,12 +42,19 @@ class FakeOwnership:
     """What the preview asks of `Ownership`: its URL, its peers and its open tasks."""
 
     def __init__(self, tasks: dict[int, Any], peers: list[str] | None = None) -> None:
-        self._tasks = SimpleNamespace(open=tasks)
+        self._tasks = tasks
         self.url = "http://w0"
         self._peers = peers or []
 
     def peers(self) -> list[str]:
         return self._peers
+
+    def open_tasks(self) -> frozenset[int]:
+        return frozenset(self._tasks)
+
+    def task_store(self, partition: int) -> TaskStore | None:
+        task = self._tasks.get(partition)
+        return task.states if task is not None else None
 
 
 def _stores(keys: list[tuple[str, KeyState]], tasks: int = 2) -> tuple[StateCache, dict[int, Any]]:
