@@ -232,6 +232,13 @@ class Settings(BaseModel):
     lag_interval_s: float = Field(
         default=5.0, gt=0, description="how often consumer lag is asked from the broker"
     )
+    task_stall_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a task that has not committed past its input for this long while records "
+        "wait for it, or whose commits have failed for this long, fails /readyz (checked every "
+        "lag_interval_s)",
+    )
     steward_tokens: SecretStr | None = Field(
         default=None,
         description="comma-separated tokens that let a steward publish resolutions from the "

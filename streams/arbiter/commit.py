@@ -58,9 +58,13 @@ class Failed:
 
     rewind: frozenset[int] = frozenset()
     fenced: frozenset[int] = frozenset()
+    cause: str = ""
+    """Why the rewound tasks' commit failed (the error), for the operator."""
 
     def __or__(self, other: Failed) -> Failed:
-        return Failed(self.rewind | other.rewind, self.fenced | other.fenced)
+        return Failed(
+            self.rewind | other.rewind, self.fenced | other.fenced, self.cause or other.cause
+        )
 
 
 NOTHING_FAILED = Failed()
@@ -116,14 +120,12 @@ def journal_of(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
     ]
 
 
-def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> None:
+def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> str:
+    """Count and log a failed commit; its cause, as `Failed` carries it."""
     metrics.commit_failures.inc()
-    log.warning(
-        "arbiter: batch of %d tasks failed to commit (%s: %s); rewinding them",
-        tasks,
-        type(exc).__name__,
-        exc,
-    )
+    cause = f"{type(exc).__name__}: {exc}"
+    log.warning("arbiter: batch of %d tasks failed to commit (%s); rewinding them", tasks, cause)
+    return cause
 
 
 @dataclass
@@ -207,8 +209,8 @@ class AtLeastOnce(_Committer):
         try:
             sent = await self.collector.enqueue(outputs)
         except Exception as exc:
-            _failed(self.metrics, len(work), exc)
-            return await self.flush() | Failed(rewind=frozenset(work))
+            cause = _failed(self.metrics, len(work), exc)
+            return await self.flush() | Failed(rewind=frozenset(work), cause=cause)
         partitions = set(work)
         acks = asyncio.ensure_future(self.collector.acknowledged(sent))
         journaled = self._changelog.write(acks, journal, partitions)
@@ -262,10 +264,10 @@ class AtLeastOnce(_Committer):
                     await asyncio.wait([b.journaled for b in later])
                 self._changelog.resume()
                 partitions = batch.partitions.union(*(b.partitions for b in later))
-                _failed(self.metrics, len(partitions), exc)
+                cause = _failed(self.metrics, len(partitions), exc)
                 if staying is not None:
                     partitions &= set(staying)
-                return Failed(rewind=frozenset(partitions))
+                return Failed(rewind=frozenset(partitions), cause=cause)
             for partition in batch.partitions:
                 self.tasks.durable(partition, ends.get(partition))
             self._settled.update(batch.offsets)
@@ -361,7 +363,7 @@ class ExactlyOnce(_Committer):
         produced = max(sent, default=started)
         stages.seconds[PRODUCE] += produced - started
         stages.add(COMMIT, produced)
-        fenced, rewind = set(), set()
+        fenced, rewind, cause = set(), set(), ""
         for partition, result in zip(work, results, strict=True):
             if isinstance(result, ProducerFenced):
                 # Another worker opened this task: it is the owner now, and reopening the task
@@ -369,9 +371,10 @@ class ExactlyOnce(_Committer):
                 log.warning("arbiter: task %d was fenced by its new owner; dropping it", partition)
                 fenced.add(partition)
             elif isinstance(result, Exception):
-                _failed(self.metrics, 1, result)
+                failure = _failed(self.metrics, 1, result)
+                cause = cause or failure
                 rewind.add(partition)
-        return Failed(frozenset(rewind), frozenset(fenced))
+        return Failed(frozenset(rewind), frozenset(fenced), cause)
 
     async def idle(self) -> Failed:
         return NOTHING_FAILED  # every batch committed with its transaction

@@ -34,7 +34,7 @@ from streams.arbiter.sources import SourceLedgers
 from streams.arbiter.tallies import Tallies
 from streams.arbiter.tasks import InputPositions, Task, Tasks
 from streams.ops.health import Pulse
-from streams.ops.metrics import TIMERS_COUNTED, Metrics
+from streams.ops.metrics import Metrics
 from streams.pipeline import Incoming, Processor, TaskCorrupted
 from streams.settings import Settings
 from streams.state.cache import StateCache
@@ -261,7 +261,8 @@ class Arbiter(Service):
         if corrupted:
             # As after a failed commit: what is in flight settles first, so that the reloaded
             # tasks read on from a commit past everything sent before.
-            failed |= await self.commits.flush() | Failed(rewind=frozenset(corrupted))
+            reloads = Failed(rewind=frozenset(corrupted), cause="a record's outputs failed")
+            failed |= await self.commits.flush() | reloads
         await self._repair(failed)
         self.metrics.flush(self.processor.stages)
         count = sum(len(messages) for messages in fetched.values())
@@ -277,6 +278,7 @@ class Arbiter(Service):
             self.pulse.fence(partition)
             await self.tasks.drop(partition)
         if failed.rewind:
+            self.pulse.commit_failed(failed.rewind, failed.cause)
             await self._rewind(sorted(failed.rewind))
 
     async def _rewind(self, partitions: list[int]) -> None:
@@ -321,21 +323,12 @@ class Arbiter(Service):
             await self.ticks_out.send(ticks)
 
     async def _scan(self) -> None:
-        """Refresh the open-conflict gauges (count and oldest age per field) and the gauges of the
-        timers not yet ticked (count and lag), at most every `expiry_interval_s`; consumer lag
-        is the lag probe's (`lag_interval_s`)."""
+        """Refresh the schedule's gauges (`Schedule.report`) and the policy in force, at most
+        every `expiry_interval_s`; consumer lag is the lag probe's (`lag_interval_s`)."""
         if time.monotonic() - self._last_scan < self.settings.expiry_interval_s:
             return
         self._last_scan = time.monotonic()
-        now = datetime.now(UTC)
-        ages: dict[str, list[float]] = {}
-        for field_name, since in self.schedule.open_since.values():
-            ages.setdefault(field_name, []).append((now - since).total_seconds())
-        self.metrics.set_open_conflicts(ages)
-        waiting, earliest = self.schedule.waiting(now, TIMERS_COUNTED)
-        lag_s = (now - earliest).total_seconds() if earliest is not None else 0.0
-        self.metrics.timers.set(waiting, lag_s)
-        self.metrics.policies.sweep_remaining.set(self.schedule.sweep.remaining)
+        self.schedule.report(self.metrics, datetime.now(UTC))
         self.metrics.policies.in_force(self.processor.policy.version)
 
     # -- rebalances ------------------------------------------------------------------------------

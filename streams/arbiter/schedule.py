@@ -19,6 +19,7 @@ from datetime import datetime
 from streams.arbiter.sweep import RolloutSweep
 from streams.core.instants import instant, micros
 from streams.core.keystate import KeyState
+from streams.ops.metrics import TIMERS_COUNTED, Metrics
 from streams.state.task import TaskStore, open_since
 
 
@@ -59,6 +60,18 @@ class Schedule:
             if due and (earliest is None or due[0][0] < earliest):
                 earliest = due[0][0]
         return count, instant(earliest) if earliest is not None else None
+
+    def report(self, metrics: Metrics, now: datetime) -> None:
+        """Refresh the gauges of what the schedule holds: the open conflicts (count and oldest
+        age per field), the timers not yet ticked (count and lag), the keys left to sweep."""
+        ages: dict[str, list[float]] = {}
+        for field_name, since in self.open_since.values():
+            ages.setdefault(field_name, []).append((now - since).total_seconds())
+        metrics.set_open_conflicts(ages)
+        waiting, earliest = self.waiting(now, TIMERS_COUNTED)
+        lag_s = (now - earliest).total_seconds() if earliest is not None else 0.0
+        metrics.timers.set(waiting, lag_s)
+        metrics.policies.sweep_remaining.set(self.sweep.remaining)
 
     def note(self, partition: int, key: bytes, state: KeyState) -> None:
         """The key's new state, as the loop applies it."""

@@ -5,8 +5,11 @@
   commit does not), a rebalance restores its tasks within `restore_timeout_s`, and no task stays
   fenced by another owner while this worker still holds its partition. Failing it means a restart
   would help.
-- **Readiness** (`/readyz`): the worker has joined its group and every partition it was assigned has
-  an open task (its state restored from the changelog). An idle member with no partition is ready.
+- **Readiness** (`/readyz`): the worker has joined its group, every partition it was assigned has
+  an open task (its state restored from the changelog), and no task is stalled: none has gone
+  `task_stall_timeout_s` without committing past its input while records wait for it (the lag
+  probe's reading), or with its commits failing (the arbiter's). An idle member with no
+  partition is ready. `claimstream_task_stalled_seconds` says how long each task has been so.
 - **Lag**: log end offsets minus the group's committed offsets, asked from the broker by a task of
   its own, so the gauge keeps moving when the loop blocks (which is when it matters).
 
@@ -21,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -46,8 +49,16 @@ class ProbeAnswer:
         return {"status": status, "reasons": list(self.reasons), **self.details}
 
 
+class Stall(NamedTuple):
+    """A task without progress: since when (the pulse's clock), and why."""
+
+    since: float
+    cause: str
+
+
 class Pulse:
-    """The arbiter's signs of life: loop iterations, rebalances, restores and fenced tasks."""
+    """The arbiter's signs of life: loop iterations, rebalances, restores, fenced and stalled
+    tasks."""
 
     def __init__(
         self,
@@ -55,10 +66,13 @@ class Pulse:
         liveness_timeout_s: float,
         restore_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
+        stall_timeout_s: float = 60.0,
     ) -> None:
         self.metrics = metrics
         self.liveness_timeout_s = liveness_timeout_s
         self.restore_timeout_s = restore_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.stalls: dict[int, Stall] = {}
         self.clock = clock
         self.last_beat = clock()  # a loop that never iterates fails once the timeout passes
         self.restoring_since: float | None = None
@@ -78,6 +92,7 @@ class Pulse:
         """The group assigned these partitions; their tasks are being restored."""
         self.owned = frozenset(partitions)
         self.fenced = {p: t for p, t in self.fenced.items() if p in self.owned}
+        self.stalls.clear()  # a restored task starts afresh
         self.rebalancing()
 
     def restored(self) -> None:
@@ -86,6 +101,33 @@ class Pulse:
             self.metrics.rebalanced(self.clock() - self.restoring_since)
         self.restoring_since = None
         self.beat()
+
+    def commit_failed(self, partitions: Iterable[int], cause: str) -> None:
+        """These tasks' commit failed (they rewind): stalled from the first failure on, until
+        their committed offsets move."""
+        now = self.clock()
+        for partition in partitions:
+            since = self.stalls[partition].since if partition in self.stalls else now
+            self.stalls[partition] = Stall(since, f"its commits fail ({cause})")
+
+    def committed(self, partition: int, waiting: int, unmoved_since: float) -> None:
+        """The lag probe's reading of one task: `waiting` records after its committed offsets,
+        which have not moved since `unmoved_since` (the pulse's clock)."""
+        stall = self.stalls.get(partition)
+        if unmoved_since > (stall.since if stall is not None else -float("inf")):
+            self.stalls.pop(partition, None)  # it moved since the stall began
+            stall = None
+        if waiting > 0 and stall is None:
+            cause = f"its committed offsets have not moved with {waiting} records waiting"
+            self.stalls[partition] = Stall(unmoved_since, cause)
+        elif waiting == 0 and stall is not None and not stall.cause.startswith("its commits"):
+            self.stalls.pop(partition, None)
+
+    def stalled_s(self) -> dict[int, float]:
+        """Seconds each owned task has been stalled (0 when it is not)."""
+        now = self.clock()
+        owned = self.owned or frozenset()
+        return {p: now - self.stalls[p].since if p in self.stalls else 0.0 for p in sorted(owned)}
 
     def fence(self, partition: int) -> None:
         self.fenced.setdefault(partition, self.clock())
@@ -128,6 +170,11 @@ class Pulse:
             reasons.append("rebalancing")
         if waiting:
             reasons.append(f"tasks {waiting} not restored")
+        now = self.clock()
+        for partition, stall in sorted(self.stalls.items()):
+            stalled = now - stall.since
+            if partition in opened and stalled >= self.stall_timeout_s:
+                reasons.append(f"task {partition} stalled for {stalled:.0f}s: {stall.cause}")
         return ProbeAnswer(
             not reasons,
             tuple(reasons),
@@ -154,14 +201,18 @@ class LagProbe(Service):
         group: str,
         topics: Iterable[str],
         owned: Callable[[], frozenset[int] | None],
+        pulse: Pulse | None = None,
         **kwargs: Any,
     ) -> None:
+        """`pulse`, where given, hears of each task whose committed offsets do not move."""
         super().__init__(**kwargs)
         self.settings = settings
         self.metrics = metrics
         self.group = group
         self.topics = list(topics)
         self.owned = owned
+        self.pulse = pulse
+        self._moved: dict[int, tuple[tuple[int, ...], float]] = {}  # offsets, when they moved
         self.positions: dict[TopicPartition, int] = {}  # committed (or earliest) offsets
         self._offsets: AIOKafkaConsumer | None = None
         self._admin: AIOKafkaAdminClient | None = None
@@ -225,3 +276,24 @@ class LagProbe(Service):
         self.positions = positions
         for topic, value in lag.items():
             self.metrics.consumer_lag.labels(topic).set(value)
+        if self.pulse is not None and partitions:
+            self._report(self.pulse, owned, ends, positions)
+
+    def _report(
+        self,
+        pulse: Pulse,
+        owned: frozenset[int],
+        ends: dict[TopicPartition, int],
+        positions: dict[TopicPartition, int],
+    ) -> None:
+        """Tell the pulse, per task, how many records wait and since when its committed
+        offsets have not moved; publish how long each has been stalled."""
+        for partition in sorted(owned):
+            tps = [TopicPartition(topic, partition) for topic in self.topics]
+            committed = tuple(positions[tp] for tp in tps)
+            seen = self._moved.get(partition)
+            if seen is None or seen[0] != committed:
+                seen = self._moved[partition] = (committed, pulse.clock())
+            waiting = sum(max(0, ends[tp] - positions[tp]) for tp in tps)
+            pulse.committed(partition, waiting, seen[1])
+        self.metrics.stalled.set(pulse.stalled_s())

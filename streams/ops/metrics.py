@@ -181,6 +181,7 @@ class Metrics:
             registry=r,
         )
         self.timers = TimerGauges(r)
+        self.stalled = StalledTasks(r)
 
     def _stage_families(self, r: CollectorRegistry) -> None:
         """Where the hot path's time goes, stage by stage (see StageClock)."""
@@ -353,6 +354,28 @@ class TimerGauges:
     def set(self, waiting: int, lag_s: float) -> None:
         self.due.set(waiting)
         self.lag.set(lag_s)
+
+
+class StalledTasks:
+    """How long each owned task has gone without progress while it had work (`Pulse`)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.seconds = Gauge(
+            "claimstream_task_stalled_seconds",
+            "Seconds a task has not committed past its input while records wait for it, or "
+            "while its commits keep failing (0: making progress, or nothing to do).",
+            ["task"],
+            registry=r,
+        )
+        self._shown: set[str] = set()
+
+    def set(self, stalled_s: dict[int, float]) -> None:
+        shown = {str(task) for task in stalled_s}
+        for gone in self._shown - shown:
+            self.seconds.remove(gone)
+        for task, seconds in stalled_s.items():
+            self.seconds.labels(str(task)).set(seconds)
+        self._shown = shown
 
 
 class PolicyGauges:

@@ -207,7 +207,12 @@ def build(
     aliases, outcome_counts = _tables(app, settings)
     alias_of = aliases.canonical
 
-    pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s)
+    pulse = Pulse(
+        metrics,
+        settings.liveness_timeout_s,
+        settings.restore_timeout_s,
+        stall_timeout_s=settings.task_stall_timeout_s,
+    )
     arbiter = Arbiter(
         settings,
         processor,
@@ -240,29 +245,38 @@ def build(
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
-    lag_probe = LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned)
-    report_health(metrics, pulse, arbiter.ownership.open_tasks)
-    loop_lag = LoopLagProbe(metrics.registry, loop=app.loop)
-    metrics.registry.register(StallCollector(arbiter.tasks.cache))
-    stall_watch = StallWatch(metrics.registry, settings.stall_threshold_s, loop=app.loop)
-    app.page("/api/stalls")(stall_view(stall_watch))
-
-    follower = PolicyFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
+    services = [arbiter, *_probes(app, settings, metrics, arbiter, pulse)]
+    if history is not None:
+        services.append(
+            PolicyFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
+        )
 
     @app.task
     async def start_arbiter() -> None:
-        await app.add_runtime_dependency(arbiter)
-        if history is not None:
-            await app.add_runtime_dependency(follower)
-        await app.add_runtime_dependency(lag_probe)
-        await app.add_runtime_dependency(loop_lag)
-        await app.add_runtime_dependency(stall_watch)
+        for service in services:
+            await app.add_runtime_dependency(service)
 
     register_views(app, pulse, arbiter.ownership, processor, outcome_counts)
     console = register_console(
         app, arbiter.ownership, alias_of, lambda: processor.policies, settings, metrics
     )
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
+
+
+def _probes(
+    app: faust.App, settings: Settings, metrics: Metrics, arbiter: Arbiter, pulse: Pulse
+) -> list[Any]:
+    """What watches the worker: consumer lag and stalled tasks (the lag probe, which tells the
+    pulse), liveness and readiness as metrics, the event loop's lag and its stalls."""
+    report_health(metrics, pulse, arbiter.ownership.open_tasks)
+    metrics.registry.register(StallCollector(arbiter.tasks.cache))
+    stall_watch = StallWatch(metrics.registry, settings.stall_threshold_s, loop=app.loop)
+    app.page("/api/stalls")(stall_view(stall_watch))
+    return [
+        LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned, pulse),
+        LoopLagProbe(metrics.registry, loop=app.loop),
+        stall_watch,
+    ]
 
 
 def _tables(app: faust.App, settings: Settings) -> tuple[AliasTable, Any]:

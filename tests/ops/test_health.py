@@ -97,3 +97,60 @@ def test_a_fenced_task_still_assigned_here_fails_liveness_until_its_partition_mo
     health.restored()
     assert health.liveness().ok
     assert health.readiness({0}).ok
+
+
+STALL_S = 60.0
+
+
+def ready_with_tasks(partitions: set[int]) -> tuple[Pulse, Clock, Metrics]:
+    clock = Clock()
+    metrics = Metrics(load_policy(Settings().policy))
+    health = Pulse(metrics, LIVENESS_S, RESTORE_S, clock=clock, stall_timeout_s=STALL_S)
+    health.assigned(partitions)
+    health.restored()
+    return health, clock, metrics
+
+
+def test_a_task_whose_offsets_do_not_move_while_records_wait_fails_readiness() -> None:
+    health, clock, _ = ready_with_tasks({0, 1})
+    unmoved = clock.now
+    health.committed(0, waiting=14, unmoved_since=unmoved)
+    health.committed(1, waiting=0, unmoved_since=unmoved)  # nothing to do: not stalled
+    clock.now += STALL_S - 1
+    assert health.readiness({0, 1}).ok
+    assert health.stalled_s() == {0: STALL_S - 1, 1: 0.0}
+    clock.now += 1
+    verdict = health.readiness({0, 1})
+    assert not verdict.ok
+    assert verdict.reasons == (
+        "task 0 stalled for 60s: its committed offsets have not moved with 14 records waiting",
+    )
+    health.committed(0, waiting=3, unmoved_since=clock.now)  # it moved
+    assert health.readiness({0, 1}).ok
+    assert health.stalled_s() == {0: 0.0, 1: 0.0}
+
+
+def test_a_task_whose_commits_keep_failing_fails_readiness_until_it_moves() -> None:
+    health, clock, _ = ready_with_tasks({2})
+    first = clock.now
+    health.commit_failed({2}, "MessageSizeTooLargeError: too large")
+    clock.now += 30
+    health.commit_failed({2}, "MessageSizeTooLargeError: too large")  # the clock runs on
+    health.committed(2, waiting=0, unmoved_since=first - 5)  # the broker saw no move either
+    clock.now += 30
+    verdict = health.readiness({2})
+    assert verdict.reasons == (
+        "task 2 stalled for 60s: its commits fail (MessageSizeTooLargeError: too large)",
+    )
+    health.committed(2, waiting=0, unmoved_since=clock.now)
+    assert health.readiness({2}).ok
+
+
+def test_a_reassignment_starts_every_task_afresh() -> None:
+    health, clock, _ = ready_with_tasks({0})
+    health.commit_failed({0}, "KafkaTimeoutError: ")
+    clock.now += STALL_S
+    assert not health.readiness({0}).ok
+    health.assigned({0})
+    health.restored()
+    assert health.readiness({0}).ok
