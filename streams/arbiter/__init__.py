@@ -33,9 +33,10 @@ lifecycle):
 
 The rooms, in the order a batch flows through them (every module of the package). Imports
 point one way: `loop` imports every other room but `changelog`; `bookkeeping` imports `commit`,
-`routing`, `schedule`, `sources` and `tallies`; `commit` imports `tasks`, `changelog` and
-`collector`; `changelog` and `tallies` import `collector`; `routing` imports `tasks` and
-`schedule`; `tasks` imports `schedule`; `schedule` imports `sweep`; nothing imports `loop`.
+`routing`, `schedule`, `sources` and `tallies`; `commit` imports `tasks`, `changelog`,
+`collector` and `isolation`; `isolation` imports `tasks`; `changelog` and `tallies` import
+`collector`; `routing` imports `tasks` and `schedule`; `tasks` imports `schedule`; `schedule`
+imports `sweep`; nothing imports `loop`.
 
 - `loop`: `Arbiter`, the service: fetch, run each record through `Processor`, apply, commit,
   repair what failed, tick; and, from the consumer's listener, revoke and assign.
@@ -50,6 +51,8 @@ point one way: `loop` imports every other room but `changelog`; `bookkeeping` im
 - `sweep`: `RolloutSweep`, the owned keys still on a policy other than the one in force, walked
   and sent a tick each (the schedule holds it).
 - `collector`: `RecordCollector`, records to producer batches per partition, and their acks.
+- `isolation`: `Isolation`, a task whose commit the broker refuses for good read one record at a
+  time, committed alone, until the refused record is found (and dead-lettered when read again).
 - `commit`: the guarantee as a strategy, chosen once (`commits_for`): `AtLeastOnce` (a window of
   batches in flight) or `ExactlyOnce` (a transaction per task). Both return what failed
   (`Failed`: tasks to rewind, tasks fenced) for the loop to repair, rather than calling back into

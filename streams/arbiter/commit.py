@@ -32,6 +32,7 @@ from aiokafka.structs import TopicPartition
 
 from streams.arbiter.changelog import ChangelogWriter
 from streams.arbiter.collector import RecordCollector, producer_options
+from streams.arbiter.isolation import REFUSED
 from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
 from streams.ops.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
 from streams.pipeline import Outgoing
@@ -60,10 +61,15 @@ class Failed:
     fenced: frozenset[int] = frozenset()
     cause: str = ""
     """Why the rewound tasks' commit failed (the error), for the operator."""
+    refused: bool = False
+    """The error is one no retry fixes (`isolation.REFUSED`): a record is refused for good."""
 
     def __or__(self, other: Failed) -> Failed:
         return Failed(
-            self.rewind | other.rewind, self.fenced | other.fenced, self.cause or other.cause
+            self.rewind | other.rewind,
+            self.fenced | other.fenced,
+            self.cause or other.cause,
+            self.refused or other.refused,
         )
 
 
@@ -120,12 +126,16 @@ def journal_of(tasks: Tasks, work: Mapping[int, TaskBatch]) -> list[Outgoing]:
     ]
 
 
-def _failed(metrics: Metrics, tasks: int, exc: BaseException) -> str:
-    """Count and log a failed commit; its cause, as `Failed` carries it."""
+def _failed(
+    metrics: Metrics, partitions: Collection[int], exc: BaseException, fenced: Collection[int] = ()
+) -> Failed:
+    """Count and log a failed commit: these tasks rewind, with the cause."""
     metrics.commit_failures.inc()
     cause = f"{type(exc).__name__}: {exc}"
-    log.warning("arbiter: batch of %d tasks failed to commit (%s); rewinding them", tasks, cause)
-    return cause
+    log.warning(
+        "arbiter: batch of %d tasks failed to commit (%s); rewinding them", len(partitions), cause
+    )
+    return Failed(frozenset(partitions), frozenset(fenced), cause, isinstance(exc, REFUSED))
 
 
 @dataclass
@@ -209,8 +219,7 @@ class AtLeastOnce(_Committer):
         try:
             sent = await self.collector.enqueue(outputs)
         except Exception as exc:
-            cause = _failed(self.metrics, len(work), exc)
-            return await self.flush() | Failed(rewind=frozenset(work), cause=cause)
+            return await self.flush() | _failed(self.metrics, work, exc)
         partitions = set(work)
         acks = asyncio.ensure_future(self.collector.acknowledged(sent))
         journaled = self._changelog.write(acks, journal, partitions)
@@ -264,10 +273,9 @@ class AtLeastOnce(_Committer):
                     await asyncio.wait([b.journaled for b in later])
                 self._changelog.resume()
                 partitions = batch.partitions.union(*(b.partitions for b in later))
-                cause = _failed(self.metrics, len(partitions), exc)
                 if staying is not None:
                     partitions &= set(staying)
-                return Failed(rewind=frozenset(partitions), cause=cause)
+                return _failed(self.metrics, partitions, exc)
             for partition in batch.partitions:
                 self.tasks.durable(partition, ends.get(partition))
             self._settled.update(batch.offsets)
@@ -363,7 +371,7 @@ class ExactlyOnce(_Committer):
         produced = max(sent, default=started)
         stages.seconds[PRODUCE] += produced - started
         stages.add(COMMIT, produced)
-        fenced, rewind, cause = set(), set(), ""
+        fenced, failed = set(), NOTHING_FAILED
         for partition, result in zip(work, results, strict=True):
             if isinstance(result, ProducerFenced):
                 # Another worker opened this task: it is the owner now, and reopening the task
@@ -371,10 +379,8 @@ class ExactlyOnce(_Committer):
                 log.warning("arbiter: task %d was fenced by its new owner; dropping it", partition)
                 fenced.add(partition)
             elif isinstance(result, Exception):
-                failure = _failed(self.metrics, 1, result)
-                cause = cause or failure
-                rewind.add(partition)
-        return Failed(frozenset(rewind), frozenset(fenced), cause)
+                failed |= _failed(self.metrics, {partition}, result)
+        return failed | Failed(fenced=frozenset(fenced))
 
     async def idle(self) -> Failed:
         return NOTHING_FAILED  # every batch committed with its transaction

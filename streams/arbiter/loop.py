@@ -27,7 +27,8 @@ from mode import Service
 
 from streams.arbiter.bookkeeping import Bookkeeping
 from streams.arbiter.collector import RecordCollector, Unawaited, producer_options
-from streams.arbiter.commit import Failed, TaskBatch, commits_for
+from streams.arbiter.commit import NOTHING_FAILED, Failed, TaskBatch, commits_for
+from streams.arbiter.isolation import Isolation
 from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
 from streams.arbiter.schedule import Schedule
 from streams.arbiter.sources import SourceLedgers
@@ -116,6 +117,7 @@ class Arbiter(Service):
             metrics,
         )
         self.collector = RecordCollector(settings.changelog_topic, self.tasks.journaled_to)
+        self.isolation = Isolation(self.positions, processor)
         self.ticks_out = Unawaited(self.collector)
         self.tallies = Tallies(self.collector, settings.topics.outcomes)
         self.commits = commits_for(
@@ -227,7 +229,7 @@ class Arbiter(Service):
         began = perf_counter()
         work: dict[int, TaskBatch] = {}
         corrupted: set[int] = set()  # tasks whose state no longer matches their changelog
-        reached = self.positions.reached
+        reached, isolated = self.positions.reached, self.isolation.tasks
         for partition, parts in _by_task(fetched, self._input_rank).items():
             task = self.tasks.open.get(partition)
             if task is None:
@@ -240,6 +242,8 @@ class Arbiter(Service):
             parts = [(tp, unread) for tp, m in parts if (unread := _from(m, reached.get(tp, 0)))]
             if not parts:
                 continue
+            if partition in isolated:  # one record at a time, to find one the broker refuses
+                parts = self.isolation.limit(partition, parts, _earliest(parts))
             batch = work[partition] = TaskBatch()
             task.states.read_ahead(m.key for _, ms in parts for m in ms if m.key is not None)
             try:
@@ -257,7 +261,9 @@ class Arbiter(Service):
                 batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
         for batch in work.values():
             self.tallies.add(batch.tallies)
-        failed = await self.commits.commit(work)
+        alone = {p: work.pop(p) for p in isolated & work.keys()}
+        failed = await self.isolation.commit_alone(self.commits, alone) if alone else NOTHING_FAILED
+        failed |= await self.commits.commit(work)
         if corrupted:
             # As after a failed commit: what is in flight settles first, so that the reloaded
             # tasks read on from a commit past everything sent before.
@@ -279,6 +285,7 @@ class Arbiter(Service):
             await self.tasks.drop(partition)
         if failed.rewind:
             self.pulse.commit_failed(failed.rewind, failed.cause)
+            self.isolation.failed(failed.rewind, failed.cause, failed.refused)
             await self._rewind(sorted(failed.rewind))
 
     async def _rewind(self, partitions: list[int]) -> None:
@@ -419,6 +426,11 @@ def _in_time_order(
     if len(parts) == 1:
         return parts[0][1]
     return heapq.merge(*(messages for _, messages in parts), key=_timestamp)
+
+
+def _earliest(parts: list[tuple[TopicPartition, list[ConsumerRecord]]]) -> ConsumerRecord:
+    """The record `_in_time_order` would give first."""
+    return min(parts, key=lambda part: _timestamp(part[1][0]))[1][0]
 
 
 def _timestamp(message: ConsumerRecord) -> int:

@@ -259,12 +259,16 @@ class Tasks:
         for partition in partitions:
             if partition not in self.open:
                 continue
-            # The task keeps its producer (its failed transaction was aborted): opening a new
-            # one would fence whichever worker owns the task, were it no longer this one.
-            reloaded.append(await self.close(partition, keep_producer=True))
+            # Exactly once, the task's transactional producer is opened anew (`restore` fences):
+            # its failed transaction may have committed after all (the error came after the
+            # commit was sent), and initialising the producer again makes the coordinator settle
+            # it, committed or aborted, before the changelog and the committed offsets are read
+            # (Kafka Streams does the same); and a producer whose batch the broker refused keeps
+            # sequence numbers the broker will never accept again (OutOfOrderSequenceNumber).
+            reloaded.append(await self.close(partition))
         await self.restore(reloaded, opening)
 
-    async def close(self, partition: int, keep_producer: bool = False) -> Task:
+    async def close(self, partition: int) -> Task:
         """Take a task out of service: off the schedule, out of the shared cache, its changes
         not known to be in the changelog forgotten. Its store stays open."""
         task = self.open.pop(partition)
@@ -273,8 +277,7 @@ class Tasks:
         # Its store holds only what the changelog holds: should it reopen, it reads on from there.
         task.changelog_offset = task.applied
         task.states.evict()
-        if not keep_producer:
-            await task.release_producer()
+        await task.release_producer()
         return task
 
     async def drop(self, partition: int) -> None:

@@ -72,6 +72,11 @@ class TaskCorrupted(Exception):
         )
 
 
+class RefusedForGood(Exception):
+    """The broker refused the records a record made, for good (a record too large for its
+    topic, say): the record is dead-lettered, undecided, when read again."""
+
+
 class _Decided:
     """A record's transition, its records not yet built: what a retry starts again from, as the
     transition holds all the record sends (decision, escalation, dead letter, settlement)."""
@@ -192,6 +197,12 @@ class Processor:
             self._unbuildable[(record.topic, record.partition, record.offset)] = (exc, attempts)
             raise TaskCorrupted(record, exc) from exc
         return Handled(outputs=[self.outputs.dead_letter(record, exc, attempts)])
+
+    def refuse(self, topic: str, partition: int, offset: int, cause: str) -> None:
+        """The records the input record at this position made are refused by the broker for
+        good (`arbiter.isolation`): dead-letter it, undecided, when it is read again."""
+        failed = RefusedForGood(f"the broker refuses the records it makes: {cause}")
+        self._unbuildable[(topic, partition, offset)] = (failed, 1)
 
     def tick(self, key: bytes, due: datetime) -> Outgoing:
         """A self-addressed record that makes the owner of `key` re-decide at `due`."""

@@ -13,8 +13,10 @@ is not a valid policy or not proven is logged and passed over, never applied.
 
 The policy file setting bootstraps the topic: a worker that finds the topic empty publishes its
 file's policy, in force from then; one whose file holds a version the topic never had publishes
-it, taking effect after the lead time (restarting the workers with a new file rolls it out once,
-for the whole cluster); one whose file the topic already has follows the topic.
+it, in force from then too (the other workers follow within `policy_poll_s`: restarting the
+workers with a new file rolls it out once, for the whole cluster; `policy publish` names one
+instant for all); one whose file the topic already has follows the topic; one whose file reuses
+a published version for other content is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -163,14 +165,20 @@ async def history_at_start(settings: Settings, policy: Policy, text: str) -> Pol
             log.info("policy topic is empty: publishing policy %s, in force now", policy.version)
             await publish_policy(settings, text, now)
         elif policy.version not in history.versions():
-            since = now + timedelta(seconds=settings.policy_lead_s)
             log.info(
                 "policy %s (the policy file) is new to the policy topic: publishing it, in "
                 "force from %s for every worker",
                 policy.version,
-                since.isoformat(),
+                now.isoformat(),
             )
-            await publish_policy(settings, text, since)
+            await publish_policy(settings, text, now)
+        elif history.versions()[policy.version] != policy:
+            raise ClaimstreamError(
+                f"the policy file {settings.policy} says version {policy.version!r}, which the "
+                f"policy topic {settings.topics.policies} holds with other content: give the "
+                "changed policy a version of its own (a decision names the version it was "
+                "decided under, so one version is one policy)"
+            )
         else:
             latest = history.latest.policy.version
             if latest != policy.version:

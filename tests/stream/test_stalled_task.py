@@ -2,9 +2,11 @@
 (the task and the broker's error) and on `claimstream_task_stalled_seconds`, and is ready again
 once the task moves, on a real worker and Apache Kafka.
 
-The task is wedged as an operator could wedge it: the decisions topic's `max.message.bytes` is
-lowered under the running worker, below the size of a decision, so that the broker refuses every
-decision the task sends; raised back, the task commits and moves on.
+The task is wedged as an operator could wedge it: the `max.message.bytes` of the decisions and
+dead-letter topics is lowered under the running worker, below the size of any record, so that
+the broker refuses every decision the task sends and even the dead letter of the claim that made
+it (`arbiter.isolation` finds the claim, and cannot set it aside); raised back, the task commits
+and moves on.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ def test_a_task_whose_commits_keep_failing_fails_readiness_with_its_cause(
         while _readyz(worker)[0] != 200:
             assert time.monotonic() < deadline, worker.log_tail()
             time.sleep(0.3)
-        decisions = deployment.topics.decisions
-        asyncio.run(_max_message_bytes(kafka.bootstrap, decisions, 64))  # below any decision
+        refusing = [deployment.topics.decisions, deployment.topics.dead_letters]
+        for topic in refusing:
+            asyncio.run(_max_message_bytes(kafka.bootstrap, topic, 64))  # below any record
         _publish(deployment, [one_claim(n, "paid") for n in range(20)])
         deadline = time.monotonic() + 60
         while (answer := _readyz(worker))[0] == 200:
@@ -94,7 +97,8 @@ def test_a_task_whose_commits_keep_failing_fails_readiness_with_its_cause(
         assert "MessageSizeTooLarge" in stalled[0] or "RecordTooLarge" in stalled[0], stalled
         metrics = worker.get("/metrics")
         assert metric_sum(metrics, "claimstream_task_stalled_seconds") >= 3, metrics[-2000:]
-        asyncio.run(_max_message_bytes(kafka.bootstrap, decisions, 1048588))
+        for topic in refusing:
+            asyncio.run(_max_message_bytes(kafka.bootstrap, topic, 1048588))
         deadline = time.monotonic() + 60
         while _readyz(worker)[0] != 200:
             assert time.monotonic() < deadline, (_readyz(worker), worker.log_tail())

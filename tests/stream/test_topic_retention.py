@@ -92,6 +92,7 @@ def test_dead_letters_replay_to_their_topic_once_fixed_and_stale_signatures_say_
     sends it back and it is decided. A signed claim past max_age is listed and not sent."""
     full = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
     behind = {**full, "fields": {k: v for k, v in full["fields"].items() if k != "contract.seats"}}
+    behind["version"] = f"{full['version']}-behind"  # the fix is a version of its own
     policy = tmp_path / "policy-behind.yaml"
     policy.write_text(yaml.safe_dump(behind))
     deployment: Deployment = deployment_factory(kafka.bootstrap, policy=policy)
@@ -133,24 +134,26 @@ def test_dead_letters_replay_to_their_topic_once_fixed_and_stale_signatures_say_
     ]
     asyncio.run(produce(kafka.bootstrap, topics.dead_letters, stale))
     policy.write_text(yaml.safe_dump(full))  # the fix: the policy knows the field
-
-    replay = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay-dead-letters"],
-        env=deployment.env(0, tmp_path / "cli"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert replay.returncode == 1, replay.stderr  # one could not be sent
-    assert "older than signing.max_age 300s; not sent" in replay.stderr
-    assert f"sent 1 ({topics.claims}: 1)" in replay.stderr
-    assert "1 signed past max_age 300s not sent" in replay.stderr
-    resent = asyncio.run(read_topic(kafka.bootstrap, topics.claims, idle_s=2))
-    assert [(m.key, list(m.headers)) for m in resent] == [(key, [("trace", b"t-1")])] * 2
-
-    worker = deployment.worker().start()
+    worker = deployment.worker().start()  # the fix in force first: claims are decided by it
     try:
+        deadline = time.monotonic() + 60
+        while worker.get("/healthz")["policy_version"] != full["version"]:
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.3)
+        replay = subprocess.run(
+            [sys.executable, "-m", "streams.cli", "replay-dead-letters"],
+            env=deployment.env(0, tmp_path / "cli"),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert replay.returncode == 1, replay.stderr  # one could not be sent
+        assert "older than signing.max_age 300s; not sent" in replay.stderr
+        assert f"sent 1 ({topics.claims}: 1)" in replay.stderr
+        assert "1 signed past max_age 300s not sent" in replay.stderr
+        resent = asyncio.run(read_topic(kafka.bootstrap, topics.claims, idle_s=2))
+        assert [(m.key, list(m.headers)) for m in resent] == [(key, [("trace", b"t-1")])] * 2
         decided = [
             CODEC.decode(Decision, m.value)
             for m in until_some(kafka.bootstrap, topics.decisions)
