@@ -20,7 +20,9 @@ committed offset (the arbiter's group) has reached its end, under each guarantee
 - `/readyz` answered 200 at every poll from before the first record to the end, and the worker's
   log holds no traceback.
 
-A case it found stands on its own below: a key whose claims carry 100 KB replicas.
+The cases it found stand on their own below: a key whose claims carry 100 KB replicas; an idle
+exactly-once worker whose committed offsets stop at the transaction markers of the re-keyed
+topic; a resolution sent to a claims topic with the header the worker's own hops carry.
 """
 
 from __future__ import annotations
@@ -501,6 +503,26 @@ def readyz(worker: WorkerProcess) -> tuple[int, str]:
         return exc.code, exc.read().decode(errors="replace")
 
 
+Latest = dict[tuple[str, str], Decision]
+
+
+def decisions_until(
+    bootstrap: str, topic: str, done: Any, timeout_s: float = 60
+) -> tuple[Latest, list[Decision]]:
+    """Every decision on `topic` and each key's latest, read again until `done(latest)` (or
+    until time runs out: the caller's assertions then say what is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        every = [
+            CODEC.decode(Decision, r.value)
+            for r in asyncio.run(read_topic(bootstrap, topic, idle_s=1, max_s=10))
+        ]
+        latest = {(d.subject, d.field): d for d in every}
+        if done(latest) or time.monotonic() > deadline:
+            return latest, every
+        time.sleep(0.5)
+
+
 def seat_claims(subject: str, count: int, now: datetime, **extra: Any) -> list[Claim]:
     """A new seat count each, from the contract's system of record: each claim changes the
     key's belief, so each sends a decision that cites every claim the key keeps."""
@@ -601,3 +623,122 @@ def test_a_key_whose_claims_carry_100_kb_replicas_does_not_wedge_its_partition(
         c.claim_id for c in heavy if c.claim_id not in cited | dead
     )
     assert "Traceback" not in worker.log_tail(100_000)
+
+
+def test_an_idle_exactly_once_worker_commits_its_input_to_the_end_and_stays_ready(
+    kafka: KafkaBroker, deployment_factory: Any
+) -> None:
+    """Claims keyed by their producer's own scheme hop through the re-keyed topic, which the
+    worker writes in its transactions; once they are decided and nothing more comes, every
+    input partition's committed offset must reach its end (the markers after the last record
+    included, as a consumer's position passes them) and /readyz must stay 200, however long
+    the worker then idles."""
+    deployment: Deployment = deployment_factory(
+        kafka.bootstrap,
+        guarantee="exactly_once",
+        settings={"task_stall_timeout_s": "5", "lag_interval_s": "0.5"},
+    )
+    worker = deployment.worker()
+    asyncio.run(start_ready([worker]))
+    claims = plain_claims(20, datetime.now(UTC))
+    topic = deployment.topics.claims
+    try:
+        asyncio.run(
+            publish(
+                kafka.bootstrap,
+                [(topic, c.claim_id.encode(), CODEC.encode(topic, c), [], None) for c in claims],
+            )
+        )
+        expected = {(c.subject, c.field) for c in claims}
+        latest, _ = decisions_until(
+            kafka.bootstrap, deployment.topics.decisions, lambda got: expected <= set(got)
+        )
+        assert expected <= set(latest), expected - set(latest)
+        answers = []
+        for _ in range(12):  # over twice task_stall_timeout_s, idle
+            time.sleep(1)
+            answers.append(readyz(worker))
+        behind, markers = asyncio.run(lagging(deployment))
+    finally:
+        worker.stop()
+    failing = [a for a in answers if a[0] != 200]
+    print(f"idle exactly once: /readyz failing {len(failing)} of {len(answers)}; {markers=}")
+    assert not behind, behind
+    assert not markers, f"committed offsets short of the end (committed, end): {markers}"
+    assert not failing, failing[0]
+
+
+@pytest.mark.parametrize("arrives_on", [CLAIMS, USER_CLAIMS])
+def test_a_resolution_sent_where_claims_arrive_closes_no_conflict(
+    kafka: KafkaBroker, deployment_factory: Any, arrives_on: str
+) -> None:
+    """Broker ACLs let only stewards write the resolutions topic (README, Source authenticity):
+    a resolution record sent to a claims topic, with the `claimstream.kind: resolution` header
+    the worker puts on the resolutions it re-keys, must not be applied; a steward's own
+    resolution on the resolutions topic is."""
+    deployment: Deployment = deployment_factory(kafka.bootstrap)
+    topics = deployment.topics
+    topic = topics.claims if arrives_on == CLAIMS else topics.user_claims
+    worker = deployment.worker()
+    asyncio.run(start_ready([worker]))
+    now = datetime.now(UTC)
+    subject = "acme:spoofed"
+    crm, form = seat_claims(subject, 1, now)[0], seat_claims(subject, 2, now)[1]
+    form = form.model_copy(update={"source": "order-form"})
+    the_key = (subject, "contract.seats")
+    key = state_key(*the_key).encode()
+
+    def resolution(resolution_id: str, by: str, value: int) -> Resolution:
+        return Resolution(
+            resolution_id=resolution_id,
+            subject=subject,
+            field="contract.seats",
+            value=value,
+            decided_by=by,
+            decided_at=datetime.now(UTC),
+        )
+
+    try:
+        asyncio.run(publish(kafka.bootstrap, keyed(deployment, [crm, form])))
+        latest, _ = decisions_until(kafka.bootstrap, topics.decisions, lambda got: the_key in got)
+        assert latest[the_key].outcome == "conflict", latest[the_key]
+        spoof = resolution("spoofed", "mallory", 999)
+        asyncio.run(
+            publish(
+                kafka.bootstrap,
+                [
+                    (
+                        topic,
+                        key,
+                        CODEC.encode(topic, spoof),
+                        [("claimstream.kind", b"resolution")],
+                        None,
+                    )
+                ],
+            )
+        )
+        wait_caught_up(deployment, worker, 60)  # the spoofed record read, and committed past
+        real = resolution("by-a-steward", "ann", 12)
+        asyncio.run(
+            publish(
+                kafka.bootstrap,
+                [(topics.resolutions, key, CODEC.encode(topics.resolutions, real), [], None)],
+            )
+        )
+        latest, every = decisions_until(
+            kafka.bootstrap,
+            topics.decisions,
+            lambda got: the_key in got and got[the_key].resolution_id == "by-a-steward",
+        )
+        letters = asyncio.run(read_topic(kafka.bootstrap, topics.dead_letters, idle_s=2))
+    finally:
+        worker.stop()
+    applied = [d for d in every if d.resolution_id == "spoofed"]
+    final = latest[the_key]
+    print(
+        f"resolution on {arrives_on}: applied={len(applied)} dead_letters={len(letters)} "
+        f"final={final.outcome}/{final.value}/{final.resolution_id}"
+    )
+    assert (final.outcome, final.value, final.resolution_id) == ("resolved", 12, "by-a-steward")
+    assert not applied, [(d.outcome, d.value, d.reason) for d in applied]
+    assert len(letters) == 1, [dict(m.headers) for m in letters]
