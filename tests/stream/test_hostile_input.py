@@ -112,7 +112,8 @@ class ReadyPoller(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=10)
+        if self.is_alive():
+            self.join(timeout=10)
 
 
 # -- the broker's side -----------------------------------------------------------------------------
@@ -393,10 +394,10 @@ def test_hostile_records_are_decided_or_dead_lettered_and_the_worker_keeps_up(
         RESOLUTIONS: topics.resolutions,
     }
     worker = deployment.worker()
-    asyncio.run(start_ready([worker]))
     poller = ReadyPoller(worker)
-    poller.start()
     try:
+        asyncio.run(start_ready([worker]))
+        poller.start()
         now = datetime.now(UTC)
         drafts = drawn(BATCHES)
         hostile = materialize(drafts, now)
@@ -580,9 +581,7 @@ def test_a_key_whose_claims_carry_100_kb_replicas_does_not_wedge_its_partition(
         kafka.bootstrap, settings={"task_stall_timeout_s": "5", "lag_interval_s": "0.5"}
     )
     worker = deployment.worker()
-    asyncio.run(start_ready([worker]))
     poller = ReadyPoller(worker)
-    poller.start()
     now = datetime.now(UTC)
     heavy = [
         claim.model_copy(update={"replica": f"{n:02d}" + "r" * 100_000})
@@ -590,6 +589,8 @@ def test_a_key_whose_claims_carry_100_kb_replicas_does_not_wedge_its_partition(
     ]
     plain = plain_claims(40, now)
     try:
+        asyncio.run(start_ready([worker]))
+        poller.start()
         asyncio.run(publish(kafka.bootstrap, keyed(deployment, [*heavy, *plain])))
         deadline = time.monotonic() + 45
         behind: Span = {"(not asked yet)": (-1, -1)}
@@ -639,10 +640,10 @@ def test_an_idle_exactly_once_worker_commits_its_input_to_the_end_and_stays_read
         settings={"task_stall_timeout_s": "5", "lag_interval_s": "0.5"},
     )
     worker = deployment.worker()
-    asyncio.run(start_ready([worker]))
     claims = plain_claims(20, datetime.now(UTC))
     topic = deployment.topics.claims
     try:
+        asyncio.run(start_ready([worker]))
         asyncio.run(
             publish(
                 kafka.bootstrap,
@@ -680,7 +681,6 @@ def test_a_resolution_sent_where_claims_arrive_closes_no_conflict(
     topics = deployment.topics
     topic = topics.claims if arrives_on == CLAIMS else topics.user_claims
     worker = deployment.worker()
-    asyncio.run(start_ready([worker]))
     now = datetime.now(UTC)
     subject = "acme:spoofed"
     crm, form = seat_claims(subject, 1, now)[0], seat_claims(subject, 2, now)[1]
@@ -699,6 +699,7 @@ def test_a_resolution_sent_where_claims_arrive_closes_no_conflict(
         )
 
     try:
+        asyncio.run(start_ready([worker]))
         asyncio.run(publish(kafka.bootstrap, keyed(deployment, [crm, form])))
         latest, _ = decisions_until(kafka.bootstrap, topics.decisions, lambda got: the_key in got)
         assert latest[the_key].outcome == "conflict", latest[the_key]
