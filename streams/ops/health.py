@@ -32,7 +32,7 @@ from aiokafka.structs import TopicPartition
 from mode import Service
 
 from streams.ops.metrics import Metrics
-from streams.settings import Settings
+from streams.settings import Guarantee, Settings
 from streams.wire.kafka import client_options
 
 log = logging.getLogger(__name__)
@@ -288,12 +288,16 @@ class LagProbe(Service):
     ) -> None:
         """Tell the pulse, per task, how many records wait and since when its committed
         offsets have not moved; publish how long each has been stalled."""
+        # Exactly once, an input partition written in transactions (the re-keyed topic) ends
+        # with the marker of the last: the committed offset stops before it, though no record
+        # waits. One record a partition is not counted there.
+        markers = 1 if self.settings.processing_guarantee is Guarantee.EXACTLY_ONCE else 0
         for partition in sorted(owned):
             tps = [TopicPartition(topic, partition) for topic in self.topics]
             committed = tuple(positions[tp] for tp in tps)
             seen = self._moved.get(partition)
             if seen is None or seen[0] != committed:
                 seen = self._moved[partition] = (committed, pulse.clock())
-            waiting = sum(max(0, ends[tp] - positions[tp]) for tp in tps)
+            waiting = sum(max(0, ends[tp] - positions[tp] - markers) for tp in tps)
             pulse.committed(partition, waiting, seen[1])
         self.metrics.stalled.set(pulse.stalled_s())

@@ -214,11 +214,17 @@ class Processor:
         )
 
     def _handle(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled | _Decided:
-        kind = record.header(HEADER_KIND)
-        if record.topic == self.topics.rekeyed and kind == KIND_TICK:
-            return self._on_tick(record, state_of)
-        if record.topic == self.topics.resolutions or kind == KIND_RESOLUTION:
+        topic = record.topic
+        if topic == self.topics.rekeyed:  # written by workers only: its kind header is theirs
+            kind = record.header(HEADER_KIND)
+            if kind == KIND_TICK:
+                return self._on_tick(record, state_of)
+            if kind == KIND_RESOLUTION:
+                return self._on_resolution(record, state_of, alias_of)
+        elif topic == self.topics.resolutions:
             return self._on_resolution(record, state_of, alias_of)
+        # On a claims topic, a kind header is the producer's: a resolution posing as a claim's
+        # record is refused as a claim, never applied (stewards write the resolutions topic).
         return self._on_claim(record, state_of, alias_of)
 
     def _on_claim(
