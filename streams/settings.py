@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from streams.core.bounds import MAX_CLAIM_BYTES, RECORD_BYTES, reserve
 from streams.core.errors import ClaimstreamError, validation_problems
 from streams.core.keystate import Limits
 from streams.packaged import example_path
@@ -122,6 +123,14 @@ class Settings(BaseModel):
     batch_size: int = Field(default=500, ge=1)
     batch_within_s: float = Field(default=0.01, gt=0)
     max_claims_per_key: int = Field(default=16, ge=2)
+    max_record_bytes: int = Field(
+        default=RECORD_BYTES,
+        le=RECORD_BYTES,
+        description="the largest record the worker sends: the decisions, escalations, dead-letter "
+        "and key-state changelog topics must take it (their max.message.bytes, checked at "
+        "start). A key's kept claims are bounded in bytes so that its decisions and changelog "
+        "record stay within it; at most 1 MiB, the worker's producers' request size",
+    )
     decision_history_per_key: int = Field(default=10, ge=1)
     # Claim ids refused as conflicting duplicates a key remembers, to refuse their later versions.
     max_disputed_per_key: int = Field(default=64, ge=1)
@@ -156,9 +165,9 @@ class Settings(BaseModel):
     policy_lead_s: float = Field(
         default=10.0,
         ge=0,
-        description="how long after its publication a policy takes effect (`claimstream policy "
-        "publish`, or a worker publishing its policy file's new version): time for every worker "
-        "to read it first, so that all move to it at the same instant",
+        description="how long after `claimstream policy publish` a policy takes effect (without "
+        "--in or --at): time for every worker to read it first, so that all move to it at the "
+        "same instant",
     )
     policy_poll_s: float = Field(
         default=1.0,
@@ -252,6 +261,33 @@ class Settings(BaseModel):
     )
 
     @model_validator(mode="after")
+    def _a_claim_fits_a_record(self) -> Settings:
+        """A key must keep at least the largest claim the contract admits, beside the rest of
+        its state at its bounds."""
+        least = self.least_record_bytes()
+        if self.max_record_bytes < least:
+            raise ValueError(
+                f"max_record_bytes={self.max_record_bytes:,} cannot hold a key's largest "
+                f"claim ({MAX_CLAIM_BYTES:,} bytes) beside the rest of its state at these "
+                f"per-key bounds ({self._reserve():,} bytes): raise it to {least:,} or lower "
+                "resolutions_per_key, decision_history_per_key or max_disputed_per_key"
+            )
+        return self
+
+    def least_record_bytes(self) -> int:
+        """The smallest `max_record_bytes` these per-key bounds allow: the largest claim the
+        contract admits beside the rest of a key's state at its bounds."""
+        return MAX_CLAIM_BYTES + self._reserve()
+
+    def _reserve(self) -> int:
+        return reserve(
+            self.max_claims_per_key,
+            self.decision_history_per_key,
+            self.max_disputed_per_key,
+            self.resolutions_per_key,
+        )
+
+    @model_validator(mode="after")
     def _insync_within_replicas(self) -> Settings:
         if self.min_insync_replicas > self.replication_factor:
             raise ValueError(
@@ -293,6 +329,7 @@ class Settings(BaseModel):
             self.decision_history_per_key,
             self.max_disputed_per_key,
             max_resolutions=self.resolutions_per_key,
+            max_claim_bytes=self.max_record_bytes - self._reserve(),
         )
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -8,7 +8,8 @@ The rooms, in the order a claim flows through them (every module of the package)
   refused; policy: the field rules; members: the enum members the hot path reads, bound once;
   memo: identity caches (a policy's compiled normalizers).
 - authenticity: a claim's signature; intake: admission (authority, lineage) through normalize
-  (each value in its field's type and unit).
+  (each value in its field's type and unit) within bounds (how large each text may be, and what
+  a key's records take in bytes).
 - keystate: one key's transitions, which decide through the engine; timers: the transitions
   time alone makes, fired in order up to an instant; rollout: the policies in force over time,
   and a key moved through them (policy_history: that history as JSON lines; preview: what keys

@@ -126,6 +126,7 @@ class RejectReason(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     PROCESSING_FAILED = "processing_failed"
     STALE_DECISION = "stale_decision"  # a resolution made against a decision no longer current
+    TOO_LARGE = "too_large"  # a text past its bound (streams/core/bounds.py)
 
 
 class _Record(BaseModel):

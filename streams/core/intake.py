@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from msgspec import Raw
 from pydantic import ValidationError
 
+from streams.core.bounds import check_claim, check_resolution
 from streams.core.contracts import (
     ASSERTED_RANK,
     AUTHORITY_RANKS,
@@ -49,8 +50,8 @@ class AdmittedClaim:
     A key's claims are arbitrated again on every new claim, so the orderings the engine sorts by
     are computed once here rather than on every arbitration. A plain slotted class whose
     `__init__` computes them: a frozen dataclass sets each through `object.__setattr__`. Not to be
-    changed once built (only `journaled` and `evidence_avro` are filled in later); equal by the
-    four given fields."""
+    changed once built (only `journaled`, `evidence_avro` and `size` are filled in later); equal
+    by the four given fields."""
 
     __slots__ = (
         "authority",
@@ -66,6 +67,7 @@ class AdmittedClaim:
         "rank",
         "recency",
         "scope_key",
+        "size",
         "statement",
         "status",
         "valid_from_us",
@@ -106,6 +108,9 @@ class AdmittedClaim:
     evidence_avro: bytes | None
     """Its Avro Evidence record up to the role, kept once a decision first sends it: every
     decision of the key sends it again, with only its role changed."""
+    size: int
+    """What it adds to its key's records, at most (`bounds.claim_bytes`), once first asked
+    (`upkeep.held_bytes`); -1 before."""
 
     def __init__(
         self,
@@ -134,6 +139,7 @@ class AdmittedClaim:
         self.plain = claim.epoch is None and start is None and end is None and scope is None
         self.journaled = None
         self.evidence_avro = None
+        self.size = -1
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not AdmittedClaim:
@@ -209,6 +215,7 @@ def _admitted(
 ) -> AdmittedClaim:
     """What `policy` makes of `claim`, its times judged against `now_us` where given, or
     ContractError."""
+    check_claim(claim)
     rules = policy.rules_for(claim.field)
     if rules is None:
         raise ContractError(
@@ -229,6 +236,9 @@ def _admitted(
     confidence = claim.confidence
     if confidence is not None and not (math.isfinite(confidence) and 0.0 <= confidence <= 1.0):
         raise ContractError(RejectReason.INVALID_VALUE, "confidence must be within [0, 1]")
+    epoch = claim.epoch
+    if epoch is not None and not -(2**63) <= epoch < 2**63:
+        raise ContractError(RejectReason.INVALID_VALUE, "epoch is outside the 64-bit range")
     value = _normalized(claim.status, claim.value, claim.unit, rules)
     effective_class = channel or claim.source_class
     authority = _CLASS_AUTHORITY.get(effective_class) or rules.authorities.get(
@@ -249,6 +259,7 @@ def lineage_of(claim: ClaimFields, source_policy: SourcePolicy | None) -> str:
 def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> Resolution:
     """Return `resolution` with its value normalized like a claim's, or raise ContractError.
     A resolution dated beyond `now` plus the allowed clock skew is refused like a future claim."""
+    check_resolution(resolution)
     rules = policy.rules_for(resolution.field)
     if rules is None:
         raise ContractError(

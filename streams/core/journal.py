@@ -32,7 +32,7 @@ from streams.core.contracts import (
 )
 from streams.core.errors import ClaimstreamError
 from streams.core.intake import AdmittedClaim
-from streams.core.keystate import KeyState, RefusedClaim
+from streams.core.keystate import KeyState
 from streams.core.normalize import canonical_value
 from streams.core.stored import (
     EarlierSummary,
@@ -45,6 +45,7 @@ from streams.core.stored import (
     StoredValue,
 )
 from streams.core.summary import DecisionSummary
+from streams.core.upkeep import RefusedClaim
 
 # Version 4 holds version 3's records (stored.py) in MessagePack: a quarter fewer bytes than
 # its JSON (the bench's keys: 954 against 1,274 on average; a key of one claim: 289 against

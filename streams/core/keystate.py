@@ -16,7 +16,9 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Literal, NamedTuple
 
+from streams.core import upkeep
 from streams.core.arbitration import Arbitration
+from streams.core.bounds import RECORD_BYTES, reserve
 from streams.core.contracts import (
     OPEN_OUTCOMES,
     Decision,
@@ -31,7 +33,7 @@ from streams.core.intake import AdmittedClaim
 from streams.core.policy import FieldRules
 from streams.core.shortcuts.incremental import Placement, placement
 from streams.core.summary import DecisionSummary
-from streams.core.upkeep import evicted, expiry, latest_resolutions, next_check
+from streams.core.upkeep import RefusedClaim, evicted, expiry, fits, latest_resolutions, next_check
 
 KEY_SEPARATOR = "|"
 
@@ -44,13 +46,6 @@ def state_key(subject: str, field: str) -> str:
 def split_key(key: str) -> tuple[str, str]:
     subject, _, field = key.rpartition(KEY_SEPARATOR)
     return subject, field
-
-
-class RefusedClaim(NamedTuple):
-    """A kept claim the policy in force refuses, as last admitted, and why."""
-
-    claim: AdmittedClaim
-    reason: str
 
 
 @dataclass(slots=True)
@@ -90,7 +85,8 @@ class KeyState:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Per-key bounds on what a key's state keeps (settings `max_claims_per_key`,
-    `decision_history_per_key`, `max_disputed_per_key`, `resolutions_per_key`)."""
+    `decision_history_per_key`, `max_disputed_per_key`, `resolutions_per_key`, and the bytes
+    `max_record_bytes` leaves its claims)."""
 
     max_claims: int = 16
     max_history: int = 10
@@ -98,6 +94,9 @@ class Limits:
     max_resolutions: int = 10
     """Resolutions a key keeps: the latest by `decided_at`, which include the one the engine
     applies, so a late-arriving older resolution never pushes out the one deciding the key."""
+    max_claim_bytes: int = RECORD_BYTES - reserve(16, 10, 64, 10)
+    """What its kept claims take at most (`bounds.claim_bytes`, summed): its changelog record
+    and its decisions then stay within the record limit (`bounds.reserve`)."""
 
 
 @dataclass(slots=True)  # not frozen: one per claim, and a frozen init sets each field by hand
@@ -333,16 +332,7 @@ def _arbitrate(
         supersedes=last.decision_id if last else None,
         previous=state.arbitration,
     )
-    return _noting_refusals(arbitration, state.refused, policy_version)
-
-
-def _noting_refusals(
-    arbitration: Arbitration, refused: tuple[RefusedClaim, ...], policy_version: str
-) -> Arbitration:
-    if not refused:
-        return arbitration
-    named = "; ".join(f"{r.claim.claim_id} ({r.reason})" for r in refused)
-    return arbitration.noting(f"kept claims policy {policy_version} refuses: {named}")
+    return upkeep.noting_refusals(arbitration, state.refused, policy_version)
 
 
 def _decide(
@@ -378,7 +368,14 @@ def _decide(
     arbitration = arbitrate(
         subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
     )
-    arbitration = _noting_refusals(arbitration, state.refused, policy_version)
+    refused, budget = state.refused, limits.max_claim_bytes
+    if not fits(claims, refused, budget):  # decided again without the claims dropped for size
+        claims, refused, dropped = upkeep.fitted(claims, refused, arbitration.roles, budget, added)
+        arbitration = arbitrate(
+            subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+        )
+        arbitration = upkeep.noting_dropped(arbitration, dropped, budget)
+    arbitration = upkeep.noting_refusals(arbitration, refused, policy_version)
     emission = _emission(state, arbitration, trigger, now, limits)
     escalation = _escalation(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
@@ -390,7 +387,7 @@ def _decide(
     state.claims, state.resolutions, state.history = kept, resolutions, emission.history
     state.conflict_since, state.escalated = emission.conflict_since, escalated
     state.next_check_at, state.arbitration = next_check_at, owned
-    state.policy_version = policy_version
+    state.policy_version, state.refused = policy_version, refused
     if disputed is not None:
         state.disputed = disputed
     return Transition(
@@ -482,7 +479,8 @@ def _placement(
 ) -> Placement | None:
     """The incremental path (`shortcuts.incremental.placement`), where its preconditions hold:
     the last arbitration is at hand and was made under these rules, no timer of the key has come
-    due since (so time alone changed nothing), and the new claim needs no eviction."""
+    due since (so time alone changed nothing), and the new claim needs no eviction (by count or
+    by size)."""
     previous, last = state.arbitration, state.current
     if (
         added is None
@@ -495,6 +493,7 @@ def _placement(
         or (state.next_check_at is not None and now >= state.next_check_at)
         or len(claims) > limits.max_claims
         or state.refused
+        or not fits(claims, (), limits.max_claim_bytes)
     ):
         return None
     return placement(previous, added, now_us)

@@ -8,12 +8,15 @@ Rules (documented in the README):
   they differ by at most the field's tolerance (plus a relative 1e-9, so 0.1 + 0.2 agrees with
   0.3).
 - integer: an int (or an integral float) within the signed 64-bit range.
+- number and integer: a conversion that overflows (1e308 h in s) is refused, never infinite.
 - string: Unicode NFC, outer whitespace stripped, inner whitespace runs collapsed to one space;
-  case preserved unless the field says `case: fold`.
+  case preserved unless the field says `case: fold`; at most `VALUE_CHARS` characters, as sent
+  and as normalized (`too_large` past it).
 - enum: the string rule with case folded; must be one of the field's values, reported in the
   policy's spelling.
 - boolean: JSON true/false only.
-- timestamp: RFC 3339 with an offset, converted to UTC, reported as `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+- timestamp: RFC 3339 with an offset, converted to UTC, reported as `YYYY-MM-DDTHH:MM:SS.ffffffZ`
+  (the year always four digits: 0001 to 9999; an instant outside them in UTC is refused).
 A value that cannot be normalized raises ContractError with a reason; it is never compared.
 """
 
@@ -25,12 +28,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 
+from streams.core.bounds import VALUE_CHARS, too_large
 from streams.core.contracts import Money, RejectReason, Value, constructed
 from streams.core.errors import ContractError
 from streams.core.memo import by_identity
 from streams.core.policy import FieldRules, FieldType, StringCase
 
-MAX_STRING_CHARS = 4096
 _INT64 = (-(2**63), 2**63 - 1)
 _RELATIVE_EPSILON = 1e-9
 
@@ -91,7 +94,10 @@ def normalize_scope(scope: str) -> str:
 
 
 def format_timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """`YYYY-MM-DDTHH:MM:SS.ffffffZ`, the year zero-padded to four digits (strftime's `%Y` is
+    not, on glibc: year 1 is `1`). OverflowError for an instant before year 1 in UTC."""
+    utc = moment.astimezone(UTC).replace(tzinfo=None)
+    return utc.isoformat(timespec="microseconds") + "Z"
 
 
 Normalizer = Callable[[Value, str | None], Value]
@@ -115,12 +121,12 @@ def _compiled(rules: FieldRules) -> Normalizer:
                 f"{rules.name}: status present but the value is empty (a tool error disguised "
                 "as an empty result?)",
             )
-        if isinstance(raw, str) and len(raw) > MAX_STRING_CHARS:
-            raise ContractError(
-                RejectReason.INVALID_VALUE,
-                f"{rules.name}: string of {len(raw)} characters exceeds {MAX_STRING_CHARS}",
-            )
-        return normalize(raw, unit, rules)
+        if isinstance(raw, str) and len(raw) > VALUE_CHARS:
+            raise too_large(f"{rules.name}: the value", len(raw), VALUE_CHARS)
+        value = normalize(raw, unit, rules)
+        if isinstance(value, str) and len(value) > VALUE_CHARS:
+            raise too_large(f"{rules.name}: the value normalized", len(value), VALUE_CHARS)
+        return value
 
     return normalized
 
@@ -160,7 +166,7 @@ def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
             raise ContractError(
                 RejectReason.UNIT_MISMATCH, f"{rules.name}: unit {unit!r} on a unitless field"
             )
-        return canonical_number(number)
+        return _finite(canonical_number(number), number, unit, rules)
     if unit is None:
         raise ContractError(
             RejectReason.UNIT_MISMATCH,
@@ -168,23 +174,49 @@ def _convert_unit(number: float, unit: str | None, rules: FieldRules) -> float:
         )
     have, want = canonical_unit(unit), canonical_unit(rules.unit)
     if have == want:
-        return canonical_number(number)
+        return _finite(canonical_number(number), number, unit, rules)
     have_dim, want_dim = _UNITS.get(have), _UNITS.get(want)
     if have_dim is None or want_dim is None or have_dim[0] != want_dim[0]:
         raise ContractError(
             RejectReason.UNIT_MISMATCH,
             f"{rules.name}: unit {unit!r} does not convert to {rules.unit!r}",
         )
-    return canonical_number(number * have_dim[1] / want_dim[1])
+    converted = canonical_number(number * have_dim[1] / want_dim[1])
+    if not math.isfinite(converted):  # the product alone may overflow (1e308 h in d)
+        converted = canonical_number(number * (have_dim[1] / want_dim[1]))
+    return _finite(converted, number, unit, rules)
+
+
+def _finite(number: float, raw: float, unit: str | None, rules: FieldRules) -> float:
+    """`number`, unless rounding or converting `raw` overflowed a double."""
+    if not math.isfinite(number):
+        given = f"{raw!r} {unit}" if unit else repr(raw)
+        raise ContractError(
+            RejectReason.INVALID_VALUE,
+            f"{rules.name}: {given} is beyond the largest number a double holds (about 1.8e308)"
+            + (f" in {rules.unit}" if rules.unit else ""),
+        )
+    return number
+
+
+def _as_float(raw: int | float, rules: FieldRules) -> float:
+    """`raw` as a finite float, or ContractError: an integer past a double's range, NaN or
+    infinity is no number a decision can carry."""
+    try:
+        number = float(raw)
+    except OverflowError:
+        raise ContractError(
+            RejectReason.INVALID_VALUE, f"{rules.name}: {raw} is beyond a double's range"
+        ) from None
+    if not math.isfinite(number):
+        raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not finite")
+    return number
 
 
 def _number(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _type_error(rules, raw, "a number")
-    number = float(raw)
-    if not math.isfinite(number):
-        raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not finite")
-    return _convert_unit(number, unit, rules)
+    return _convert_unit(_as_float(raw, rules), unit, rules)
 
 
 def _check_int64(number: int, rules: FieldRules) -> None:
@@ -198,10 +230,13 @@ def _integer(raw: Value, unit: str | None, rules: FieldRules) -> Value:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _type_error(rules, raw, "an integer")
     converts = bool(unit or rules.unit)
+    if not converts and isinstance(raw, int):
+        _check_int64(raw, rules)
+        return raw
     # With a unit, only the converted amount must be whole (0.7 s is 700 ms).
     if isinstance(raw, float) and not (math.isfinite(raw) and (converts or raw.is_integer())):
         raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} is not an integer")
-    converted = _convert_unit(float(raw), unit, rules) if converts else raw
+    converted = _convert_unit(_as_float(raw, rules), unit, rules) if converts else raw
     if not float(converted).is_integer():
         raise ContractError(
             RejectReason.INVALID_VALUE,
@@ -270,7 +305,13 @@ def _timestamp(raw: Value, unit: str | None, rules: FieldRules) -> Value:
         ) from exc
     if moment.tzinfo is None:
         raise ContractError(RejectReason.INVALID_VALUE, f"{rules.name}: {raw!r} has no UTC offset")
-    return format_timestamp(moment)
+    try:
+        return format_timestamp(moment)
+    except OverflowError:
+        raise ContractError(
+            RejectReason.INVALID_VALUE,
+            f"{rules.name}: {raw!r} is outside years 0001-9999 in UTC",
+        ) from None
 
 
 _NORMALIZERS: dict[FieldType, _NormalizeWith] = {

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from streams.core.bounds import ID_CHARS, VALUE_CHARS
 from streams.core.contracts import Authority
 from streams.core.errors import PolicyError, validation_problems
 from streams.core.memo import by_identity
@@ -98,9 +99,14 @@ class Defaults(_Strict):
     escalate_after: BoundedDuration = timedelta(minutes=15)
 
 
+# Repeated in every decision and kept claim: bounded as a claim's own texts are (bounds.py).
+Name = Annotated[str, Field(max_length=ID_CHARS)]
+EnumValue = Annotated[str, Field(max_length=VALUE_CHARS)]
+
+
 class SourcePolicy(_Strict):
     authority: Authority
-    lineage: str | None = None
+    lineage: Name | None = None
     principal: str | None = Field(default=None, description="Kafka principal allowed to publish it")
 
     @model_validator(mode="after")
@@ -141,9 +147,9 @@ class Signing(_Strict):
 
 class FieldPolicy(_Strict):
     type: FieldType
-    values: tuple[str, ...] | None = None
+    values: tuple[EnumValue, ...] | None = None
     currency: str | None = None
-    unit: str | None = None
+    unit: Name | None = None
     tolerance: float = Field(default=0.0, ge=0.0)
     case: StringCase | None = None
     freshness: Duration = None
@@ -209,7 +215,7 @@ escalate_after_us: Callable[[FieldRules], int] = by_identity(_escalate_after_us)
 
 
 class Policy(_Strict):
-    version: str = Field(min_length=1)
+    version: str = Field(min_length=1, max_length=ID_CHARS)
     defaults: Defaults = Defaults()
     sources: dict[str, SourcePolicy]
     fields: dict[str, FieldPolicy] = Field(min_length=1)

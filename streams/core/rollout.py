@@ -19,13 +19,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streams.core.agreement import RECENCY
+from streams.core.bounds import REFUSAL_CHARS, cut
 from streams.core.contracts import Resolution
 from streams.core.errors import ContractError
 from streams.core.instants import EPOCH
 from streams.core.intake import AdmittedClaim, admit_resolution, readmit
-from streams.core.keystate import KeyState, Limits, RefusedClaim, Transition, adopt_policy
+from streams.core.keystate import KeyState, Limits, Transition, adopt_policy
 from streams.core.policy import Policy
 from streams.core.timers import due_by
+from streams.core.upkeep import RefusedClaim
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,8 @@ def readmitted(
         try:
             admitted.append(readmit(claim, policy))
         except ContractError as exc:
-            refused.append(RefusedClaim(claim, f"{exc.reason.value}: {exc.detail}"))
+            why = cut(f"{exc.reason.value}: {exc.detail}", REFUSAL_CHARS)
+            refused.append(RefusedClaim(claim, why))
     return tuple(admitted), tuple(refused)
 
 

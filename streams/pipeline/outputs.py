@@ -16,7 +16,7 @@ from streams.core.contracts import Claim, Decision, RejectReason
 from streams.core.errors import RejectedInput
 from streams.core.keystate import Transition
 from streams.ops.metrics import Metrics
-from streams.pipeline.records import Handled, Incoming, Outgoing
+from streams.pipeline.records import Handled, Headers, Incoming, Outgoing
 from streams.settings import Settings
 from streams.wire.decision_bytes import DecisionWriter
 from streams.wire.registry import WireCodec
@@ -25,6 +25,7 @@ from streams.wire.registry import WireCodec
 log = logging.getLogger(__package__)
 
 ERROR_HEADER_PREFIX = "claimstream.error."
+_DEAD_LETTER_OVERHEAD = 512  # a record's batch header, lengths and timestamps, at most
 
 
 class Outputs:
@@ -37,6 +38,7 @@ class Outputs:
         wall_clock: Callable[[], float],
     ) -> None:
         self.topics = settings.topics
+        self.max_record_bytes = settings.max_record_bytes
         self.codec = codec
         self.metrics = metrics
         self.group = group
@@ -114,11 +116,30 @@ class Outputs:
             "attempts": str(attempts),
             "rejected_at": datetime.fromtimestamp(self.wall_clock(), UTC).isoformat(),
         }
-        headers = record.headers + tuple(
+        errors = tuple(
             (ERROR_HEADER_PREFIX + name, value.encode()) for name, value in error_headers.items()
         )
         self.metrics.rejected(reason.value, source)
-        return Outgoing(self.topics.dead_letters, record.key, record.value, headers)
+        return self._within_limit(record, errors)
+
+    def _within_limit(self, record: Incoming, errors: Headers) -> Outgoing:
+        """The original record with the error headers; or, where that would pass
+        `max_record_bytes` (the dead-letter topic would refuse it for good, and the partition's
+        commit with it), the error headers alone, saying where the record stays: on its topic,
+        for the audit horizon (`claimstream replay-dead-letters` passes over a dead letter
+        without a value)."""
+        headers = record.headers + errors
+        size = _DEAD_LETTER_OVERHEAD + len(record.key or b"") + len(record.value or b"")
+        size += sum(len(name) + len(value) for name, value in headers)
+        if size <= self.max_record_bytes:
+            return Outgoing(self.topics.dead_letters, record.key, record.value, headers)
+        dropped = (
+            f"the record ({size:,} bytes with these headers) passes max_record_bytes="
+            f"{self.max_record_bytes:,}: its key, value and headers are at "
+            f"{record.topic}[{record.partition}]@{record.offset}"
+        )
+        errors += ((ERROR_HEADER_PREFIX + "dropped", dropped.encode()),)
+        return Outgoing(self.topics.dead_letters, None, None, errors)
 
     def _declared_source(self, record: Incoming) -> str | None:
         """The source a rejected claim claims to be, for the per-source rejection metric."""

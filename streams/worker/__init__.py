@@ -4,6 +4,7 @@
 - `runtime`: starting a worker (and the command line's publish and tail).
 - `topics`: the pipeline's topics, created before a worker starts.
 - `retention`: what each topic keeps, and for how long.
+- `size_check`: whether the topics the worker sends its largest records to take them.
 - `policy_log`: the cluster's policy history on the policy topic: read before a worker decides,
   followed after, published to by `claimstream policy publish` and by a worker's new policy file.
 """

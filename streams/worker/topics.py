@@ -1,6 +1,7 @@
 """The pipeline's topics, created before the worker starts (`claimstream worker`, `dev`, the bench):
 each with its partition count, replication, `min.insync.replicas` and the retention or compaction
-`retention.py` gives it."""
+`retention.py` gives it; then the topics the worker sends its largest records to are checked to
+take them (`size_check.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from streams.core.errors import ClaimstreamError
 from streams.settings import Settings
 from streams.wire.kafka import client_options
 from streams.worker.retention import COMPACTED, topic_configs, warn_short_retention
+from streams.worker.size_check import check_record_limits
 
 OUTCOMES_KEPT = timedelta(hours=2)
 """How long the per-minute outcome counts (a Faust windowed table) are kept."""
@@ -79,6 +81,7 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
             except TopicAlreadyExistsError:
                 pass
         await warn_short_retention(admin, settings, existing & set(names), extra)
+        await check_record_limits(admin, settings)
     except KafkaError as exc:
         raise ClaimstreamError(f"cannot create topics on {settings.bootstrap}: {exc}") from exc
     finally:

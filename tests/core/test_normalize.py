@@ -88,7 +88,7 @@ def test_strings_follow_the_documented_whitespace_and_case_rule(policy: Policy) 
     assert normalize_value("Main Street", None, address) != normalize_value(
         "main street", None, address
     )
-    assert rejected("x" * 5000, None, address) is RejectReason.INVALID_VALUE
+    assert rejected("x" * 5000, None, address) is RejectReason.TOO_LARGE
 
 
 def test_enums_fold_case_and_report_the_policy_spelling(policy: Policy) -> None:
