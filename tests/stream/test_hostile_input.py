@@ -565,15 +565,6 @@ def keyed(deployment: Deployment, claims: list[Claim], topic: str | None = None)
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known open: no bound on a claim's replica (nor scope, lineage, claim_id) yet, so a "
-    "key keeping a dozen claims with 100 KB replicas makes decisions and key states past the "
-    "broker's 1 MiB record limit: the commits carrying them are refused, the tasks in those "
-    "batches reloaded (/readyz 503 'tasks [...] not restored' meanwhile) and the two claims "
-    "dead-lettered processing_failed; the intake bounds being added refuse such claims as "
-    "too_large before they are kept",
-)
 def test_a_key_whose_claims_carry_100_kb_replicas_does_not_wedge_its_partition(
     kafka: KafkaBroker, deployment_factory: Any
 ) -> None:
