@@ -33,8 +33,8 @@ lifecycle):
 
 The rooms, in the order a batch flows through them (every module of the package). Imports
 point one way: `loop` imports every other room but `changelog`; `bookkeeping` imports `commit`,
-`routing`, `schedule`, `sources` and `tallies`; `commit` imports `tasks`, `changelog`,
-`collector` and `isolation`; `isolation` imports `tasks`; `changelog` and `tallies` import
+`routing`, `schedule`, `sources` and `tallies`; `commit` imports `tasks`, `changelog` and
+`collector`; `isolation` imports `commit` and `tasks`; `changelog` and `tallies` import
 `collector`; `routing` imports `tasks` and `schedule`; `tasks` imports `schedule`; `schedule`
 imports `sweep`; nothing imports `loop`.
 

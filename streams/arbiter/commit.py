@@ -27,12 +27,18 @@ from dataclasses import dataclass, field
 from time import monotonic, perf_counter
 from typing import Any, Protocol
 
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 from aiokafka.structs import TopicPartition
 
 from streams.arbiter.changelog import ChangelogWriter
 from streams.arbiter.collector import RecordCollector, producer_options
-from streams.arbiter.isolation import REFUSED
 from streams.arbiter.tasks import InputPositions, Opening, Task, Tasks
 from streams.ops.metrics import COMMIT, JOURNAL, PRODUCE, Metrics, StageClock
 from streams.pipeline import Outgoing
@@ -52,6 +58,18 @@ class TaskBatch:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
+REFUSED: tuple[type[BaseException], ...] = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    RecordListTooLargeError,
+    CorruptRecordException,
+    InvalidTimestampError,
+    ValueError,  # the collector's: a record larger than a whole producer batch
+)
+"""Errors a retry of the same records cannot fix: the broker (or the producer) refuses a record
+for what it is."""
+
+
 @dataclass(frozen=True)
 class Failed:
     """What a commit left for the loop to repair: tasks to rewind (reload, re-read from the last
@@ -62,7 +80,7 @@ class Failed:
     cause: str = ""
     """Why the rewound tasks' commit failed (the error), for the operator."""
     refused: bool = False
-    """The error is one no retry fixes (`isolation.REFUSED`): a record is refused for good."""
+    """The error is one no retry fixes (`REFUSED`): a record is refused for good."""
 
     def __or__(self, other: Failed) -> Failed:
         return Failed(

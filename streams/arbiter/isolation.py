@@ -1,7 +1,7 @@
 """A record the broker refuses for good is found and dead-lettered, never retried for ever.
 
 A task whose commit fails with an error no retry can fix (a record larger than its topic's
-`max.message.bytes`, one the broker finds corrupt: `REFUSED`) is rewound as any failed commit
+`max.message.bytes`, one the broker finds corrupt: `commit.REFUSED`) is rewound as any failed commit
 is, and then *isolated*: its records are read again one at a time, each committed alone, so
 that a commit failing again names its one record. That record is dead-lettered
 `processing_failed` with the broker's error when it is read again (`Processor.refuse`), and the
@@ -16,35 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from aiokafka.errors import (
-    CorruptRecordException,
-    InvalidTimestampError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    RecordTooLargeError,
-)
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from streams.arbiter.commit import Commits, Failed, TaskBatch
 from streams.arbiter.tasks import InputPositions
 from streams.pipeline import Processor
 
-if TYPE_CHECKING:
-    from streams.arbiter.commit import Commits, Failed, TaskBatch
-
 log = logging.getLogger(__name__)
-
-REFUSED: tuple[type[BaseException], ...] = (
-    MessageSizeTooLargeError,
-    RecordTooLargeError,
-    RecordListTooLargeError,
-    CorruptRecordException,
-    InvalidTimestampError,
-    ValueError,  # the collector's: a record larger than a whole producer batch
-)
-"""Errors a retry of the same records cannot fix: the broker (or the producer) refuses a record
-for what it is."""
 
 Parts = list[tuple[TopicPartition, list[ConsumerRecord]]]
 
@@ -63,7 +42,7 @@ class Isolation:
         return frozenset(self._until)
 
     def failed(self, partitions: frozenset[int], cause: str, refused: bool) -> None:
-        """These tasks' commit failed (they rewind). `refused`: for good (`REFUSED`)."""
+        """These tasks' commit failed (they rewind). `refused`: for good (`commit.REFUSED`)."""
         for partition in partitions:
             trying = self._trying.pop(partition, None)
             if not refused:
