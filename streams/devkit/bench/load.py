@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import random
+import statistics
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -17,9 +19,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.devkit.bench.worker import BenchWorker
-from streams.devkit.bench.workload import CODEC, PAID, SOURCES, keep_pace, offer, payment
+from streams.devkit.bench.workload import CODEC, SOURCES, keep_pace, offer, payment
 from streams.pipeline.rekey import partition_of
 from streams.settings import Topics
 
@@ -40,6 +43,7 @@ class Offered:
     # of the time in the worker, how much the claim took to be on the broker at all.
     to_broker: list[float] = field(default_factory=list)
     rate: float = 0.0
+    offered_s: float = 0.0  # from the first claim sent to the last
 
 
 FRESH_PREFIX = "lat-{tag}-"
@@ -50,14 +54,20 @@ _TEMPLATE_NUMBER = 0
 
 
 def fresh_claims(
-    topic: str, tag: str, numbers: Iterable[int], observed_at: datetime
+    topic: str,
+    tag: str,
+    numbers: Iterable[int],
+    observed_at: datetime,
+    make: Callable[[str, str, datetime], Claim] = payment,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """(key, Avro value) of `payment` for each fresh key's number, its claim id its subject:
-    the bytes `CODEC.encode` gives, made by rewriting one claim encoded for all of them, so
-    that offering a claim costs the load next to nothing beside the worker it measures."""
+    """(key, Avro value) of `make`'s claim (`payment`) for each fresh key's number, its claim id
+    its subject: the bytes `CODEC.encode` gives, made by rewriting one claim encoded for all of
+    them, so that offering a claim costs the load next to nothing beside the worker it
+    measures."""
     placeholder = FRESH.format(tag=tag, number=_TEMPLATE_NUMBER)
-    value = CODEC.encode(topic, payment(placeholder, placeholder, observed_at))
-    key = state_key(placeholder, PAID).encode()
+    template = make(placeholder, placeholder, observed_at)
+    value = CODEC.encode(topic, template)
+    key = state_key(placeholder, template.field).encode()
     marker = placeholder.encode()
     for number in numbers:
         subject = FRESH.format(tag=tag, number=number).encode()
@@ -69,8 +79,60 @@ def _stamp_acked(acked: list[float], first: int, end: int, _: object) -> None:
     acked[first:end] = [time.time()] * (end - first)
 
 
-async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Offered:
-    """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision).
+@dataclass
+class _Sent:
+    """The offered claims by number, grown as they are sent (with `until`, how many is not known
+    before): when each was stamped, acknowledged and decided, and matching decisions to them."""
+
+    prefix: bytes  # the run's fresh keys' prefix
+    stamped_ms: list[int] = field(default_factory=list)  # each claim's record timestamp
+    acked: list[float] = field(default_factory=list)  # its producer batch acknowledged here
+    decided_at: list[float] = field(default_factory=list)  # its decision read here, 0 until
+    decided: bytearray = field(default_factory=bytearray)  # a key re-decided later counts once
+
+    def add(self, count: int, stamp_ms: int) -> None:
+        self.stamped_ms.extend([stamp_ms] * count)
+        self.acked.extend([0.0] * count)
+        self.decided_at.extend([0.0] * count)
+        self.decided.extend(bytes(count))
+
+    def read(self, message: Any, received: float, offered: Offered) -> bool:
+        """Whether `message` is the first decision of one of these claims (then measured)."""
+        key, width = message.key, len(self.prefix)
+        if not key or not key.startswith(self.prefix):
+            return False
+        number = int(key[width : width + DIGITS])
+        if number >= len(self.decided) or self.decided[number]:
+            return False
+        self.decided[number] = 1
+        claimed, appended = self.stamped_ms[number] / 1000, message.timestamp / 1000
+        offered.latencies.append(received - claimed)
+        offered.in_worker.append(appended - claimed)
+        offered.delivery.append(received - appended)
+        self.decided_at[number] = received
+        return True
+
+    def to_broker(self) -> list[float]:
+        stamped, acked, decided_at = self.stamped_ms, self.acked, self.decided_at
+        return [
+            acked[n] - stamped[n] / 1000 for n in range(len(acked)) if decided_at[n] and acked[n]
+        ]
+
+
+async def latency(
+    bootstrap: str,
+    topics: Topics,
+    rate: float,
+    total: int,
+    begin: asyncio.Event | None = None,
+    until: asyncio.Event | None = None,
+    min_s: float = 0.0,
+    make: Callable[[str, str, datetime], Claim] = payment,
+) -> Offered:
+    """Offer `total` claims at `rate`/s on fresh keys (each one yields a decision), each
+    `make`'s claim (a payment status); with `begin`, from when it is set (the clients are
+    started before), and with `until`, only until it is set (after at least `min_s`): then
+    `total` is only a bound.
 
     Every `PACE_S` the claims due are appended to one producer batch per partition, each
     stamped with the time it is appended: what its latency is measured from, as the worker
@@ -91,14 +153,13 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
     await producer.start()
     tag = uuid.uuid4().hex[:6]
-    prefix = FRESH_PREFIX.format(tag=tag).encode()
-    stamped_ms = [0] * total  # each claim's record timestamp, 0 until sent
-    acked = [0.0] * total  # when each claim's producer batch was acknowledged here
-    decided_at = [0.0] * total  # when each claim's decision was read here, 0 until then
+    claims = _Sent(FRESH_PREFIX.format(tag=tag).encode())
     offered = Offered()
-    latencies = offered.latencies
+    if begin is not None:
+        await begin.wait()
     started = time.perf_counter()
     finished = started
+    sending: list[float] = []  # when the last claim was sent, once it was
 
     async def send_all() -> None:
         partitions = len(await producer.partitions_for(topics.claims))
@@ -108,39 +169,34 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
             due = min(total, int((time.perf_counter() - started) * rate) + 1)
             wall = time.time()
             stamp = int(wall * 1000)
-            observed_at = datetime.fromtimestamp(wall, UTC)
-            stamped_ms[sent:due] = [stamp] * (due - sent)
-            claims = fresh_claims(topics.claims, tag, range(sent, due), observed_at)
-            batches = await send_batched(producer, topics.claims, partitions, claims, stamp)
-            asyncio.gather(*batches).add_done_callback(partial(_stamp_acked, acked, sent, due))
+            claims.add(due - sent, stamp)
+            records = fresh_claims(
+                topics.claims, tag, range(sent, due), datetime.fromtimestamp(wall, UTC), make
+            )
+            batches = await send_batched(producer, topics.claims, partitions, records, stamp)
+            ack = partial(_stamp_acked, claims.acked, sent, due)
+            asyncio.gather(*batches).add_done_callback(ack)
             acks += batches
             sent = due
+            if until is not None and until.is_set() and time.perf_counter() - started >= min_s:
+                break
             await asyncio.sleep(PACE_S)
+        sending.append(time.monotonic())
+        offered.offered_s = time.perf_counter() - started
         await asyncio.gather(*acks)
 
     async def collect() -> None:
         nonlocal finished
         deadline = time.monotonic() + total / rate + 60
-        decided = bytearray(total)  # a key re-decided later (by time) counts once
-        width = len(prefix)
-        while len(latencies) < total and time.monotonic() < deadline:
+        while not sending or len(offered.latencies) < len(claims.stamped_ms):
+            if time.monotonic() > (sending[0] + 60 if sending else deadline):
+                break
             batch = await consumer.getmany(timeout_ms=200)
             received = time.time()
             for messages in batch.values():
                 for message in messages:
-                    key = message.key
-                    if not key or not key.startswith(prefix):
-                        continue
-                    number = int(key[width : width + DIGITS])
-                    if decided[number] or not stamped_ms[number]:
-                        continue
-                    decided[number] = 1
-                    claimed, appended = stamped_ms[number] / 1000, message.timestamp / 1000
-                    latencies.append(received - claimed)
-                    offered.in_worker.append(appended - claimed)
-                    offered.delivery.append(received - appended)
-                    decided_at[number] = received
-                    finished = time.perf_counter()
+                    if claims.read(message, received, offered):
+                        finished = time.perf_counter()
 
     try:
         await asyncio.gather(send_all(), collect())
@@ -148,11 +204,18 @@ async def latency(bootstrap: str, topics: Topics, rate: float, total: int) -> Of
         await producer.stop()
         await consumer.stop()
         gc.unfreeze()
-    offered.to_broker = [
-        acked[n] - stamped_ms[n] / 1000 for n in range(total) if decided_at[n] and acked[n]
-    ]
-    offered.rate = len(latencies) / max(finished - started, 1e-6)
+    offered.to_broker = claims.to_broker()
+    offered.rate = len(offered.latencies) / max(finished - started, 1e-6)
     return offered
+
+
+def percentiles(prefix: str, seconds: list[float]) -> dict[str, float]:
+    """p50 and p99 of `seconds` in ms, as `{prefix}p50_ms` and `{prefix}p99_ms`."""
+    quantiles = statistics.quantiles(seconds, n=100) if len(seconds) >= 2 else [math.nan] * 99
+    return {
+        f"{prefix}p50_ms": round(quantiles[49] * 1000, 1),
+        f"{prefix}p99_ms": round(quantiles[98] * 1000, 1),
+    }
 
 
 async def send_batched(

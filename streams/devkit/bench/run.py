@@ -1,19 +1,18 @@
 """The bench's run: the phases in order on one broker, then the figures as one JSON object.
 
 Phases: the workload fills the topics; the raw aiokafka limits read it; a worker process reads
-the same records, then takes an offered load for latency (and optionally a soak); last, the
-engine and the state size are measured in process; when asked, the scale phase (`scale`) runs
-last, or alone. `main` prints the figures' JSON line.
+the same records, then takes an offered load for latency (and optionally a soak), and is
+restarted on a new policy (`rollout`, unless `rollout=False`); last, the engine and the state
+size are measured in process; when asked, the scale phase (`scale`) runs last, or alone. `main`
+prints the figures' JSON line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import shutil
-import statistics
 import tempfile
 import time
 import uuid
@@ -25,8 +24,9 @@ from streams.build_info import compiled_modules
 from streams.core.policy import Policy, load_policy
 from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
-from streams.devkit.bench.load import Offered, latency, soak
+from streams.devkit.bench.load import Offered, latency, percentiles, soak
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
+from streams.devkit.bench.rollout import rollout_phase
 from streams.devkit.bench.scale import Scale, scale_phase
 from streams.devkit.bench.worker import (
     BenchWorker,
@@ -55,6 +55,7 @@ class WorkerFigures:
     peak_rss: int
     soak_samples: list[tuple[float, int, int]]
     stalls: dict[str, Any]  # what stalled the worker during the latency phase
+    rollout: dict[str, Any]  # the restart on policy B (empty: not asked)
 
 
 def run(
@@ -67,6 +68,7 @@ def run(
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
     scale: Scale | None = None,
     pin_cores: bool = False,
+    rollout: bool = True,
 ) -> dict[str, Any]:
     policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
@@ -92,7 +94,7 @@ def run(
             raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
             assert broker.pid is not None
             measured = _worker_phases(
-                broker.bootstrap, broker.pid, settings, load, latency_s, soak_s, pin_cores
+                broker.bootstrap, broker.pid, settings, load, latency_s, soak_s, pin_cores, rollout
             )
             result |= {"claims": len(load.records), "subjects": subjects}
             result |= _figures(policy, load, raw, lean, measured, soak_s)
@@ -128,8 +130,10 @@ def _worker_phases(
     latency_s: float,
     soak_s: float,
     pin_cores: bool,
+    rollout: bool = True,
 ) -> WorkerFigures:
-    """A worker process reads the filled input, then takes the offered load (and the soak)."""
+    """A worker process reads the filled input, then takes the offered load (and the soak);
+    then, with `rollout`, it is restarted on policy B under the same offered load."""
     topics = settings.topics
     worker = BenchWorker(settings, worker_env(settings))
     try:
@@ -147,9 +151,12 @@ def _worker_phases(
         samples = []
         if soak_s > 0:
             samples = asyncio.run(soak(bootstrap, topics, worker, saturated / 4, soak_s, keys=5000))
+        moved = {}
+        if rollout:
+            moved = rollout_phase(bootstrap, worker, saturated / 2, broker_pid=broker_pid)
     finally:
         worker.stop()
-    return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls)
+    return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls, moved)
 
 
 def _latency_phases(
@@ -237,26 +244,18 @@ def _figures(
         "new_key_saturation_per_s": round(saturated),
         "latency_offered_per_s": round(saturated / 2),
         "latency_samples": len(offered.latencies),
-        **_percentiles("", offered.latencies),
+        **percentiles("", offered.latencies),
         # Where the time went: until the worker appended the decision, then until read here.
-        **_percentiles("worker_", offered.in_worker),
-        **_percentiles("delivery_", offered.delivery),
-        **_percentiles("to_broker_", offered.to_broker),
+        **percentiles("worker_", offered.in_worker),
+        **percentiles("delivery_", offered.delivery),
+        **percentiles("to_broker_", offered.to_broker),
         **measured.stalls,
         "peak_rss_bytes": measured.peak_rss,
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
         "engine_decisions_per_s": round(engine),
         "compiled": bool(compiled_modules()),
+        **measured.rollout,
         **(_soak_figures(measured, soak_s) if soak_s > 0 else {}),
-    }
-
-
-def _percentiles(prefix: str, seconds: list[float]) -> dict[str, float]:
-    """p50 and p99 of `seconds` in ms, as `{prefix}p50_ms` and `{prefix}p99_ms`."""
-    quantiles = statistics.quantiles(seconds, n=100) if len(seconds) >= 2 else [math.nan] * 99
-    return {
-        f"{prefix}p50_ms": round(quantiles[49] * 1000, 1),
-        f"{prefix}p99_ms": round(quantiles[98] * 1000, 1),
     }
 
 
@@ -285,9 +284,19 @@ def main(
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE,
     scale: Scale | None = None,
     pin_cores: bool = False,
+    rollout: bool = True,
 ) -> int:
     result = run(
-        claims, subjects, broker_kind, partitions, latency_s, soak_s, guarantee, scale, pin_cores
+        claims,
+        subjects,
+        broker_kind,
+        partitions,
+        latency_s,
+        soak_s,
+        guarantee,
+        scale,
+        pin_cores,
+        rollout,
     )
     print(json.dumps(result, sort_keys=True))
     return 0

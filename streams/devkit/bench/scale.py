@@ -14,7 +14,9 @@ claims topic:
 - it is SIGKILLed and restarted with its data dir, and timed until /readyz answers 200;
 - it is stopped, its data dir removed, and restarted: a full restore from the changelog,
   timed the same way, and the changelog's records (and keys) per second of the worker's own
-  restore time (its `claimstream_restore_seconds`, without the process's start).
+  restore time (its `claimstream_restore_seconds`, without the process's start);
+- with `rollout`, new keys saturate it once (`load.latency`), and it is restarted on a new
+  policy with half that rate offered meanwhile: how fast it moves the N keys (`rollout`).
 The field is one without freshness, so N keys never go stale together and re-decide by time.
 """
 
@@ -36,15 +38,16 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
-from streams.devkit.bench.load import send_batched
+from streams.devkit.bench.load import latency, send_batched
+from streams.devkit.bench.rollout import rollout_phase
 from streams.devkit.bench.worker import BenchWorker, next_look_s, worker_env
-from streams.devkit.bench.workload import CODEC
+from streams.devkit.bench.workload import CODEC, SEATS
 from streams.devkit.brokers import free_port
 from streams.settings import Settings, Topics
 from streams.worker.topics import ensure_topics
 
 DEFAULT_KEYS = 1_000_000
-FIELD = "contract.seats"  # freshness none: no key re-decides by time alone
+FIELD = SEATS  # freshness none: no key re-decides by time alone
 SUBJECT = "scale-{:010d}"  # fixed width: a key's number replaces the template's bytes in place
 TEMPLATE_NUMBER = 0
 PROBE_CLAIMS = 100_000
@@ -60,6 +63,7 @@ class Scale:
     stores: tuple[str, ...] = ("rocksdb",)
     probe: int = PROBE_CLAIMS
     only: bool = False
+    rollout: bool = True
 
 
 def lean_claims(
@@ -154,7 +158,7 @@ def scale_phase(bootstrap: str, base: Settings, scale: Scale, work_dir: Path) ->
         "publish_claims_per_s": round(total / max(publish_s, 1e-6)),
     }
     for store, each in zip(scale.stores, settings, strict=True):
-        figures[store] = _measure_store(bootstrap, each, scale.keys, len(probed))
+        figures[store] = _measure_store(bootstrap, each, scale.keys, len(probed), scale.rollout)
     return figures
 
 
@@ -176,7 +180,9 @@ def _store_settings(base: Settings, store: str, claims_topic: str, work_dir: Pat
     )
 
 
-def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) -> dict[str, Any]:
+def _measure_store(
+    bootstrap: str, settings: Settings, keys: int, probe: int, rollout: bool = True
+) -> dict[str, Any]:
     env = worker_env(settings)
     worker = BenchWorker(settings, env, worker_log(settings))
     try:
@@ -217,6 +223,12 @@ def _measure_store(bootstrap: str, settings: Settings, keys: int, probe: int) ->
         print(f"bench: scale {settings.store} restarts {restarts}")
         print(f"bench: scale {settings.store} full restore: {restore_log(settings)}")
         measured |= restarts
+        if rollout:
+            saturated = asyncio.run(latency(bootstrap, settings.topics, 1e9, 4000)).rate
+            print(f"bench: scale {settings.store} new-key decisions saturate at {saturated:,.0f}/s")
+            measured["new_key_saturation_per_s"] = round(saturated)
+            measured |= rollout_phase(bootstrap, worker, saturated / 2, worker_log(settings))
+            print(f"bench: scale {settings.store} rollout: {sweep_log(settings)}")
     finally:
         worker.stop()
         shutil.rmtree(settings.data_dir, ignore_errors=True)
@@ -285,6 +297,13 @@ def restore_log(settings: Settings) -> str:
     """The worker's last log line on its tasks' restore (how many keys, in how long)."""
     lines = worker_log(settings).read_text(encoding="utf-8", errors="replace").splitlines()
     return next((line for line in reversed(lines) if "arbiter: tasks" in line), "(none)")
+
+
+def sweep_log(settings: Settings) -> str:
+    """The worker's log lines on its rollout sweep's passes, in short."""
+    lines = worker_log(settings).read_text(encoding="utf-8", errors="replace").splitlines()
+    passes = [line for line in lines if "policy sweep:" in line]
+    return f"{len(passes)} sweep lines, last: {passes[-1] if passes else '(none)'}"
 
 
 def until(

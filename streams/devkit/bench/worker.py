@@ -166,6 +166,19 @@ class BenchWorker:
         """Re-decisions by time alone the worker has started (ticks sent)."""
         return int(_metric(self.metrics(), "claimstream_expiry_ticks_total"))
 
+    def timers_due(self) -> int:
+        """Timers due not yet ticked (`claimstream_timers_due`, counted up to a bound a task)."""
+        return int(_metric(self.metrics(), "claimstream_timers_due"))
+
+    def sweep_remaining(self) -> int | None:
+        """Keys the rollout sweep has yet to look at (`claimstream_policy_sweep_remaining`),
+        None when /metrics does not show it."""
+        name = "claimstream_policy_sweep_remaining"
+        for line in self.metrics().splitlines():
+            if line.startswith((name + " ", name + "{")):
+                return int(float(line.rsplit(" ", 1)[1]))
+        return None
+
     def restore_seconds(self) -> float:
         """The worker's own time restoring its tasks since it started, rebalances summed."""
         return _metric(self.metrics(), "claimstream_restore_seconds_sum")
@@ -240,6 +253,8 @@ def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> Th
     deadline = time.monotonic() + timeout_s
     first: tuple[float, float, float] | None = None
     while time.monotonic() < deadline:
+        if worker.proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with {worker.proc.returncode}")
         done = worker.processed()
         now, cpu = time.perf_counter(), worker.cpu_seconds()
         if first is None and done > 0:

@@ -22,6 +22,7 @@ from streams.wire.registry import FolderRegistry, WireCodec
 
 CODEC = WireCodec(FolderRegistry())
 PAID = "order.payment_status"  # the field the latency, soak and engine phases use
+SEATS = "contract.seats"  # no freshness: a key of it never re-decides by time alone
 SOURCES = ["billing-api", "crm", "reporting-replica", "billing-cache"]
 
 
@@ -39,6 +40,19 @@ def payment(
         status="present",
         value=value,
         source=source,
+        observed_at=observed_at,
+    )
+
+
+def seats(claim_id: str, subject: str, observed_at: datetime, value: int = 12) -> Claim:
+    """A seat count from crm: a claim whose key sets no timer (its field never goes stale)."""
+    return Claim(
+        claim_id=claim_id,
+        subject=subject,
+        field=SEATS,
+        status="present",
+        value=value,
+        source="crm",
         observed_at=observed_at,
     )
 

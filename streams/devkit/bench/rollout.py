@@ -1,0 +1,420 @@
+"""The bench's rollout phase: a worker restarted on a new policy moves every key it holds to it,
+and what that costs live claims meanwhile.
+
+It follows the phases that filled a worker (the default ones, or the scale phase's N keys). The
+keys are those on the decisions topic so far (each decided under the worker's policy, A). The
+worker is stopped and started again on the same app id, data dir and store with policy B: A's
+text under a new `version:`, two sources' authorities swapped on the fields the bench's claims
+use, so that a key's belief may change, not only its version (the policy topic's lead time is
+set to 0: B is in force from the worker's start). From the moment its /readyz answers 200, the
+decisions topic is read until every key has a decision under B (a decision is matched to a key
+by its record key, to B by the version's bytes in its Avro: decoded only now and then, to check
+that match); meanwhile claims on fresh keys are offered at the latency phase's rate
+(`load.latency`, at most `LIVE_MAX_S`), and the worker's `claimstream_policy_sweep_remaining`
+is read until it shows 0 (its sweep has looked at every key and found none left on A). Then a
+short run of the same offered load, the sweep over, gives the latency without one.
+
+The offered claims are seat counts, a field that never goes stale: offered at half the new-key
+saturation, payment statuses (stale after 60 s) would come due as timers faster than the
+timers' budget ticks them, and the sweep, whose ticks come out of that budget after the due
+timers', would wait for ever (measured: the gauge stood still for 15 minutes). The keys that
+come due meanwhile (the latency phase's, stale after 60 s) are moved by their own ticks.
+
+Figures: `rollout_keys`, `rollout_keys_per_s`, `rollout_s` (readiness to the last key's
+decision under B), `rollout_live_p50_ms`/`rollout_live_p99_ms` (the fresh claims offered
+meanwhile) beside `rollout_baseline_p50_ms`/`rollout_baseline_p99_ms`, and the sweep's own
+signs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from streams.core.contracts import Decision
+from streams.core.policy import policy_from_text
+from streams.devkit.bench.cores import cpu_seconds
+from streams.devkit.bench.load import latency, percentiles
+from streams.devkit.bench.worker import (
+    BenchWorker,
+    StallCounts,
+    gc_pauses_between,
+    stalls_between,
+    worker_env,
+)
+from streams.devkit.bench.workload import CODEC, PAID, SEATS, seats
+from streams.settings import Settings
+
+SWAPS: dict[str, tuple[str, str]] = {
+    PAID: ("billing-api", "reporting-replica"),  # the default phases' and the latency phase's
+    SEATS: ("crm", "billing-cache"),  # the scale phase's and the live load's
+}
+"""Per field, the two sources whose authorities policy B swaps."""
+BASELINE_S = 10.0
+"""The offered load's run once the sweep is over: the latency without one, same worker."""
+LIVE_MIN_S = 1.0
+"""The offered load runs at least this long, however short the sweep."""
+LIVE_MAX_S = 120.0
+"""And at most this long, however long the sweep: each of its claims is a key more."""
+SWEEP_METRIC = "claimstream_policy_sweep_remaining"
+LOOK_S = 1.0
+"""Between two reads of the sweep's gauge (a /metrics scrape costs the worker a few ms)."""
+STUCK_S = 180.0
+"""A rollout that re-decides no key for this long has failed the phase."""
+SETTLE_S = 120.0
+"""How long after the last key's decision under B the sweep's gauge may take to show 0."""
+IDLE_END_S = 10.0
+"""Reading a topic to its end: this long with nothing returned ends it."""
+CHECK_EVERY = 1000
+"""One decision in this many (and the first) matched to B is decoded to check the match."""
+
+
+def rollout_policy(base: Path, version: str, swaps: Mapping[str, tuple[str, str]] = SWAPS) -> str:
+    """The YAML of the policy at `base` under `version`, with on each field of `swaps` its two
+    sources' authorities swapped (the field's own override of a source's class, else the
+    source's): checked to be a valid policy."""
+    policy = yaml.safe_load(base.read_text(encoding="utf-8"))
+    policy["version"] = version
+    sources, fields = policy.get("sources", {}), policy.get("fields", {})
+    for field_name, (one, other) in swaps.items():
+        rules = fields.get(field_name)
+        if rules is None or one not in sources or other not in sources:
+            continue  # a policy without them: nothing to swap there
+        authorities = dict(rules.get("authorities") or {})
+        of = {s: authorities.get(s, sources[s]["authority"]) for s in (one, other)}
+        authorities[one], authorities[other] = of[other], of[one]
+        rules["authorities"] = authorities
+    text = yaml.safe_dump(policy, sort_keys=False)
+    policy_from_text(text, f"policy {version}")  # fails here, not in the worker
+    return text
+
+
+async def decided_keys(
+    bootstrap: str, topic: str
+) -> tuple[set[bytes], dict[TopicPartition, int], int]:
+    """The distinct keys of `topic`'s records (read committed) to its end, the end offsets, and
+    how many records were read."""
+    consumer = AIOKafkaConsumer(
+        topic,  # subscribed at first: its metadata, `topic`'s partitions
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=32 * 1024 * 1024,
+    )
+    await consumer.start()
+    keys: set[bytes] = set()
+    read = 0
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.unsubscribe()
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        left = {tp for tp in partitions if ends[tp] > 0}
+        idle_since = time.monotonic()
+        while left:
+            batch = await consumer.getmany(*left, timeout_ms=500, max_records=50_000)
+            for messages in batch.values():
+                keys.update(m.key for m in messages if m.key is not None)
+                read += len(messages)
+            for tp in list(left):
+                if await consumer.position(tp) >= ends[tp]:
+                    left.discard(tp)
+            if batch:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > IDLE_END_S:
+                break  # the rest can only be transaction markers or aborted records
+    finally:
+        await consumer.stop()
+    return keys, ends, read
+
+
+@dataclass
+class RolloutWatch:
+    """The decisions under `version` of `keys`, as they are read: which keys have one yet."""
+
+    keys: set[bytes]
+    version: str
+    remaining: set[bytes] = field(init=False)
+    decisions: int = 0  # decisions under `version` of `keys` (a key may have more than one)
+    others: int = 0  # decisions of `keys` under another version (before it took effect)
+    first_at: float = 0.0  # perf_counter time of the first decision under `version`
+    done_at: float = 0.0  # when every key had one
+    checked: int = 0  # decisions decoded to check the match
+
+    def __post_init__(self) -> None:
+        self.remaining = set(self.keys)
+        self._marker = self.version.encode()
+
+    def see(self, messages: Iterable[ConsumerRecord[bytes, bytes]], now: float) -> None:
+        keys, remaining, marker = self.keys, self.remaining, self._marker
+        for message in messages:
+            key, value = message.key, message.value
+            if key not in keys or value is None:
+                continue
+            if marker not in value:
+                self.others += 1
+                continue
+            if self.decisions % CHECK_EVERY == 0:
+                decided = CODEC.decode(Decision, value).policy_version
+                if decided != self.version:
+                    raise AssertionError(f"{key!r}: decided under {decided}, not {self.version}")
+                self.checked += 1
+            self.decisions += 1
+            self.first_at = self.first_at or now
+            remaining.discard(key)
+        if not remaining:
+            self.done_at = self.done_at or now
+
+
+def rollout_phase(
+    bootstrap: str,
+    worker: BenchWorker,
+    rate: float,
+    log: Path | None = None,
+    baseline_s: float = BASELINE_S,
+    broker_pid: int | None = None,
+) -> dict[str, Any]:
+    """`worker` (on policy A, its keys decided) is stopped and started again with policy B:
+    the figures of its move to B at `rate` claims/s of live load, and of that load after it
+    (with `broker_pid`, the broker's CPU meanwhile too). The restarted worker is stopped before
+    this returns."""
+    settings = worker.settings
+    worker.stop()
+    keys, ends, read = asyncio.run(decided_keys(bootstrap, settings.topics.decisions))
+    was = policy_from_text(settings.policy.read_text(encoding="utf-8")).version
+    version = f"{was}-rollout-{uuid.uuid4().hex[:6]}"
+    policy_b = settings.data_dir.parent / f"{settings.app_id}-policy-b.yaml"
+    policy_b.write_text(rollout_policy(settings.policy, version), encoding="utf-8")
+    env = worker_env(settings) | {
+        "CLAIMSTREAM_POLICY": str(policy_b),
+        "CLAIMSTREAM_POLICY_LEAD_S": "0",  # the sweep measured, not a lead time
+    }
+    print(f"bench: rollout of {len(keys):,} keys ({read:,} decisions read) to policy {version}")
+    watch = RolloutWatch(keys, version)
+    measured = asyncio.run(
+        _rollout(bootstrap, settings, env, log, watch, ends, rate, baseline_s, broker_pid)
+    )
+    figures = {
+        "rollout_keys": len(keys),
+        "rollout_version": version,
+        "rollout_decisions": watch.decisions,
+        **measured,
+    }
+    print(f"bench: rollout {figures}")
+    return figures
+
+
+async def _rollout(
+    bootstrap: str,
+    settings: Settings,
+    env: dict[str, str],
+    log: Path | None,
+    watch: RolloutWatch,
+    ends: Mapping[TopicPartition, int],
+    rate: float,
+    baseline_s: float,
+    broker_pid: int | None,
+) -> dict[str, Any]:
+    """Start the worker on B, then watch its decisions and sweep with the live load on."""
+    consumer = await _reader(bootstrap, ends)
+    ready, swept = asyncio.Event(), asyncio.Event()
+    topics = settings.topics
+    live = asyncio.create_task(
+        latency(bootstrap, topics, rate, int(rate * 86_400), ready, swept, LIVE_MIN_S, seats)
+    )
+    watching = asyncio.create_task(_watch(consumer, watch))
+    worker: BenchWorker | None = None
+    try:
+        started = time.perf_counter()
+        worker = BenchWorker(settings, env, log)
+        while not await asyncio.to_thread(worker.ready):
+            _alive(worker, log, "ready")
+            if time.perf_counter() - started > 600:
+                raise TimeoutError("the worker on policy B was not ready after 600 s")
+            await asyncio.sleep(0.05)
+        ready_at = time.perf_counter()
+        ready.set()
+        before_ready = len(watch.keys) - len(watch.remaining)
+        pids = {"worker": worker.proc.pid, "load": os.getpid()}
+        if broker_pid is not None:
+            pids["broker"] = broker_pid
+        shown = await asyncio.to_thread(_Signs.of, worker, pids)
+        most, ended = await _until_every_key(
+            worker, watch, watching, log, swept, ready_at + LIVE_MAX_S
+        )
+        swept.set()
+        signs = await asyncio.to_thread(shown.since, worker)
+        settled_at = await _sweep_settled(worker, log)
+        offered = await live
+        baseline = await latency(
+            bootstrap, topics, rate, max(2, int(rate * baseline_s)), make=seats
+        )
+    finally:
+        for task in (live, watching):
+            task.cancel()
+        await asyncio.gather(live, watching, return_exceptions=True)
+        await consumer.stop()
+        if worker is not None:
+            worker.stop()
+    # From readiness, or the first decision under B if the worker moved keys before /readyz
+    # was seen to answer (a task's sweep starts once it is installed).
+    began = min(ready_at, watch.first_at or ready_at)
+    rollout_s = watch.done_at - began
+    # While the offered load ran, and after (when the keys took longer than `LIVE_MAX_S`).
+    live_s, moved_live = (ended[0] - began, ended[1]) if ended else (rollout_s, len(watch.keys))
+    after: dict[str, int | None] = {"rollout_after_live_keys_per_s": None}
+    if ended:
+        after_s = max(watch.done_at - ended[0], 1e-6)
+        after["rollout_after_live_keys_per_s"] = round((len(watch.keys) - moved_live) / after_s)
+    if before_ready:
+        print(f"bench: rollout: {before_ready:,} keys moved before /readyz answered")
+    return {
+        "rollout_s": round(rollout_s, 2),
+        "rollout_keys_per_s": round(len(watch.keys) / max(rollout_s, 1e-6)),
+        "rollout_live_keys_per_s": round(moved_live / max(live_s, 1e-6)),
+        **after,
+        "rollout_ready_s": round(ready_at - started, 1),
+        "rollout_sweep_done_s": round(settled_at - ready_at, 1),
+        "rollout_sweep_remaining_max": most,
+        "rollout_old_policy_decisions": watch.others,
+        "rollout_offered_per_s": round(rate),
+        "rollout_live_s": round(offered.offered_s, 1),
+        "rollout_live_samples": len(offered.latencies),
+        **percentiles("rollout_live_", offered.latencies),
+        **percentiles("rollout_live_worker_", offered.in_worker),
+        "rollout_baseline_samples": len(baseline.latencies),
+        **percentiles("rollout_baseline_", baseline.latencies),
+        "rollout_stalls": signs,
+    }
+
+
+@dataclass(frozen=True)
+class _Signs:
+    """What a worker shows at one instant of the sweep: compared with a later one, what
+    stalled it, what it ran, and the CPU it, the load (and the broker) took."""
+
+    at: float
+    stalls: StallCounts
+    ticks: int
+    staged: dict[str, float]
+    cpu: dict[str, tuple[int, float]]  # role -> (pid, CPU seconds)
+
+    @classmethod
+    def of(cls, worker: BenchWorker, pids: Mapping[str, int]) -> _Signs:
+        cpu = {role: (pid, cpu_seconds(pid)) for role, pid in pids.items()}
+        ticks, staged = worker.expiry_ticks(), worker.stage_seconds()
+        return cls(time.perf_counter(), worker.stall_counts(), ticks, staged, cpu)
+
+    def since(self, worker: BenchWorker) -> dict[str, Any]:
+        """The figures from this instant to now: the longest loop lag, the collector's pauses,
+        the keys decoded, the timers' ticks (the sweep's own not counted), the worker's loop by
+        stage (ms a second) and each process's CPU (% of a core)."""
+        later = _Signs.of(worker, {role: pid for role, (pid, _) in self.cpu.items()})
+        wall = max(later.at - self.at, 1e-6)
+        staged = {s: (v - self.staged.get(s, 0.0)) / wall * 1000 for s, v in later.staged.items()}
+        cpu = {role: (s - self.cpu[role][1]) / wall * 100 for role, (_, s) in later.cpu.items()}
+        return {
+            **stalls_between(self.stalls, later.stalls),
+            **gc_pauses_between(self.stalls, later.stalls),
+            "expiry_ticks": later.ticks - self.ticks,
+            "stage_ms_per_s": {stage: round(ms, 1) for stage, ms in staged.items()},
+            "cpu_pct": {role: round(pct, 1) for role, pct in cpu.items()},
+        }
+
+
+async def _reader(bootstrap: str, ends: Mapping[TopicPartition, int]) -> AIOKafkaConsumer:
+    """A started consumer of the decisions from `ends` on (read committed)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+    )
+    await consumer.start()
+    consumer.assign(list(ends))
+    for tp, end in ends.items():
+        consumer.seek(tp, end)
+    return consumer
+
+
+async def _watch(consumer: AIOKafkaConsumer, watch: RolloutWatch) -> None:
+    while not watch.done_at:
+        batch = await consumer.getmany(timeout_ms=200, max_records=20_000)
+        now = time.perf_counter()
+        for messages in batch.values():
+            watch.see(messages, now)
+        watch.see((), now)  # no key at all: done at once
+
+
+async def _until_every_key(
+    worker: BenchWorker,
+    watch: RolloutWatch,
+    watching: asyncio.Task[None],
+    log: Path | None,
+    live: asyncio.Event,
+    live_until: float,
+) -> tuple[int, tuple[float, int] | None]:
+    """Wait for every key's decision under B, reading the sweep's gauge meanwhile; `live` is set
+    (the offered load ends) at `live_until` if the keys take longer. The gauge's largest value
+    seen, and when `live` was set with how many keys were moved by then (None: not set). Fails
+    when the worker exits or re-decides no key for `STUCK_S`."""
+    most, left, progressed = 0, len(watch.remaining), time.monotonic()
+    ended: tuple[float, int] | None = None
+    while not watching.done():
+        await asyncio.wait({watching}, timeout=LOOK_S)
+        if ended is None and time.perf_counter() >= live_until and watch.remaining:
+            live.set()
+            ended = (time.perf_counter(), len(watch.keys) - len(watch.remaining))
+        _alive(worker, log, "every key moved")
+        shown = await asyncio.to_thread(worker.sweep_remaining)
+        most = max(most, shown or 0)
+        if len(watch.remaining) < left:
+            left, progressed = len(watch.remaining), time.monotonic()
+        elif time.monotonic() - progressed > STUCK_S:
+            due = await asyncio.to_thread(worker.timers_due)
+            raise TimeoutError(
+                f"{left:,} of {len(watch.keys):,} keys not re-decided under {watch.version} "
+                f"in {STUCK_S:.0f} s (e.g. {sorted(watch.remaining)[:3]}); {SWEEP_METRIC} "
+                f"{shown}, claimstream_timers_due {due} (the sweep's ticks come after the "
+                f"due timers' in the timers' budget)"
+            )
+    watching.result()  # its failure, if it failed
+    return most, ended
+
+
+async def _sweep_settled(worker: BenchWorker, log: Path | None) -> float:
+    """When the worker's sweep gauge first read 0 (its walks over, every key on B), called once
+    every key has a decision under B. The gauge is refreshed at most every `expiry_interval_s`:
+    a 0 read sooner may be from before the sweep began. Till the last pass it shows more than 0
+    (each pass that sent ticks is followed, after a pause, by another over every key)."""
+    fresh_from = time.perf_counter() + worker.settings.expiry_interval_s + 0.5
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        looked = time.perf_counter()
+        left = await asyncio.to_thread(worker.sweep_remaining)
+        if left == 0 and looked >= fresh_from:
+            return looked
+        _alive(worker, log, "the sweep's end")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{SWEEP_METRIC} still {left} {SETTLE_S:.0f} s after every key")
+        await asyncio.sleep(0.25)
+
+
+def _alive(worker: BenchWorker, log: Path | None, what: str) -> None:
+    if worker.proc.poll() is not None:
+        tail = log.read_text(errors="replace").splitlines()[-20:] if log and log.exists() else []
+        raise RuntimeError(
+            f"the worker on policy B exited with {worker.proc.returncode} before {what}: "
+            + "\n".join(tail)
+        )
