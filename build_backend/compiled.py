@@ -61,7 +61,6 @@ COMPILED: dict[str, str] = {
     "streams.core.instants": f"micros and instant, several times a claim: {_INSTANTS}",
     "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
     "streams.core.bounds": f"the intake's bounds and a claim's bytes, once per claim: {_BOUNDS}",
-    "streams.core.upkeep": f"a key's bounds in count and bytes, once per transition: {_BOUNDS}",
     "streams.wire.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
     "streams.wire.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
     # The worker's shell around the core, compiled together: `python -m streams.devkit.bench.shell`

@@ -31,6 +31,7 @@ from streams.core.contracts import Decision
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings, Topics
 from streams.worker.retention import retention_wanted, topic_configs
+from streams.worker.size_check import sized_topics
 from tests.stream.support import REPO, Deployment, write_policy
 
 pytestmark = pytest.mark.integration
@@ -248,7 +249,9 @@ def test_only_stewards_change_a_belief(broker: KafkaBroker, tmp_path: Path) -> N
         broker.allow(principal, sorted(operations), topics)
     groups = [name.replace("<app_id>", deployment.name) for name in WORKER_GROUPS]
     broker.allow(WORKER, "Read", groups=groups)
-    broker.allow(WORKER, "DescribeConfigs", sorted(retention_wanted(as_worker)))
+    sized = as_worker.model_copy(update={"app_id": deployment.name})  # its changelog's name
+    described = {*retention_wanted(as_worker), *sized_topics(sized)}
+    broker.allow(WORKER, "DescribeConfigs", sorted(described))
     producer, steward, consumer = (
         settings_as(broker, user, deployment) for user in (PRODUCER, STEWARD, CONSUMER)
     )

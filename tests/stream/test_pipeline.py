@@ -184,7 +184,7 @@ def bad_records(deployment: Deployment) -> list[tuple[str, bytes | None, bytes |
         ("malformed", b"k15", "not avro at all \udcff".encode("utf-8", "surrogateescape")),
         ("invalid_value", b"k16", variant(field="api.latency", value=math.inf, unit="ms")),
         ("invalid_value", b"k17", variant(observed_at=datetime(1960, 1, 1, tzinfo=UTC))),
-        ("invalid_value", b"k18", variant(field="customer.shipping_address", value="x" * 100_000)),
+        ("too_large", b"k18", variant(field="customer.shipping_address", value="x" * 100_000)),
         ("malformed", b"k19", body.replace(b"paid", b"pa\xff\xfe")),  # invalid UTF-8 inside Avro
     ]
 
