@@ -36,7 +36,7 @@ point one way: `loop` imports every other room but `changelog`; `bookkeeping` im
 `routing`, `schedule`, `sources` and `tallies`; `commit` imports `tasks`, `changelog` and
 `collector`; `isolation` imports `commit` and `tasks`; `changelog` and `tallies` import
 `collector`; `routing` imports `tasks` and `schedule`; `tasks` imports `schedule`; `schedule`
-imports `sweep`; nothing imports `loop`.
+imports `sweep`; `pacing` imports none; nothing imports `loop`.
 
 - `loop`: `Arbiter`, the service: fetch, run each record through `Processor`, apply, commit,
   repair what failed, tick; and, from the consumer's listener, revoke and assign.
@@ -50,6 +50,8 @@ imports `sweep`; nothing imports `loop`.
 - `schedule`: `Schedule`, the keys due a tick and the open conflicts (a punctuation queue).
 - `sweep`: `RolloutSweep`, the owned keys still on a policy other than the one in force, walked
   and sent a tick each (the schedule holds it).
+- `pacing`: `Pacing`, how many ticks a turn starts (the due timers' and the sweep's), each a
+  share of the loop's time priced at what records and ticks cost.
 - `collector`: `RecordCollector`, records to producer batches per partition, and their acks.
 - `isolation`: `Isolation`, a task whose commit the broker refuses for good read one record at a
   time, committed alone, until the refused record is found (and dead-lettered when read again).

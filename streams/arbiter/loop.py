@@ -29,6 +29,7 @@ from streams.arbiter.bookkeeping import Bookkeeping
 from streams.arbiter.collector import RecordCollector, Unawaited, producer_options
 from streams.arbiter.commit import NOTHING_FAILED, Failed, TaskBatch, commits_for
 from streams.arbiter.isolation import Isolation
+from streams.arbiter.pacing import Costs, Pacing
 from streams.arbiter.routing import Observer, Ownership, RoutingAssignor, advertised_url
 from streams.arbiter.schedule import Schedule
 from streams.arbiter.sources import SourceLedgers
@@ -54,10 +55,6 @@ log = logging.getLogger(__name__)
 # lower p99 at least once and a slower exactly-once, whose batches then came smaller, a
 # transaction each.
 SEND_TURN_S = 0.001
-# The share of the loop's time re-decisions by time alone may take (`Arbiter._tick`): while
-# input arrives, and when a fetch found none.
-TICK_SHARE = 0.25
-IDLE_TICK_SHARE = 0.5
 
 
 async def send_turn() -> None:
@@ -142,8 +139,9 @@ class Arbiter(Service):
         self._clients: list[AIOKafkaConsumer | AIOKafkaProducer] = []
         self._restore: asyncio.Task[None] | None = None  # tasks being restored off the callback
         self._last_scan = 0.0
-        self._record_cost = 0.0  # seconds per input record, averaged over recent batches
-        self._ticked_at = 0.0  # perf_counter time ticks were last considered
+        self.pacing = Pacing(
+            settings.batch_size, settings.expiry_ticks_per_batch, settings.batch_within_s
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -206,10 +204,11 @@ class Arbiter(Service):
             )
             async with self.turn:
                 if fetched:
-                    await self._batch(fetched)
+                    live = await self._batch(fetched)
                 else:
+                    live = 0
                     await self._repair(await self.commits.idle())
-                await self._tick(sum(len(messages) for messages in fetched.values()))
+                await self._tick(live)
                 await self.tallies.send()
                 await self._scan()
             self.pulse.beat()
@@ -225,8 +224,11 @@ class Arbiter(Service):
 
     # -- batches ---------------------------------------------------------------------------------
 
-    async def _batch(self, fetched: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+    async def _batch(self, fetched: Mapping[TopicPartition, list[ConsumerRecord]]) -> int:
+        """Decide, apply and commit a fetch; returns how many of its records were input, not
+        ticks."""
         began = perf_counter()
+        ticks, ticks_s, rekeyed = 0, 0.0, self.processor.topics.rekeyed
         work: dict[int, TaskBatch] = {}
         corrupted: set[int] = set()  # tasks whose state no longer matches their changelog
         reached, isolated = self.positions.reached, self.isolation.tasks
@@ -248,10 +250,14 @@ class Arbiter(Service):
             task.states.read_ahead(m.key for _, ms in parts for m in ms if m.key is not None)
             try:
                 for message in _in_time_order(parts):
+                    tick_began = perf_counter() if message.value is None else 0.0
                     record = incoming(message)
                     handled = self.processor.process(record, task.states.get, self.alias_of)
                     received = record.timestamp or 0.0
                     self.bookkeeping.apply(partition, task.states, batch, handled, received)
+                    if tick_began and message.topic == rekeyed:  # a tick: no value
+                        ticks += 1
+                        ticks_s += perf_counter() - tick_began
             except TaskCorrupted as exc:
                 log.warning("arbiter: task %d reloads from its changelog: %s", partition, exc)
                 corrupted.add(partition)
@@ -259,6 +265,7 @@ class Arbiter(Service):
                 continue
             for tp, messages in parts:
                 batch.offsets[tp] = reached[tp] = messages[-1].offset + 1
+        decided_s = perf_counter() - began
         for batch in work.values():
             self.tallies.add(batch.tallies)
         alone = {p: work.pop(p) for p in isolated & work.keys()}
@@ -272,11 +279,10 @@ class Arbiter(Service):
         await self._repair(failed)
         self.metrics.flush(self.processor.stages)
         count = sum(len(messages) for messages in fetched.values())
-        # What a record costs end to end (EWMA): what the expiry ticks' budget is measured in.
-        cost = (perf_counter() - began) / max(1, count)
-        self._record_cost = cost if not self._record_cost else 0.8 * self._record_cost + 0.2 * cost
+        self.pacing.measured(Costs(perf_counter() - began, decided_s, count, ticks, ticks_s))
         self.metrics.state_keys.set(self.tasks.keys())
         self.metrics.state_bytes.set(self.tasks.encoded_bytes())
+        return count - ticks
 
     async def _repair(self, failed: Failed) -> None:
         """Close the tasks another worker fenced; rewind the ones whose commit failed."""
@@ -293,36 +299,21 @@ class Arbiter(Service):
         await self.tasks.reload(partitions, self.commits)
         await self.positions.seek_to_committed(set(partitions))
 
-    async def _tick(self, fetched: int) -> None:
-        """Send ticks to the keys whose decision may change by time alone, a few per batch.
-
-        Keys that went stale together (a wave of claims ages out at once) came back as one burst
-        of re-decisions that stalled every claim behind it for seconds (measured: claims
-        processed fell to 0/s for 3 s while 2-3.6k ticks/s went out; p99 3.8 s). So ticks go out
-        earliest first, behind fresh input: one per batch while input is waiting (a full
-        batch); else as many as take, at the measured cost per record, a share of the time
-        since the last ticks (at most a fetch wait): a quarter while input arrives, half when
-        none came. Measured in time, not per batch: under a steady trickle of input a fetch
-        returns every few milliseconds, and half a fetch wait of ticks after each batch would
-        give them most of the loop, the fresh claims queueing behind.
+    async def _tick(self, live: int) -> None:
+        """Send ticks to the keys whose decision may change by time alone or by a policy taking
+        effect, as many as `Pacing` affords this turn (`live`: records of input, not ticks,
+        fetched in it), earliest timers first, behind fresh input.
 
         The ticks' acknowledgement is not awaited (a round trip that also carries the batch's
         outputs: 10-40 ms a batch, some 400 ms, on a loaded machine at half load): no ticks go
         out while one send is in flight, and its failure fails the loop on the next turn."""
         if self.ticks_out.in_flight():
             return
-        now = perf_counter()
-        since = min(now - self._ticked_at, self.settings.batch_within_s)
-        self._ticked_at = now
-        budget = self.settings.expiry_ticks_per_batch
-        if fetched >= self.settings.batch_size:
-            budget = 1
-        elif self._record_cost > 0:
-            share = TICK_SHARE if fetched else IDLE_TICK_SHARE
-            budget = max(1, min(budget, int(since * share / self._record_cost)))
+        timers, sweep = self.pacing.budgets(live)
         now_at = datetime.now(UTC)
-        due = self.schedule.take_due(now_at, budget)
-        moving = self.schedule.sweep.take(self.processor.policy, budget - len(due))
+        due = self.schedule.take_due(now_at, timers)
+        moving = self.schedule.sweep.take(self.processor.policy, sweep)
+        self.pacing.swept(len(moving))
         if due or moving:
             self.metrics.expiry_ticks.inc(len(due))
             ticks = [self.processor.tick(key, at) for key, at in due]

@@ -13,9 +13,9 @@ together, under either guarantee). The sweep only looks; the key's state is the 
 - a key moved twice is moved once: a tick finding the key on the policy in force is a late
   tick, and does nothing.
 
-It shares the loop with live input: the ticks are sent from the timers' budget (`Arbiter._tick`:
-a quarter of the loop's time while input arrives, half when none does), after the due timers,
-and a turn reads at most `SCAN_PER_TURN` keys' policy versions.
+It shares the loop with live input: the ticks a turn sends are its own share of the loop's time
+(`pacing`: a tenth while input arrives, half when none does, priced at what a tick costs), and
+a turn reads at most `SCAN_PER_TURN` keys' policy versions.
 """
 
 from __future__ import annotations

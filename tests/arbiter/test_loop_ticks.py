@@ -91,9 +91,9 @@ def test_ticks_take_a_share_of_the_time_since_the_last_at_the_cost_of_a_record(
             return take_due(now, budget)
 
         monkeypatch.setattr(loop.schedule, "take_due", taken)
-        loop._record_cost = 0.0004  # a fetch wait (10 ms) affords 25 records
+        loop.pacing.record_cost = 0.0004  # a fetch wait (10 ms) affords 25 records
         await loop._tick(10)  # input arrived: a quarter of it
-        loop._ticked_at -= 1.0  # long ago: counted as one fetch wait
+        loop.pacing._last -= 1.0  # long ago: counted as one fetch wait
         await loop._tick(0)  # none came: half of it
         await loop._tick(500)  # a full batch: input is waiting
         await loop._tick(10)  # right after the last: the one a batch always gets

@@ -26,7 +26,7 @@ from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import Offered, latency, percentiles, soak
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
-from streams.devkit.bench.rollout import rollout_phase
+from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.scale import Scale, scale_phase
 from streams.devkit.bench.worker import (
     BenchWorker,
@@ -153,7 +153,10 @@ def _worker_phases(
             samples = asyncio.run(soak(bootstrap, topics, worker, saturated / 4, soak_s, keys=5000))
         moved = {}
         if rollout:
-            moved = rollout_phase(bootstrap, worker, saturated / 2, broker_pid=broker_pid)
+            stale_in_s = payments_stale_in_s(settings)
+            moved = rollout_phase(
+                bootstrap, worker, saturated / 2, broker_pid=broker_pid, stale_in_s=stale_in_s
+            )
     finally:
         worker.stop()
     return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls, moved)

@@ -39,7 +39,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from streams.core.contracts import Claim
 from streams.core.keystate import state_key
 from streams.devkit.bench.load import latency, send_batched
-from streams.devkit.bench.rollout import rollout_phase
+from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.worker import BenchWorker, next_look_s, worker_env
 from streams.devkit.bench.workload import CODEC, SEATS
 from streams.devkit.brokers import free_port
@@ -227,7 +227,13 @@ def _measure_store(
             saturated = asyncio.run(latency(bootstrap, settings.topics, 1e9, 4000)).rate
             print(f"bench: scale {settings.store} new-key decisions saturate at {saturated:,.0f}/s")
             measured["new_key_saturation_per_s"] = round(saturated)
-            measured |= rollout_phase(bootstrap, worker, saturated / 2, worker_log(settings))
+            measured |= rollout_phase(
+                bootstrap,
+                worker,
+                saturated / 2,
+                worker_log(settings),
+                stale_in_s=payments_stale_in_s(settings),
+            )
             print(f"bench: scale {settings.store} rollout: {sweep_log(settings)}")
     finally:
         worker.stop()
