@@ -192,7 +192,8 @@ class Settings(BaseModel):
         default=64,
         ge=1,
         description="re-decisions by time alone (staleness, escalation) started per batch at "
-        "most: a wave of keys going stale together is spread instead of stalling claims",
+        "most, and as many of the rollout sweep's: a wave of keys going stale together is "
+        "spread instead of stalling claims",
     )
     instance_id: str | None = Field(
         default=None,
