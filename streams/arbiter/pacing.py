@@ -28,6 +28,7 @@ last turn (at most one fetch wait), priced at what they cost (averaged over rece
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -57,7 +58,14 @@ class Costs:
 class Pacing:
     """The ticks a turn may start, from what records and ticks cost."""
 
-    def __init__(self, batch_size: int, most: int, within_s: float) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        most: int,
+        within_s: float,
+        clock: Callable[[], float] = perf_counter,
+    ) -> None:
+        self._clock = clock
         self.batch_size = batch_size
         self.most = most
         """At most this many of each kind a turn (`expiry_ticks_per_batch`)."""
@@ -81,7 +89,7 @@ class Pacing:
     def budgets(self, live: int) -> tuple[int, int]:
         """The due timers' ticks and the sweep's this turn, `live` records of input (not ticks)
         fetched in it."""
-        now = perf_counter()
+        now = self._clock()
         since = min(now - self._last, self.within_s)
         self._last = now
         if live >= self.batch_size:

@@ -3,8 +3,6 @@ at what a record and a tick cost."""
 
 from __future__ import annotations
 
-from time import perf_counter
-
 import pytest
 
 from streams.arbiter.pacing import (
@@ -17,8 +15,18 @@ from streams.arbiter.pacing import (
 WITHIN_S = 0.01
 
 
-def pacing(record_cost: float, tick_cost: float) -> Pacing:
-    paced = Pacing(batch_size=500, most=64, within_s=WITHIN_S)
+class Clock:
+    """The turns' instants, moved by the test, never by the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacing(record_cost: float, tick_cost: float, clock: Clock | None = None) -> Pacing:
+    paced = Pacing(batch_size=500, most=64, within_s=WITHIN_S, clock=clock or Clock())
     paced.record_cost, paced.tick_cost = record_cost, tick_cost
     return paced
 
@@ -71,10 +79,12 @@ def test_a_full_batch_waiting_gives_the_timers_one_tick_and_the_sweep_none() -> 
 
 def test_the_sweeps_share_adds_up_over_turns_shorter_than_a_tick() -> None:
     """A trickle of input fetched every millisecond: no turn affords a tick on its own."""
-    paced = pacing(record_cost=0.0001, tick_cost=0.0005)
+    clock = Clock()
+    paced = pacing(record_cost=0.0001, tick_cost=0.0005, clock=clock)
+    paced.budgets(live=1)
     started = 0
     for _ in range(100):
-        paced._last = perf_counter() - 0.001  # one millisecond since the last turn
+        clock.now += 0.001  # one millisecond since the last turn
         _, sweep = paced.budgets(live=1)
         assert sweep <= 1
         paced.swept(sweep)
