@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the exactly-once fault scenarios RUNS times in a row beside a process spinning one core
+# Runs the exactly-once fault scenarios (the tests marked exactly_once_faults: SIGKILL x2, leader
+# kill, local-store SIGKILL, rejoin during restore) RUNS times in a row beside a process spinning one core
 # (a CI machine is slower and noisier than an idle one), keeping each run's worker logs and the
 # checker's verdict:
 #
@@ -20,16 +21,12 @@ mkdir -p "$out"
 spinner=$!
 trap 'kill "$spinner" 2>/dev/null' EXIT
 
-scenarios=(
-  "tests/reliability/test_faults.py::test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances"
-  "tests/reliability/test_faults.py::test_the_broker_leading_input_decisions_and_changelog_killed_under_load[exactly_once]"
-  "tests/reliability/test_local_state.py::test_a_worker_sigkilled_twice_restarts_on_its_local_store_under_load[exactly_once]"
-)
 failed=0
 for n in $(seq 1 "$runs"); do
-  "$python" -m pytest -q -s -p no:cacheprovider --basetemp "$out/run-$n" "${scenarios[@]}" \
-    >"$out/run-$n.log" 2>&1 || failed=1
+  "$python" -m pytest -q -s -p no:cacheprovider --basetemp "$out/run-$n" \
+    -m exactly_once_faults tests/reliability >"$out/run-$n.log" 2>&1 || failed=1
   grep -h "checker: scenario" "$out/run-$n.log" | sed "s/^/run $n: /" | tee -a "$out/verdicts.txt"
+  tail -n 1 "$out/run-$n.log" | sed "s/^/run $n: pytest /" | tee -a "$out/verdicts.txt"
 done
 if grep -Eq "duplicates=[1-9]|lost=[1-9]" "$out/verdicts.txt"; then
   failed=1

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
@@ -38,6 +39,18 @@ from streams.devkit.brokers import KafkaCluster
 from streams.settings import Settings
 from streams.state.keystore import RESERVED
 from tests.stream.support import CODEC, Deployment, read_topic, write_policy
+
+EXACTLY_ONCE_FAULTS = pytest.mark.exactly_once_faults
+"""The exactly-once fault scenarios: `scripts/repeat-exactly-once.sh` runs them many times in a
+row, and the CI runs them twice more after the suite (`-m exactly_once_faults`)."""
+
+GUARANTEES = ["at_least_once", pytest.param("exactly_once", marks=EXACTLY_ONCE_FAULTS)]
+"""A fault scenario's guarantees, as `parametrize("guarantee", GUARANTEES)`."""
+
+
+def isolation_of(guarantee: str) -> str:
+    """How a scenario's checker reads what a worker under `guarantee` wrote."""
+    return "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
 
 
 @dataclass

@@ -14,12 +14,15 @@ import pytest
 
 from streams.devkit.brokers import KafkaBroker, KafkaCluster
 from tests.reliability.checker import (
+    EXACTLY_ONCE_FAULTS,
+    GUARANTEES,
     History,
     arbiter_group,
     busiest_leader,
     changelog_of,
     deployment_on,
     generations,
+    isolation_of,
     judge,
     publish_steadily,
     under_load,
@@ -162,6 +165,7 @@ def histories(worker: WorkerProcess, key: str) -> Any:
     return worker.get(f"/api/decisions/{urllib.parse.quote(key, safe='')}/history")
 
 
+@EXACTLY_ONCE_FAULTS
 def test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances(
     kafka: KafkaBroker, tmp_path: Path
 ) -> None:
@@ -202,8 +206,9 @@ def test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances(
     assert verdict.duplicates == 0
 
 
+@pytest.mark.parametrize("guarantee", GUARANTEES)
 def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
-    kafka: KafkaBroker, tmp_path: Path
+    kafka: KafkaBroker, tmp_path: Path, guarantee: str
 ) -> None:
     """The defect a black-box run found: a worker that rejoins right after the other took every
     partition used to evict it while it restored inside the rebalance callback (no heartbeats),
@@ -213,6 +218,7 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
     deployment = deployment_on(
         kafka.bootstrap,
         tmp_path,
+        guarantee=guarantee,
         partitions=8,
         # Up to 31 claims per key here: the stream keeps them all, as the replay does (beyond
         # the per-key bound the two can differ, which is not what this scenario is about).
@@ -248,12 +254,21 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
         under_load(
             kafka.bootstrap, deployment.topics.claims, workload(8000, 61), 100.0, history, rejoins
         )
-        verdict = judge("rejoin-during-restore", deployment, history, settled[0], [kafka.log_path])
+        verdict = judge(
+            f"rejoin-during-restore-{guarantee.replace('_', '-')}",
+            deployment,
+            history,
+            settled[0],
+            [kafka.log_path],
+            isolation_of(guarantee),
+        )
     finally:
         survivor.stop()
         victim.stop()
     assert verdict.lost == 0, verdict.problems
     assert not verdict.problems
+    if guarantee == "exactly_once":
+        assert verdict.duplicates == 0
     # Two to start, then per round one to drop the victim and one (rarely two, when its join
     # meets a rebalance under way) to take it back. A loop of evictions runs far past this.
     assert verdict.generations <= 2 + 3 * rounds, verdict.line()
@@ -310,7 +325,7 @@ def cluster() -> Iterator[KafkaCluster]:
         yield started
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+@pytest.mark.parametrize("guarantee", GUARANTEES)
 def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
     cluster: KafkaCluster, guarantee: str, tmp_path: Path
 ) -> None:
@@ -336,7 +351,6 @@ def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
         await asyncio.to_thread(node.start)
         back[0] = time.monotonic()
 
-    isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
     try:
         time.sleep(4)
         under_load(
@@ -353,7 +367,7 @@ def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
             history,
             back[0],
             [node.log_path for node in cluster.nodes],
-            isolation,
+            isolation_of(guarantee),
         )
         print(f"checker: leader-kill partitions_led_by_killed_broker={led[0]}")
         assert all(worker.alive for worker in workers), [w.log_tail() for w in workers]

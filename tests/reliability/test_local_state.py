@@ -22,7 +22,15 @@ from pathlib import Path
 import pytest
 
 from streams.devkit.brokers import KafkaBroker
-from tests.reliability.checker import History, deployment_on, judge, under_load, workload
+from tests.reliability.checker import (
+    GUARANTEES,
+    History,
+    deployment_on,
+    isolation_of,
+    judge,
+    under_load,
+    workload,
+)
 from tests.stream.support import Deployment, WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
@@ -123,7 +131,7 @@ def opened_at_least(
     return all(logged[partition] >= times for partition in range(partitions))
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+@pytest.mark.parametrize("guarantee", GUARANTEES)
 def test_a_worker_sigkilled_twice_restarts_on_its_local_store_under_load(
     kafka: KafkaBroker, tmp_path: Path, guarantee: str
 ) -> None:
@@ -142,7 +150,7 @@ def test_a_worker_sigkilled_twice_restarts_on_its_local_store_under_load(
             history,
             restarted,
             [kafka.log_path],
-            "read_committed" if guarantee == "exactly_once" else "read_uncommitted",
+            isolation_of(guarantee),
         )
     finally:
         worker.stop()
