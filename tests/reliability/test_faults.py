@@ -325,6 +325,7 @@ def cluster() -> Iterator[KafkaCluster]:
         yield started
 
 
+@pytest.mark.failover
 @pytest.mark.parametrize("guarantee", GUARANTEES)
 def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
     cluster: KafkaCluster, guarantee: str, tmp_path: Path
