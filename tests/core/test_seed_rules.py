@@ -351,9 +351,10 @@ def test_insufficient_blocks_only_blocking_fields(policy: Policy, field: str, ac
 # The engine reads as its rules ---------------------------------------------------------------
 
 
-def test_the_readme_lists_the_engine_rules_in_order() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## How a decision is made", 1)[1].split("\n## ", 1)[0]
+def test_the_explanation_lists_the_engine_rules_in_order() -> None:
+    page = REPO / "docs" / "explanation" / "how-a-decision-is-made.md"
+    text = page.read_text(encoding="utf-8")
+    section = text.split("\n## The rules, in order\n", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\d+\. \*\*([a-z_]+)\*\*", section, flags=re.MULTILINE)
     assert listed == [rule.name for rule in RULES]
 
