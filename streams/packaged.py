@@ -1,5 +1,6 @@
-"""Files that ship inside the package: the Avro schemas and the examples (policy, claims,
-resolutions). The wheel is the product, so nothing is looked up relative to a checkout.
+"""Files that ship inside the package: the Avro schemas and the examples (policy, its JSON
+Schema, claims, resolutions). The wheel is the product, so nothing is looked up relative to a
+checkout.
 
 In the repository, `streams/schemas` and `streams/examples` are links to the top-level `schemas/`
 and `examples/` folders (the one copy of each); a built wheel holds the files themselves.
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from streams.core.errors import ClaimstreamError
 
-EXAMPLE_FILES = ("policy.yaml", "claims.jsonl", "resolutions.jsonl")
+# The policy schema travels with the policy: its first line names it, for editors.
+EXAMPLE_FILES = ("policy.yaml", "policy.schema.json", "claims.jsonl", "resolutions.jsonl")
 EXAMPLES_NOW = "2026-11-29T12:00:00Z"
 """The evaluation time the example claims were recorded for (`replay --now`)."""
 

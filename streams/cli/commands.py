@@ -1,6 +1,6 @@
 """What each `claimstream` subcommand does: one `cmd_*` handler per subcommand, in the order a
 newcomer meets them. Offline: `init` (example files), `replay` (arbitrate recorded claims),
-`policy check|diff`, `explain` (decisions for people). Against a worker's web API: `policy
+`policy check|schema|diff`, `explain` (decisions for people). Against a worker's web API: `policy
 suggest` (candidate edits from settled conflicts), `policy preview` (what a policy would flip
 among the cluster's keys). Against a broker: `worker`, `dev` (bundled broker, worker and demo
 feed), `publish` and `resolve` (claims and resolutions in), `replay-dead-letters` (refused
@@ -36,6 +36,7 @@ from streams.core.errors import ClaimstreamError
 from streams.core.explain import explain
 from streams.core.policy import load_policy
 from streams.core.policy_history import history_from_lines
+from streams.core.policy_schema import policy_schema_text
 from streams.core.preview import render_answer
 from streams.core.replay import ReplayResult, TimedReplay, replay, replay_with_clock
 from streams.core.suggestions import render, suggest
@@ -145,6 +146,11 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
         f"{args.file}: policy {policy.version} is valid "
         f"({len(policy.sources)} sources, {len(policy.fields)} fields)"
     )
+    return 0
+
+
+def cmd_policy_schema(args: argparse.Namespace) -> int:
+    print(policy_schema_text(), end="")
     return 0
 
 

@@ -22,6 +22,7 @@ from streams.cli.commands import (
     cmd_policy_history,
     cmd_policy_preview,
     cmd_policy_publish,
+    cmd_policy_schema,
     cmd_policy_suggest,
     cmd_publish,
     cmd_replay,
@@ -171,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser = policy_commands.add_parser("check", help="validate a policy file")
     check_parser.add_argument("file", type=Path, help="the policy file (YAML)")
     check_parser.set_defaults(handler=cmd_policy_check)
+    schema_parser = policy_commands.add_parser(
+        "schema", help="print the policy file's JSON Schema (what editors validate it with)"
+    )
+    schema_parser.set_defaults(handler=cmd_policy_schema)
     diff_parser = policy_commands.add_parser("diff", help="decisions a policy change would flip")
     diff_parser.add_argument("old", type=Path, help="the policy in force")
     diff_parser.add_argument("new", type=Path, help="the proposed policy")

@@ -5,8 +5,9 @@ faust, aiokafka, fastavro or prometheus_client; a test enforces it.
 
 The rooms, in the order a claim flows through them (every module of the package):
 - contracts: the records (instants: their integer microseconds); errors: the reasons a record is
-  refused; policy: the field rules; members: the enum members the hot path reads, bound once;
-  memo: identity caches (a policy's compiled normalizers).
+  refused; policy: the field rules (policy_schema: the policy file's JSON Schema, for editors);
+  members: the enum members the hot path reads, bound once; memo: identity caches (a policy's
+  compiled normalizers).
 - authenticity: a claim's signature; intake: admission (authority, lineage) through normalize
   (each value in its field's type and unit) within bounds (how large each text may be, and what
   a key's records take in bytes).

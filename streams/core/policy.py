@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from streams.core.bounds import ID_CHARS, VALUE_CHARS
 from streams.core.contracts import Authority
@@ -55,8 +63,26 @@ def _required_duration(raw: object) -> timedelta:
     return parsed
 
 
-Duration = Annotated[timedelta | None, BeforeValidator(parse_duration)]
-BoundedDuration = Annotated[timedelta, BeforeValidator(_required_duration)]
+# How a duration is written, for the JSON Schema (streams/core/policy_schema.py): what
+# parse_duration accepts, a number being seconds.
+_DURATION_TEXT = {
+    "type": "string",
+    "pattern": _DURATION.pattern,
+    "description": "a number and a unit: ms, s, m, h or d (250ms, 60s, 5m, 24h, 1d)",
+}
+_SECONDS = {"type": "number", "description": "seconds"}
+_NONE_TEXT = {"type": "string", "pattern": r"^\s*[Nn][Oo][Nn][Ee]\s*$", "description": "unbounded"}
+
+Duration = Annotated[
+    timedelta | None,
+    BeforeValidator(parse_duration),
+    WithJsonSchema({"anyOf": [_DURATION_TEXT, _SECONDS, _NONE_TEXT, {"type": "null"}]}),
+]
+BoundedDuration = Annotated[
+    timedelta,
+    BeforeValidator(_required_duration),
+    WithJsonSchema({"anyOf": [_DURATION_TEXT, _SECONDS]}),
+]
 
 
 class FieldType(StrEnum):
@@ -87,17 +113,36 @@ class StringCase(StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A field's docstring is its description in the JSON Schema, which editors show on hover.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class Defaults(_Strict):
-    freshness: Duration = timedelta(minutes=5)
-    on_conflict: OnConflict = OnConflict.BLOCK
-    min_independent_sources: int = Field(default=1, ge=1)
-    epoch_change: EpochChangeRule = EpochChangeRule.REOBSERVE
-    max_clock_skew: BoundedDuration = timedelta(seconds=30)
-    escalate_after: BoundedDuration = timedelta(minutes=15)
+    """The rules of every field that does not set its own."""
 
+    freshness: Duration = timedelta(minutes=5)
+    """How old a claim may be and still count; `none`: never stale."""
+    on_conflict: OnConflict = OnConflict.BLOCK
+    """What a conflict does: block, degrade, surface, or most_recent (recency breaks ties)."""
+    min_independent_sources: int = Field(default=1, ge=1)
+    """How many independent observations a value needs (one lineage or source counts once)."""
+    epoch_change: EpochChangeRule = EpochChangeRule.REOBSERVE
+    """A value changed across an epoch: reobserve (quarantined until seen twice) or accept."""
+    max_clock_skew: BoundedDuration = timedelta(seconds=30)
+    """How far past now a claim or resolution may be dated before it is refused."""
+    escalate_after: BoundedDuration = timedelta(minutes=15)
+    """How long a conflict may stay open before it goes to the escalations topic."""
+
+
+# A policy gives sources the authorities of observations; asserted and inferred come from a
+# claim's source_class.
+_FROM_CLAIMS = (Authority.ASSERTED, Authority.INFERRED)
+ObservedAuthority = Annotated[
+    Authority,
+    WithJsonSchema(
+        {"type": "string", "enum": [a.value for a in Authority if a not in _FROM_CLAIMS]}
+    ),
+]
 
 # Repeated in every decision and kept claim: bounded as a claim's own texts are (bounds.py).
 Name = Annotated[str, Field(max_length=ID_CHARS)]
@@ -105,13 +150,17 @@ EnumValue = Annotated[str, Field(max_length=VALUE_CHARS)]
 
 
 class SourcePolicy(_Strict):
-    authority: Authority
+    """A source that may publish claims (`*`: any source not named)."""
+
+    authority: ObservedAuthority
+    """How far its observations are trusted: system_of_record, cached or derived."""
     lineage: Name | None = None
+    """Sources of one lineage count as one observation (the newest replaces older ones)."""
     principal: str | None = Field(default=None, description="Kafka principal allowed to publish it")
 
     @model_validator(mode="after")
     def _observations_only(self) -> SourcePolicy:
-        if self.authority in (Authority.ASSERTED, Authority.INFERRED):
+        if self.authority in _FROM_CLAIMS:
             raise ValueError(
                 "asserted and inferred come from a claim's source_class, not from the policy"
             )
@@ -123,10 +172,12 @@ class SigningKeyPolicy(_Strict):
     file."""
 
     key_id: str = Field(min_length=1)
+    """The id a signed record names its key by."""
     algorithm: Literal["hmac-sha256", "ed25519"]
     public_key: str | None = Field(default=None, description="ed25519: base64 raw public key")
     secret_env: str | None = Field(default=None, description="hmac: env var holding the secret")
     sources: tuple[str, ...] = Field(min_length=1)
+    """The sources (or stewards) this key signs for."""
 
     @model_validator(mode="after")
     def _material(self) -> SigningKeyPolicy:
@@ -140,24 +191,42 @@ class SigningKeyPolicy(_Strict):
 
 
 class Signing(_Strict):
+    """Which keys prove who sent a record."""
+
     required: bool = False
+    """Refuse records that carry no valid signature."""
     max_age: BoundedDuration = timedelta(minutes=5)
+    """How old a signature may be."""
     keys: tuple[SigningKeyPolicy, ...] = ()
 
 
 class FieldPolicy(_Strict):
+    """One field's type and rules; a rule not given is taken from `defaults`."""
+
     type: FieldType
+    """The value's type: enum, money, number, integer, string, boolean or timestamp."""
     values: tuple[EnumValue, ...] | None = None
+    """enum: the allowed values."""
     currency: str | None = None
+    """money: the ISO 4217 currency code, like USD."""
     unit: Name | None = None
+    """number and integer: the unit values are given in."""
     tolerance: float = Field(default=0.0, ge=0.0)
+    """number: how far apart two values may be and still agree."""
     case: StringCase | None = None
+    """Whether values compare with case folded (enum's default) or preserved (the others')."""
     freshness: Duration = None
+    """How old a claim may be and still count; `none`: never stale."""
     on_conflict: OnConflict | None = None
+    """What a conflict does: block, degrade, surface, or most_recent (recency breaks ties)."""
     min_independent_sources: int | None = Field(default=None, ge=1)
+    """How many independent observations a value needs (one lineage or source counts once)."""
     epoch_change: EpochChangeRule | None = None
+    """A value changed across an epoch: reobserve (quarantined until seen twice) or accept."""
     escalate_after: BoundedDuration | None = None
-    authorities: dict[str, Authority] = Field(default_factory=dict)
+    """How long a conflict may stay open before it goes to the escalations topic."""
+    authorities: dict[str, ObservedAuthority] = Field(default_factory=dict)
+    """This field's own authority per source, in place of the source's."""
 
     @model_validator(mode="after")
     def _type_needs(self) -> FieldPolicy:
@@ -215,11 +284,19 @@ escalate_after_us: Callable[[FieldRules], int] = by_identity(_escalate_after_us)
 
 
 class Policy(_Strict):
+    """A claimstream policy: which source owns which field, how fresh a claim must be, what a
+    conflict does. `claimstream policy check FILE` also checks what a schema cannot: that the
+    names a policy refers to are its own sources, and each type's own keys."""
+
     version: str = Field(min_length=1, max_length=ID_CHARS)
+    """This policy's version, named in every decision taken under it."""
     defaults: Defaults = Defaults()
     sources: dict[str, SourcePolicy]
+    """The sources that may publish claims, by name."""
     fields: dict[str, FieldPolicy] = Field(min_length=1)
+    """The fields claims may be about, by name."""
     signing: Signing = Signing()
+    """Proof of a claim's source."""
     stewards: Signing = Field(
         default_factory=Signing,
         description="proof for resolutions and alias records, as `signing` is for claims: keys "
@@ -240,7 +317,7 @@ class Policy(_Strict):
             for source, authority in field_policy.authorities.items():
                 if source not in self.sources and CATCH_ALL not in self.sources:
                     raise ValueError(f"fields.{name}.authorities names unknown source {source!r}")
-                if authority in (Authority.ASSERTED, Authority.INFERRED):
+                if authority in _FROM_CLAIMS:
                     raise ValueError(
                         f"fields.{name}.authorities.{source}: asserted and inferred come from "
                         "a claim's source_class"
