@@ -25,6 +25,11 @@ from streams.worker.app import Pipeline
 from streams.worker.runtime import run_worker
 
 DEMO_ROUND_S = 20.0
+TRY_IT_QUIET_S = 1.5
+"""The "try it" commands print once the worker has decided and its decisions pause this long, so
+they are not scrolled away by the demo's first burst..."""
+TRY_IT_LATEST_S = 10.0
+"""...or this long after the first decision, should decisions not pause."""
 
 
 def run_dev(
@@ -69,8 +74,8 @@ def run_dev(
             print(f"dev: steward console on {web}/ui/ (steward token: {token})", flush=True)
         else:
             print(f"dev: steward console on {web}/ui/ (your configured steward tokens)", flush=True)
-        print(try_it(broker.bootstrap, datetime.now(UTC)), flush=True)
-        return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds))
+        # The commands wait for the worker's first decision: run before, they would see nothing.
+        return run_worker(settings, lambda p: add_demo(p, rounds, round_seconds, broker.bootstrap))
     finally:
         broker.close()  # stops it and removes its data folder
         scratch.cleanup()
@@ -115,7 +120,11 @@ def try_it(bootstrap: str, now: datetime) -> str:
     )
 
 
-def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:
+def add_demo(
+    pipeline: Pipeline, rounds: int, round_seconds: float, try_it_broker: str | None = None
+) -> None:
+    """The demo feed and the decision printer; with `try_it_broker`, the printer also prints the
+    commands to try against that broker, once the worker has decided."""
     app, settings = pipeline.app, pipeline.settings
 
     @app.task
@@ -143,7 +152,24 @@ def add_demo(pipeline: Pipeline, rounds: int, round_seconds: float) -> None:
 
     @app.task
     async def print_decisions() -> None:
+        loop = asyncio.get_running_loop()
+        first_at: float | None = None
+        pending: asyncio.TimerHandle | None = None
+        printed = asyncio.Event()
+
+        def print_try_it() -> None:
+            assert try_it_broker is not None
+            print(try_it(try_it_broker, datetime.now(UTC)), flush=True)
+            printed.set()
+
         async with DecisionFeed(settings) as feed:
             async for decision in feed.decisions():
                 first, second, *_ = explain(decision).splitlines()
                 print(f"decision: {first}\n         {second.strip()}", flush=True)
+                if try_it_broker is None or printed.is_set():
+                    continue
+                first_at = loop.time() if first_at is None else first_at
+                if pending is not None:
+                    pending.cancel()
+                due = min(loop.time() + TRY_IT_QUIET_S, first_at + TRY_IT_LATEST_S)
+                pending = loop.call_at(due, print_try_it)

@@ -1,4 +1,5 @@
-"""`claimstream dev` from the user's side: the commands it prints, Ctrl-C, what it leaves behind."""
+"""`claimstream dev` from the user's side: the commands it prints (once the worker decides), Ctrl-C,
+what it leaves behind."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import pytest
 
 from streams.devkit.brokers import free_port
 from streams.devkit.dev import try_it
-from streams.packaged import EXAMPLES_NOW
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,9 +43,13 @@ def test_ctrl_c_stops_dev_quietly_and_leaves_no_folder_behind(tmp_path: Path) ->
             if not line:
                 break
             seen.append(line.rstrip("\n"))
-            if line.startswith("decision:"):
+            if line.startswith("  claimstream tail dead-letters"):  # the last command it prints
                 break
-        assert any(line.startswith("decision:") for line in seen), "\n".join(seen)
+        text = "\n".join(seen)
+        assert any(line.startswith("decision:") for line in seen), text
+        # The commands come once the worker has decided: run at once, they see it work.
+        try_it_at = seen.index("dev: try it from another terminal:")
+        assert any(line.startswith("decision:") for line in seen[:try_it_at]), text
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         rest, errors = proc.communicate(timeout=60)
     finally:
@@ -69,11 +73,11 @@ def test_ctrl_c_stops_dev_quietly_and_leaves_no_folder_behind(tmp_path: Path) ->
     assert list(cwd.iterdir()) == []
 
 
-def test_the_readme_shows_the_commands_dev_prints() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_first_run_tutorial_shows_the_commands_dev_prints() -> None:
+    # The tutorial writes the broker's address as $B (the address dev printed).
+    tutorial = (REPO / "docs" / "tutorials" / "first-run.md").read_text(encoding="utf-8")
     printed = try_it("127.0.0.1:40123", datetime(2026, 11, 30, 12, tzinfo=UTC)).splitlines()
     commands = [line.strip() for line in printed if line.strip().startswith("claimstream ")]
     assert len(commands) >= 4
     for command in commands:
-        assert command.replace("127.0.0.1:40123", "$B") in readme, command
-    assert f"--now {EXAMPLES_NOW}" in readme
+        assert command.replace("127.0.0.1:40123", "$B") in tutorial, command
