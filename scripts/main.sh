@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+echo "== starting claimstream dev: the bundled broker, a worker and a demo feed (Ctrl-C stops them)"
 exec .venv/bin/claimstream dev "$@"

@@ -201,7 +201,7 @@ def _opened(state: KeyState) -> KeyState | None:
     return _with_arbitration(state, None)
 
 
-_STATE_FIELDS = attrgetter(*(field.name for field in dataclasses.fields(KeyState)))
+_STATE_FIELDS = attrgetter(*[field.name for field in dataclasses.fields(KeyState)])
 
 
 def _with_arbitration(state: KeyState, arbitration: Arbitration | None) -> KeyState:

@@ -100,6 +100,6 @@ class Rule:
     in its body."""
 
     def __post_init__(self) -> None:
-        unknown = set(self.sets).difference(field.name for field in fields(Context))
+        unknown = set(self.sets) - {field.name for field in fields(Context)}
         if unknown:
             raise TypeError(f"rule {self.name} sets unknown context fields {sorted(unknown)}")

@@ -9,7 +9,7 @@ change to the rules that this shortcut does not follow fails there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from streams.core.agreement import agrees
@@ -152,17 +152,17 @@ def _same_statement(
     return value == winner.value and all(a.value == value for a in _kin(added, claims))
 
 
-def _kin(added: AdmittedClaim, claims: Iterable[AdmittedClaim]) -> Iterator[AdmittedClaim]:
+def _kin(added: AdmittedClaim, claims: Iterable[AdmittedClaim]) -> list[AdmittedClaim]:
     """The claims of `added`'s lineage at its authority: the ones the lineage rule weighs it
-    against."""
-    return (a for a in claims if a.lineage == added.lineage and a.rank == added.rank)
+    against. A list: compiled, a returned generator would be built as one anyway."""
+    return [a for a in claims if a.lineage == added.lineage and a.rank == added.rank]
 
 
 def _joins_conflict(added: AdmittedClaim, previous: Arbitration, rules: FieldRules) -> bool:
     """Whether a claim of the conflicting authority leaves the conflict as it is: it comes from
     a lineage of its own there (so it supersedes nothing), and joins a value conflict (which only
     present claims make) where ties are not broken by recency."""
-    if any(_kin(added, previous.claims)):
+    if _kin(added, previous.claims):
         return False
     if previous.verdict.kind is EXISTENCE_CONFLICT:
         return True
