@@ -1,6 +1,7 @@
-"""The README's ACL table, enforced on a real Apache Kafka broker (SCRAM + StandardAuthorizer).
+"""The documented ACL table, enforced on a real Apache Kafka broker (SCRAM + StandardAuthorizer).
 
-`ROWS` mirrors the table "Topics and the ACLs each principal needs" (a check parses the README so
+`ROWS` mirrors the table "Topics and the ACLs each principal needs" of the how-to page "Secure the
+topics" (docs/how-to/secure-the-topics.md; a check parses the page so
 the two cannot drift); each principal (`worker`, `steward`, `producer`, `consumer`) is granted
 exactly what its rows and the table's preamble give it, and nothing else. A worker logged in as
 `worker` (refused nothing it asks for) then decides a conflict the producer's claims raise; the
@@ -43,7 +44,7 @@ SUBJECT = "invoice:acl-1"
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the README table: its cells as written, and the principals they name here."""
+    """One row of the documented table: its cells as written, and the principals they name here."""
 
     topics: tuple[str, ...]
     written_by: str
@@ -99,12 +100,13 @@ ROWS = (
     ),
 )
 WORKER_GROUPS = ("<app_id>", "<app_id>-arbiter")
-TABLE_HEADING = "### Topics and the ACLs each principal needs"
+ACL_PAGE = REPO / "docs" / "how-to" / "secure-the-topics.md"
+TABLE_HEADING = "## Topics and the ACLs each principal needs"
 
 
-def readme_table() -> tuple[str, list[tuple[tuple[str, ...], str, str]]]:
+def documented_table() -> tuple[str, list[tuple[tuple[str, ...], str, str]]]:
     """The table's preamble (whitespace collapsed) and its rows: (topics, written by, read by)."""
-    text = (REPO / "README.md").read_text()
+    text = ACL_PAGE.read_text()
     section = text.split(TABLE_HEADING, 1)[1].split("\n#", 1)[0]
     preamble, _, table = section.partition("\n|")
     rows = []
@@ -116,8 +118,8 @@ def readme_table() -> tuple[str, list[tuple[tuple[str, ...], str, str]]]:
     return " ".join(preamble.split()), rows
 
 
-def test_the_table_here_is_the_readme_table() -> None:
-    preamble, rows = readme_table()
+def test_the_table_here_is_the_documented_table() -> None:
+    preamble, rows = documented_table()
     assert rows == [(row.topics, row.written_by, row.read_by) for row in ROWS]
     groups = ", ".join(f"`{group}`" for group in WORKER_GROUPS)
     assert f"READ on their consumer groups ({groups})" in preamble
@@ -127,7 +129,7 @@ def test_the_table_here_is_the_readme_table() -> None:
 
 
 def deployed_name(name: str, deployment: Deployment) -> str | None:
-    """A README topic name as this deployment spells it; None for principal topics (unused)."""
+    """A documented topic name as this deployment spells it; None for principal topics (unused)."""
     defaults = {default: field for field, default in Topics().model_dump().items()}
     if name in defaults:
         return str(getattr(deployment.topics, defaults[name]))
@@ -142,8 +144,8 @@ def grants(deployment: Deployment) -> dict[tuple[str, frozenset[str]], list[str]
     are created beforehand)."""
     per_topic: dict[tuple[str, str], set[str]] = {}
     for row in ROWS:
-        for readme_name in row.topics:
-            topic = deployed_name(readme_name, deployment)
+        for documented_name in row.topics:
+            topic = deployed_name(documented_name, deployment)
             if topic is None:
                 continue
             for principal in row.writers:

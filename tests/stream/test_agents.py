@@ -356,11 +356,12 @@ def test_claimstream_get_and_the_agent_story(cluster: Cluster) -> None:
     assert missing.returncode == 2
     assert "unknown field" in missing.stderr
 
-    readme = (REPO / "README.md").read_text()
-    snippet = readme.split("### Client side", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    address = f'broker="{cluster.deployment.bootstrap}"'
+    # The tutorial's program, run as written: it takes the broker and topics from the
+    # environment (CLAIMSTREAM_*), as a reader's service would.
+    tutorial = (REPO / "docs" / "tutorials" / "publish-from-python.md").read_text()
+    snippet = tutorial.split("```python\n", 1)[1].split("```", 1)[0]
     as_written = subprocess.run(
-        [sys.executable, "-c", snippet.replace('broker="127.0.0.1:40123"', address)],
+        [sys.executable, "-c", snippet],
         env={**cluster.env, "CLAIMSTREAM_WEB_PORT": str(cluster.worker.web_port)},
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
