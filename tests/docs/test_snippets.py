@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 # Generated from the code when the site is built: nothing in them is written by hand.
 GENERATED = REPO / "docs" / "reference"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+# Set in a page's blocks: a block that runs the test suite (scripts/test.sh without its skip)
+# must not run the pages again inside itself, and so on down.
+INSIDE_A_PAGE = "DOCS_SNIPPETS_PAGE"
 PAGES = sorted(
     str(path.relative_to(REPO))
     for path in [REPO / "README.md", *(REPO / "docs").rglob("*.md")]
@@ -369,10 +372,12 @@ def _page_env(scratch: Path, bootstrap: str, page: str) -> dict[str, str]:
         "CLAIMSTREAM_APP_ID": f"docs-{slug}-{uuid.uuid4().hex[:6]}",
         "CLAIMSTREAM_WEB_PORT": str(free_port()),
         "CLAIMSTREAM_DATA_DIR": str(scratch / "data"),
+        INSIDE_A_PAGE: page,
     }
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(INSIDE_A_PAGE in os.environ, reason="run by a page's block: pages run once")
 @pytest.mark.parametrize("page", PAGES)
 def test_every_block_of_the_page_runs(page: str, kafka: KafkaBroker, tmp_path: Path) -> None:
     blocks = parse_blocks((REPO / page).read_text(encoding="utf-8"), Path(page))
