@@ -61,41 +61,119 @@ class LogFormat(StrEnum):
 
 
 class Topics(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A field's docstring is its description (the generated settings reference shows it).
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     claims: str = "claims.tools"
+    """tools' claims"""
     user_claims: str = "claims.users"
+    """users' assertions (authority class asserted, whatever the payload says)"""
     resolutions: str = "claims.resolutions"
+    """stewards' resolutions"""
     aliases: str = "claims.subject-aliases"
+    """subject aliases (alias -> canonical subject), a global table"""
     decisions: str = "claims.decisions"
+    """the decisions, compacted by subject|field"""
     dead_letters: str = "claims.dead-letters"
+    """refused records, with the reason in headers"""
     epoch_changes: str = "claims.epoch-changes"
+    """values that changed across an epoch boundary"""
     reobserve: str = "claims.reobserve-requests"
+    """requests to observe a value again"""
     escalations: str = "claims.escalations"
+    """conflicts open longer than their field's escalate_after"""
     policies: str = "claims.policies"
+    """the policy versions and the instant each takes effect"""
     rekeyed: str = "claimstream-rekeyed"
+    """internal: claims and resolutions sent on to their key's partition, and timer ticks"""
     outcomes: str = "claimstream-outcomes"
+    """internal: decision counts per field and outcome, for the windowed field-outcomes table"""
 
     def inputs(self) -> list[str]:
         """Topics the arbiter consumes; all share one partition count (co-partitioned)."""
         return [self.claims, self.user_claims, self.rekeyed, self.resolutions]
 
 
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Connection(BaseModel):
+    """The worker's name in the cluster, and how its clients reach the broker and the schema
+    registry: the first settings of `Settings`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     app_id: str = "claimstream"
+    """the Faust app and its consumer group; names the arbiter's group (<app_id>-arbiter), the
+    key-state changelog and the state folder under data_dir"""
     broker: str = "kafka://127.0.0.1:9092"
+    """the bootstrap servers, comma-separated; host:9092 gets the kafka:// scheme"""
+    security_protocol: str = "PLAINTEXT"
+    """how every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"""
+    sasl_mechanism: str | None = None
+    """e.g. SCRAM-SHA-256: set, every Kafka client logs in with sasl_username and sasl_password"""
+    sasl_username: str | None = None
+    """the SASL user"""
+    sasl_password: SecretStr | None = None
+    """the SASL password: a secret, never printed"""
+    ssl_cafile: Path | None = None
+    """with SSL or SASL_SSL: the CA file that verifies the brokers (unset: the system's)"""
+    ssl_certfile: Path | None = None
+    """with SSL or SASL_SSL: the client certificate (mTLS)"""
+    ssl_keyfile: Path | None = None
+    """the client certificate's key (unset: in ssl_certfile)"""
+    schema_registry: str | None = None
+    """unset: the schemas packaged with claimstream (ids derived from their content, no server);
+    else a Confluent-compatible registry's URL, without a password"""
+    schema_registry_username: str | None = None
+    """the registry's basic-auth user"""
+    schema_registry_password: SecretStr | None = Field(
+        default=None, description="the registry's basic-auth password: a secret, never printed"
+    )
+
+    @field_validator("schema_registry")
+    @classmethod
+    def _no_password_in_url(cls, url: str | None) -> str | None:
+        """A URL is printed (errors, repr); a password belongs in a secret setting."""
+        if url is not None and "://" in url and urlsplit(url).password is not None:
+            raise ValueError(
+                "the URL carries a password: set schema_registry_username and "
+                "schema_registry_password (CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD, a secret) instead"
+            )
+        return url
+
+    @field_validator("broker")
+    @classmethod
+    def _with_scheme(cls, broker: str) -> str:
+        """`kafka:9092` and `kafka://kafka:9092` both work (Faust needs the scheme)."""
+        return ",".join(
+            part if "://" in part else f"kafka://{part}" for part in broker.strip().split(",")
+        )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for SSL and SASL_SSL listeners, from the CA and client cert settings."""
+        if self.security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        context = ssl.create_default_context(
+            cafile=str(self.ssl_cafile) if self.ssl_cafile else None
+        )
+        if self.ssl_certfile:
+            context.load_cert_chain(
+                str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
+            )
+        return context
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port list without the kafka:// scheme, for plain aiokafka clients."""
+        return ",".join(part.split("://", 1)[-1] for part in self.broker.split(","))
+
+
+class Settings(Connection):
+    """Every setting of a worker (see `load_settings` for where each is read from)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
     policy: Path = Field(
         default_factory=lambda: example_path("policy.yaml"),
         description="the policy file (default: the packaged example policy)",
-    )
-    schema_registry: str | None = Field(
-        default=None, description="None for the packaged schemas, or a Confluent-compatible URL"
-    )
-    schema_registry_username: str | None = None
-    schema_registry_password: SecretStr | None = Field(
-        default=None, description="the registry's basic-auth password: a secret, never printed"
     )
     store: str = Field(
         default="memory://",
@@ -108,10 +186,17 @@ class Settings(BaseModel):
         description="with rocksdb://, the block cache the worker's task stores share (MiB)",
     )
     data_dir: Path = Path("var/claimstream")
+    """where rocksdb:// keeps each task's store and checkpoint and Faust its tables"""
     web_host: str = "127.0.0.1"
+    """where the web API, the console and /metrics bind, and the host the other workers are told to
+    reach this one at (0.0.0.0 or ::: the machine's name)"""
     web_port: int = 6066
+    """the web API's, console's and /metrics' port"""
     partitions: int = Field(default=8, ge=1)
+    """the partition count of every topic the worker creates: input topics and changelogs share it
+    """
     replication_factor: int = Field(default=1, ge=1)
+    """replicas of every topic the worker creates"""
     min_insync_replicas: int = Field(
         default=1,
         ge=1,
@@ -119,10 +204,18 @@ class Settings(BaseModel):
         "2 with replication_factor 3 survives one broker lost without losing an acknowledged write",
     )
     processing_guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
+    """at_least_once (idempotent decisions) or exactly_once (Apache Kafka only: each task commits a
+    batch's decisions, state and input offsets in one transaction)"""
     topics: Topics = Topics()
+    """the topic names (see Topics)"""
     batch_size: int = Field(default=500, ge=1)
+    """records a fetch returns at most; after a full fetch, one re-decision by time alone starts, no
+    more"""
     batch_within_s: float = Field(default=0.01, gt=0)
+    """the longest a fetch waits for records"""
     max_claims_per_key: int = Field(default=16, ge=2)
+    """claims a key keeps; past it, those that no longer count are evicted first, and an evicted
+    claim no longer counts"""
     max_record_bytes: int = Field(
         default=RECORD_BYTES,
         le=RECORD_BYTES,
@@ -132,8 +225,11 @@ class Settings(BaseModel):
         "record stay within it; at most 1 MiB, the worker's producers' request size",
     )
     decision_history_per_key: int = Field(default=10, ge=1)
-    # Claim ids refused as conflicting duplicates a key remembers, to refuse their later versions.
+    """the emitted decisions a key remembers (ids, outcomes, values), for its history and the belief
+    as of an instant"""
     max_disputed_per_key: int = Field(default=64, ge=1)
+    """claim ids refused as conflicting duplicates a key remembers, to refuse their later versions
+    too; an id past it is forgotten"""
     resolutions_per_key: int = Field(
         default=10,
         ge=1,
@@ -155,6 +251,8 @@ class Settings(BaseModel):
         "used leave first, by this bound or `state_cache_keys`",
     )
     retry_attempts: int = Field(default=3, ge=1)
+    """attempts at a valid record whose processing fails, before it is dead-lettered
+    processing_failed"""
     audit_retention_days: int = Field(
         default=30,
         ge=-1,
@@ -207,24 +305,20 @@ class Settings(BaseModel):
         "restarting) before moving its partitions; with instance_id, size it above a restart",
     )
     broker_rebalance_timeout_s: float = 6.0
+    """how long a rebalance waits for the members to join again (the arbiter's group and Faust's)"""
     principal_topic_prefix: str | None = Field(
         default=None,
         description="e.g. claims.from.: sources with a policy principal publish only on "
         "<prefix><principal>, a topic the broker's ACLs let only that principal write",
     )
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
     log_level: str = Field(
         default="info",
         description="crit, error, warn, info or debug: info shows what the runbook watches "
         "(tasks ready, changelog caught up, dead letters)",
     )
     log_format: LogFormat = LogFormat.JSON
+    """json (one object per line, for log collectors) or text (for people; claimstream dev defaults
+    to it)"""
     liveness_timeout_s: float = Field(
         default=60.0,
         gt=0,
@@ -297,31 +391,12 @@ class Settings(BaseModel):
             )
         return self
 
-    @field_validator("schema_registry")
-    @classmethod
-    def _no_password_in_url(cls, url: str | None) -> str | None:
-        """A URL is printed (errors, repr); a password belongs in a secret setting."""
-        if url is not None and "://" in url and urlsplit(url).password is not None:
-            raise ValueError(
-                "the URL carries a password: set schema_registry_username and "
-                "schema_registry_password (CLAIMSTREAM_SCHEMA_REGISTRY_PASSWORD, a secret) instead"
-            )
-        return url
-
     @field_validator("audit_retention_days")
     @classmethod
     def _a_horizon(cls, days: int) -> int:
         if days == 0:
             raise ValueError("0 keeps nothing: a number of days, or -1 for forever")
         return days
-
-    @field_validator("broker")
-    @classmethod
-    def _with_scheme(cls, broker: str) -> str:
-        """`kafka:9092` and `kafka://kafka:9092` both work (Faust needs the scheme)."""
-        return ",".join(
-            part if "://" in part else f"kafka://{part}" for part in broker.strip().split(",")
-        )
 
     def key_limits(self) -> Limits:
         """What a key's state keeps, at most (`max_claims_per_key` and the rest)."""
@@ -333,28 +408,10 @@ class Settings(BaseModel):
             max_claim_bytes=self.max_record_bytes - self._reserve(),
         )
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context for SSL and SASL_SSL listeners, from the CA and client cert settings."""
-        if self.security_protocol not in ("SSL", "SASL_SSL"):
-            return None
-        context = ssl.create_default_context(
-            cafile=str(self.ssl_cafile) if self.ssl_cafile else None
-        )
-        if self.ssl_certfile:
-            context.load_cert_chain(
-                str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
-            )
-        return context
-
     @property
     def changelog_topic(self) -> str:
         """The compacted topic that journals the arbiter's per-key state."""
         return f"{self.app_id}-key-state-changelog"
-
-    @property
-    def bootstrap(self) -> str:
-        """host:port list without the kafka:// scheme, for plain aiokafka clients."""
-        return ",".join(part.split("://", 1)[-1] for part in self.broker.split(","))
 
 
 def load_settings(
