@@ -291,6 +291,24 @@ def test_a_background_block_runs_beside_the_later_blocks_and_is_stopped_by_sigin
     assert not _alive(int((tmp_path / "pid").read_text()))
 
 
+def test_a_failing_block_shows_what_the_background_blocks_printed(tmp_path: Path) -> None:
+    markdown = """\
+        <!-- run: background -->
+        ```bash
+        echo worker started on port 6066
+        sleep 60
+        ```
+        ```bash
+        sleep 0.5
+        exit 2
+        ```
+        """
+    with pytest.raises(SnippetFailure) as failure:
+        _run(tmp_path, markdown)
+    assert "line 6" in str(failure.value)
+    assert "the background block at line 2 ---\nworker started on port 6066" in str(failure.value)
+
+
 def test_a_background_block_that_dies_early_fails_with_its_output(tmp_path: Path) -> None:
     markdown = """\
         <!-- run: background -->

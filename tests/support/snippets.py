@@ -197,7 +197,7 @@ class SnippetFailure(AssertionError):
 
 
 def _failure(block: Block, why: str, output: str) -> SnippetFailure:
-    tail = output[-OUTPUT_TAIL_CHARS:]
+    tail = output[-OUTPUT_TAIL_CHARS * 2 :]
     cut = "...\n" if len(output) > len(tail) else ""
     return SnippetFailure(
         f"{block.where}: the ```{block.language} block {why}\n"
@@ -282,11 +282,22 @@ class PageRunner:
             _killpg(process.pid)
             stdout, _ = process.communicate()
             output = stdout.decode(errors="replace")
-            raise _failure(block, f"did not finish in {self.timeout_s:.0f} s", output) from None
+            why = f"did not finish in {self.timeout_s:.0f} s"
+            raise _failure(block, why, output + self._background_output()) from None
         output = stdout.decode(errors="replace")
         if process.returncode != 0:
-            raise _failure(block, f"exited with status {process.returncode}", output)
+            why = f"exited with status {process.returncode}"
+            raise _failure(block, why, output + self._background_output())
         self.result.ran.append(block)
+
+    def _background_output(self) -> str:
+        """What the background blocks printed so far: a block that fails against a worker often
+        fails because of the worker."""
+        return "".join(
+            f"\n--- meanwhile, the background block at line {started.block.line} ---\n"
+            + _read(started.output)[-OUTPUT_TAIL_CHARS // 2 :]
+            for started in self.background
+        )
 
     def _start(self, block: Block) -> None:
         output = self.scratch / f"background-line-{block.line}.log"
