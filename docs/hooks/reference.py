@@ -10,6 +10,7 @@ enumerates appears on its page.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -320,8 +321,21 @@ them.
 # --- Rules (streams/core/engine.py RULES) -------------------------------------------------------
 
 
+def step_docs() -> dict[str, str]:
+    """The docstrings of the core's functions, read from their source: a module compiled with
+    mypyc keeps none at run time."""
+    found = {}
+    for path in sorted((REPO / "streams" / "core").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                found[node.name] = ast.get_docstring(node) or ""
+    return found
+
+
 def rules_page() -> str:
     from streams.core.engine import RULES
+
+    docs = step_docs()
 
     rows = [
         [
@@ -330,7 +344,7 @@ def rules_page() -> str:
             "revises the verdict" if rule.revises else "decides",
             ", ".join(code(name) for name in rule.sets) or "nothing",
             "yes" if rule.plain else "no: nothing to look at there",
-            cell((rule.apply.__doc__ or "").strip()),
+            cell(rule.apply.__doc__ or docs.get(rule.apply.__name__, "")),
         ]
         for position, rule in enumerate(RULES, start=1)
     ]
@@ -426,7 +440,11 @@ def policy_page() -> str:
             [
                 code(name),
                 code(_policy_type(field.annotation)),
-                "required" if field.is_required() else _default(field),
+                "required"
+                if field.is_required()
+                else "see below"
+                if _nested_models(field.annotation)
+                else _default(field),
                 cell(field.description or ""),
             ]
             for name, field in model.model_fields.items()
