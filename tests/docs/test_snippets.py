@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from streams.devkit.brokers import KafkaBroker, free_port
+from streams.settings import ENV_PREFIX, Topics
 from tests.support.snippets import (
     PageRunner,
     SnippetError,
@@ -37,6 +38,13 @@ VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 # Set in a page's blocks: a block that runs the test suite (scripts/test.sh without its skip)
 # must not run the pages again inside itself, and so on down.
 INSIDE_A_PAGE = "DOCS_SNIPPETS_PAGE"
+# Where this machine keeps the Apache Kafka kit: kept from the suite's environment, while every
+# worker setting a reader would not have set is dropped.
+MACHINE_VARIABLES = {
+    f"{ENV_PREFIX}KAFKA_HOME",
+    f"{ENV_PREFIX}KAFKA_POM",
+    f"{ENV_PREFIX}KAFKA_VERSION",
+}
 PAGES = sorted(
     str(path.relative_to(REPO))
     for path in [REPO / "README.md", *(REPO / "docs").rglob("*.md")]
@@ -372,24 +380,33 @@ def kafka() -> Iterator[KafkaBroker]:
 
 def _page_env(scratch: Path, bootstrap: str, page: str) -> dict[str, str]:
     """The reader's shell: the venv first on PATH, a home and temporary files of the page's own,
-    and the worker's settings that keep one page's topics, port and state from another's."""
+    and the settings that keep one page's topics, groups, port and state from another's on the
+    shared broker (its own app id and topic names, as tests/stream's deployments have)."""
     inherited = {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith("CLAIMSTREAM_") and name not in {"VIRTUAL_ENV", "PYTHONPATH"}
+        if (not name.startswith(ENV_PREFIX) or name in MACHINE_VARIABLES)
+        and name not in {"VIRTUAL_ENV", "PYTHONPATH"}
     }
     for folder in ("home", "tmp", "data"):
         (scratch / folder).mkdir()
-    slug = "".join(c if c.isalnum() else "-" for c in Path(page).with_suffix("").as_posix())
+    name = Path(page).with_suffix("").as_posix().removeprefix("docs/")
+    slug = "".join(c if c.isalnum() else "-" for c in name)
+    app_id = f"docs-{slug}-{uuid.uuid4().hex[:6]}"
+    topics = {
+        f"{ENV_PREFIX}TOPIC_{name.upper()}": f"{app_id}.{topic}"
+        for name, topic in Topics().model_dump().items()
+    }
     return {
         **inherited,
+        **topics,
         "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         "HOME": str(scratch / "home"),
         "TMPDIR": str(scratch / "tmp"),
-        "CLAIMSTREAM_BROKER": f"kafka://{bootstrap}",
-        "CLAIMSTREAM_APP_ID": f"docs-{slug}-{uuid.uuid4().hex[:6]}",
-        "CLAIMSTREAM_WEB_PORT": str(free_port()),
-        "CLAIMSTREAM_DATA_DIR": str(scratch / "data"),
+        f"{ENV_PREFIX}BROKER": f"kafka://{bootstrap}",
+        f"{ENV_PREFIX}APP_ID": app_id,
+        f"{ENV_PREFIX}WEB_PORT": str(free_port()),
+        f"{ENV_PREFIX}DATA_DIR": str(scratch / "data"),
         INSIDE_A_PAGE: page,
     }
 
