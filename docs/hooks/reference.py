@@ -29,7 +29,6 @@ from pydantic.fields import FieldInfo  # noqa: E402
 
 ALERT_RULES = REPO / "deploy" / "prometheus" / "rules"
 SCHEMAS = REPO / "schemas"
-POLICY_SCHEMA = REPO / "examples" / "policy.schema.json"
 GENERATED = "This page is generated from the code when the site is built."
 
 
@@ -454,11 +453,11 @@ def policy_page() -> str:
             f"## {model.__name__}\n\n{about}\n\n"
             + table(["key", "type", "default", "what it sets"], rows)
         )
-    schema = ""
-    if POLICY_SCHEMA.exists():
-        schema = """
-A JSON Schema of the policy file ships in the package as `streams/examples/policy.schema.json`.
-An editor with the YAML language server validates and completes a policy file that starts with:
+    schema = """
+The policy file's JSON Schema, [policy.schema.json](policy.schema.json), is generated from the
+same model (`claimstream policy schema` prints it) and ships in the package as
+`streams/examples/policy.schema.json`. An editor with the YAML language server validates and
+completes a policy file that starts with a line naming it, as the example policy does:
 
 ```yaml
 # yaml-language-server: $schema=policy.schema.json
@@ -484,10 +483,22 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+def policy_schema() -> str:
+    from streams.core.policy_schema import policy_schema_text
+
+    return policy_schema_text()
+
+
+# Published beside the pages, not in the navigation.
+EXTRA_FILES: dict[str, Callable[[], str]] = {
+    "reference/policy.schema.json": policy_schema,
+}
+
+
 def on_files(files: Any, config: Any) -> Any:
-    """MkDocs hook: add the generated reference pages to the site's files."""
+    """MkDocs hook: add the generated reference pages (and the files they link) to the site."""
     from mkdocs.structure.files import File
 
-    for path, generate in PAGES.items():
+    for path, generate in {**PAGES, **EXTRA_FILES}.items():
         files.append(File.generated(config, path, content=generate()))
     return files

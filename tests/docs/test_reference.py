@@ -7,11 +7,9 @@ and returns what a page lacks; the companion tests feed a check a page with a ro
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
@@ -28,43 +26,10 @@ from streams.ops.stalls import LoopLagProbe
 from streams.packaged import example_path
 from streams.settings import ENV_PREFIX, Settings, Topics
 from streams.worker.app import ENDPOINTS
+from tests.docs.reference_pages import HOOK_MODULE, generated, headed, rows
 
 REPO = Path(__file__).resolve().parents[2]
-HOOK = REPO / "docs" / "hooks" / "reference.py"
 RUNBOOK = REPO / "docs" / "runbook.md"
-
-
-def _load_hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference_hook", HOOK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-HOOK_MODULE = _load_hook()
-
-
-def generated(path: str) -> str:
-    text: str = HOOK_MODULE.PAGES[path]()
-    return text
-
-
-def rows(text: str) -> dict[str, str]:
-    """A page's table rows by their first cell, its backticks stripped."""
-    found = {}
-    for line in text.splitlines():
-        if line.startswith("| ") and not line.startswith("| ---"):
-            first = line[2:].split(" | ", 1)[0]
-            found[first.strip("`")] = line
-    return found
-
-
-def headed(text: str) -> dict[str, str]:
-    """A page's second-level sections by their heading."""
-    parts = re.split(r"^## ", text, flags=re.M)[1:]
-    return {heading: body for heading, _, body in (part.partition("\n") for part in parts)}
 
 
 # --- the checks: what the code enumerates and the page lacks -----------------------------------
@@ -237,6 +202,14 @@ def test_every_metric_is_on_the_metrics_page() -> None:
     assert metrics_missing(generated("reference/metrics.md")) == []
 
 
+def test_the_metrics_check_finds_a_metric_left_out() -> None:
+    page = generated("reference/metrics.md")
+    without = "\n".join(
+        line for line in page.splitlines() if not line.startswith("| `claimstream_decisions_total`")
+    )
+    assert metrics_missing(without) == ["claimstream_decisions_total"]
+
+
 def test_every_route_a_worker_serves_is_on_the_web_api_page() -> None:
     assert ("GET", "/healthz") in served_routes()
     assert ("POST", "/api/resolutions") in served_routes()
@@ -265,22 +238,64 @@ def test_every_avro_record_and_field_is_on_the_records_page() -> None:
     assert "Claim.claim_id" in records_missing(without)
 
 
+def rules_out_of_place(text: str) -> list[str]:
+    """The rules of RULES that the page does not list at their position (counted from 1)."""
+    listed = dict(re.findall(r"^\| (\d+) \| `([^`]+)` \|", text, re.M))
+    return [
+        rule.name
+        for position, rule in enumerate(RULES, start=1)
+        if listed.get(str(position)) != rule.name
+    ]
+
+
 def test_the_rules_page_lists_every_rule_in_order() -> None:
-    numbered = re.findall(r"^\| (\d+) \| `([^`]+)` \|", generated("reference/rules.md"), re.M)
-    assert numbered == [(str(n), rule.name) for n, rule in enumerate(RULES, start=1)]
+    assert len(RULES) > 5
+    assert rules_out_of_place(generated("reference/rules.md")) == []
 
 
-def test_every_alert_is_on_the_alerts_page_with_a_runbook_anchor_that_exists() -> None:
-    page = rows(generated("reference/alerts.md"))
-    anchors = runbook_anchors()
-    assert "claimstreamconflictratesurge" in anchors
+def test_the_rules_check_finds_a_rule_left_out_or_out_of_order() -> None:
+    page = generated("reference/rules.md")
+    first, second = RULES[0].name, RULES[1].name
+    without = "\n".join(line for line in page.splitlines() if f"| `{second}` |" not in line)
+    assert rules_out_of_place(without) == [second]
+    swapped = page.replace(f"`{first}`", "`swap`").replace(f"`{second}`", f"`{first}`")
+    swapped = swapped.replace("`swap`", f"`{second}`")
+    assert rules_out_of_place(swapped) == [first, second]
+
+
+def alerts_missing(text: str, anchors: set[str]) -> list[str]:
+    """Each alert without a row linking its runbook anchor, or whose anchor the runbook lacks."""
+    page = rows(text)
+    missing = []
     for rule in alert_rules():
         row = next(
             (line for first, line in page.items() if first.startswith(f"[{rule['alert']}]")), ""
         )
         anchor = str(rule["annotations"]["runbook_url"]).rpartition("#")[2]  # type: ignore[index]
-        assert f"../runbook.md#{anchor}" in row, rule["alert"]
-        assert anchor in anchors, rule["alert"]
+        if f"../runbook.md#{anchor}" not in row or anchor not in anchors:
+            missing.append(rule["alert"])
+    return missing
+
+
+def test_every_alert_is_on_the_alerts_page_with_a_runbook_anchor_that_exists() -> None:
+    anchors = runbook_anchors()
+    assert "claimstreamconflictratesurge" in anchors
+    assert len(alert_rules()) > 5
+    assert alerts_missing(generated("reference/alerts.md"), anchors) == []
+
+
+def test_the_alerts_check_finds_an_alert_left_out_or_its_anchor_gone() -> None:
+    page = generated("reference/alerts.md")
+    anchors = runbook_anchors()
+    without = "\n".join(
+        line
+        for line in page.splitlines()
+        if not line.startswith("| [ClaimstreamConflictRateSurge]")
+    )
+    assert alerts_missing(without, anchors) == ["ClaimstreamConflictRateSurge"]
+    assert alerts_missing(page, anchors - {"claimstreamconflictratesurge"}) == [
+        "ClaimstreamConflictRateSurge"
+    ]
 
 
 def test_every_policy_key_is_on_the_policy_file_page() -> None:
@@ -298,3 +313,56 @@ def test_each_generated_page_is_a_titled_table(path: str) -> None:
     page = generated(path)
     assert page.startswith("# ")
     assert "| --- |" in page
+
+
+def test_the_policy_check_finds_a_key_left_out() -> None:
+    page = generated("reference/policy-file.md")
+    section = headed(page)["Policy"]
+    assert "version" in rows(section)
+    without = "\n".join(line for line in section.splitlines() if not line.startswith("| `version`"))
+    assert "version" not in rows(without)
+
+
+# --- the generator follows the code: a new item appears without anyone writing it down ---------
+
+
+def test_a_setting_added_to_the_model_appears_on_the_settings_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import Field
+
+    import streams.settings
+
+    class Extended(Settings):
+        spare_knob_s: float = Field(2.5, description="a setting only this test declares")
+
+    monkeypatch.setattr(streams.settings, "Settings", Extended)
+    row = rows(generated("reference/settings.md"))["spare_knob_s"]
+    assert "`CLAIMSTREAM_SPARE_KNOB_S`" in row
+    assert "`2.5`" in row
+    assert "a setting only this test declares" in row
+
+
+def test_a_command_added_to_the_parser_appears_on_the_cli_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import streams.cli.main
+
+    def extended() -> argparse.ArgumentParser:
+        parser = build_parser()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        spare = sub.add_parser("spare", help="a command only this test declares")
+        spare.add_argument("--depth", type=int, default=3, help="how deep it goes")
+        return parser
+
+    monkeypatch.setattr(streams.cli.main, "build_parser", extended)
+    section = headed(generated("reference/cli.md"))["claimstream spare"]
+    assert "a command only this test declares" in section
+    assert "| `--depth DEPTH` | `3` | how deep it goes |" in section
+
+
+def test_the_policy_schema_is_published_beside_the_policy_page() -> None:
+    from streams.core.policy_schema import policy_schema_text
+
+    assert HOOK_MODULE.EXTRA_FILES["reference/policy.schema.json"]() == policy_schema_text()
+    assert "](policy.schema.json)" in generated("reference/policy-file.md")

@@ -25,4 +25,5 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     for page in ("settings", "cli", "metrics", "web-api", "records", "rules", "alerts"):
         assert (site / "reference" / page / "index.html").exists(), page
     assert (site / "reference" / "policy-file" / "index.html").exists()
+    assert (site / "reference" / "policy.schema.json").exists()  # the policy page links it
     assert not (site / "hooks").exists()  # the build hook is not published

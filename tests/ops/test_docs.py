@@ -1,9 +1,10 @@
-"""The user docs against the code: the README's settings table lists every setting of the
-`Settings` model with its default and variable, every setting the docs name exists, and the
-README's endpoint table lists exactly the endpoints a worker serves.
+"""The user docs against the code: the generated settings reference gives every setting of the
+`Settings` model with a default that reads back as the code's and its variable, every variable the
+docs and manifests name is read by someone, and the generated web API reference lists exactly the
+endpoints a worker's index lists.
 
-Read offline: README.md, docs/runbook.md and the deployment files against streams/settings.py,
-streams/worker/app.py's ENDPOINTS and the console's ROUTES.
+Read offline: README.md, docs/**/*.md, the deployment files and the pages docs/hooks/reference.py
+generates, against streams/settings.py, streams/worker/app.py's ENDPOINTS and the console's ROUTES.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import streams
 from streams.console.api import ROUTES
 from streams.settings import DEPLOYMENT_VARIABLES, ENV_PREFIX, Settings, Topics, setting_variables
 from streams.worker.app import ENDPOINTS
+from tests.docs.reference_pages import cells, generated, headed
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-RUNBOOK = REPO / "docs" / "runbook.md"
+DOCS = REPO / "docs"
+RUNBOOK = DOCS / "runbook.md"
 DEPLOYMENT_FILES = (
     REPO / "docker-compose.yml",
     *sorted((REPO / "deploy").glob("kubernetes*/*.yaml")),
@@ -30,7 +33,6 @@ DEPLOYMENT_FILES = (
 # list them.
 INDEX = {("GET", "/"), ("GET", "/api")}
 VARIABLE = re.compile(r"CLAIMSTREAM_[A-Z0-9_]+")
-ENDPOINT = re.compile(r"`(GET|POST) ([^`\s]+)`")
 
 
 def section(text: str, heading: str) -> str:
@@ -53,14 +55,16 @@ def endpoint(method: str, path: str) -> tuple[str, str]:
 
 
 def settings_rows(text: str) -> dict[str, tuple[str, str]]:
-    """The README settings table's rows: setting -> (its default cell, its variable cell)."""
-    rows = {}
-    for line in section(text, "### Settings").splitlines():
-        if not line.startswith("| `"):
-            continue
-        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
-        rows[cells[0].strip("`")] = (cells[1], cells[2])
-    return rows
+    """The settings reference's rows, both tables: setting -> (its default cell, its variable
+    cell). The settings table has a type column the topics table has not."""
+    found = {}
+    sections = headed(text)
+    for heading, default_column in (("Settings", 2), ("Topics", 1)):
+        for line in sections.get(heading, "").splitlines():
+            if line.startswith("| `"):
+                row = cells(line)
+                found[row[0].strip("`")] = (row[default_column], row[default_column + 1])
+    return found
 
 
 def the_settings() -> dict[str, tuple[type[BaseModel], str, str]]:
@@ -87,22 +91,25 @@ def code_default(model: type[BaseModel], name: str) -> Any:
 
 
 def documented_default(model: type[BaseModel], name: str, cell: str) -> Any:
-    """The cell's value as the model reads it: `unset` is None, else the first `code` span,
-    converted by the model itself (as a settings file or variable would be)."""
+    """The cell's value as the model reads it: `unset` is None; a file the package carries is
+    its path inside the package; else the first `code` span, converted by the model itself (as a
+    settings file or variable would be)."""
     if cell.startswith("unset"):
         return None
     value = re.match(r"`([^`]*)`", cell)
     if value is None:
         raise ValueError(f"neither unset nor a `value`: {cell!r}")
+    if cell.endswith("(in the package)"):
+        return Path("streams") / value.group(1)
     return getattr(model.model_validate({name: value.group(1)}), name)
 
 
 def settings_table_problems(text: str) -> list[str]:
-    """What the README's settings table gets wrong about the model: a setting without a row, a
+    """What the settings reference gets wrong about the model: a setting without a row, a
     row naming no setting, a default or a variable other than the code's."""
     rows, settings = settings_rows(text), the_settings()
     problems = [
-        f"{name}: no row in the README's settings table" for name in sorted(settings.keys() - rows)
+        f"{name}: no row in the settings reference" for name in sorted(settings.keys() - rows)
     ]
     problems += [f"{name}: a row, but no such setting" for name in sorted(rows.keys() - settings)]
     for name in sorted(rows.keys() & settings):
@@ -122,23 +129,24 @@ def settings_table_problems(text: str) -> list[str]:
     return problems
 
 
-def test_the_readme_settings_table_has_every_setting_with_its_default_and_variable() -> None:
+def test_the_settings_reference_has_every_setting_with_its_default_and_variable() -> None:
     assert len(the_settings()) > 50
-    assert settings_table_problems(README.read_text()) == []
+    assert settings_table_problems(generated("reference/settings.md")) == []
 
 
 def test_the_table_check_sees_a_missing_row_a_wrong_default_and_a_stray_row() -> None:
-    text = README.read_text()
+    text = generated("reference/settings.md")
     row = next(line for line in text.splitlines() if line.startswith("| `state_cache_mb` |"))
+    assert "| `64` |" in row
     planted = text.replace(row + "\n", "").replace(
-        "| `store_cache_mb` | `64` |", "| `store_cache_mb` | `128` |"
+        "| `store_cache_mb` | `int` | `64` |", "| `store_cache_mb` | `int` | `128` |"
     )
     planted = planted.replace(
         "| `batch_size` |",
-        "| `batch_sizes` | `1` | `CLAIMSTREAM_BATCH_SIZES` | a typo |\n| `batch_size` |",
+        "| `batch_sizes` | `int` | `1` | `CLAIMSTREAM_BATCH_SIZES` | a typo |\n| `batch_size` |",
     )
     assert settings_table_problems(planted) == [
-        "state_cache_mb: no row in the README's settings table",
+        "state_cache_mb: no row in the settings reference",
         "batch_sizes: a row, but no such setting",
         "store_cache_mb: documented default `128`, code default 64",
     ]
@@ -154,19 +162,48 @@ def test_every_variable_in_the_runbooks_settings_table_is_a_setting() -> None:
 
 def test_every_variable_the_docs_and_manifests_name_is_read_by_someone() -> None:
     known = setting_variables() | DEPLOYMENT_VARIABLES
-    for path in (README, RUNBOOK, *DEPLOYMENT_FILES):
-        assert variables_named(path.read_text()) - known == set(), path.name
+    pages = sorted(DOCS.rglob("*.md"))
+    assert RUNBOOK in pages
+    for path in (README, *pages, *DEPLOYMENT_FILES):
+        assert variables_named(path.read_text()) - known == set(), path.relative_to(REPO)
 
 
-def test_the_readme_endpoint_table_lists_exactly_what_a_worker_serves() -> None:
-    table = section(README.read_text(), "### Web API (each worker; JSON)")
-    documented = {
-        endpoint(method, path)
-        for line in table.splitlines()
-        if line.startswith("| `")
-        for method, path in ENDPOINT.findall(line.split(" | ")[0])
-    }
+def web_api_endpoints(text: str) -> set[tuple[str, str]]:
+    """The endpoints the web API reference's table lists: (method, path) rows."""
+    listed = set()
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| ---"):
+            row = cells(line)
+            if row[0] in ("GET", "POST"):
+                listed.add(endpoint(row[0], row[1].strip("`")))
+    return listed
+
+
+def web_api_problems(text: str) -> list[str]:
+    """What the web API reference gets wrong about the worker's index: an endpoint the worker
+    serves without a row, a row for one it does not serve."""
+    documented = web_api_endpoints(text)
+    indexed = {endpoint(*key.split(" ", 1)) for key in ENDPOINTS} | INDEX
+    problems = [f"{m} {p}: served, not in the reference" for m, p in sorted(indexed - documented)]
+    problems += [f"{m} {p}: in the reference, not served" for m, p in sorted(documented - indexed)]
+    return problems
+
+
+def test_the_web_api_reference_lists_exactly_what_a_worker_serves() -> None:
     indexed = {endpoint(*key.split(" ", 1)) for key in ENDPOINTS}
     routed = {endpoint(route.method, route.path) for route in ROUTES}
     assert routed <= indexed, "the index (GET /api) misses a console route"
-    assert documented == indexed | INDEX
+    assert ("GET", "/healthz") in indexed
+    assert web_api_problems(generated("reference/web-api.md")) == []
+
+
+def test_the_web_api_check_sees_a_missing_and_a_stray_endpoint() -> None:
+    text = generated("reference/web-api.md")
+    planted = "\n".join(line for line in text.splitlines() if "`/readyz`" not in line)
+    planted = planted.replace(
+        "| GET | `/healthz` |", "| GET | `/stale` | gone |\n| GET | `/healthz` |"
+    )
+    assert web_api_problems(planted) == [
+        "GET /readyz: served, not in the reference",
+        "GET /stale: in the reference, not served",
+    ]
