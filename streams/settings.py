@@ -219,10 +219,15 @@ class Settings(Connection):
     max_record_bytes: int = Field(
         default=RECORD_BYTES,
         le=RECORD_BYTES,
-        description="the largest record the worker sends: the decisions, escalations, dead-letter "
-        "and key-state changelog topics must take it (their max.message.bytes, checked at "
-        "start). A key's kept claims are bounded in bytes so that its decisions and changelog "
-        "record stay within it; at most 1 MiB, the worker's producers' request size",
+        description="the largest record the worker sends, at most 1 MiB (its producers' request "
+        "size): a key's kept claims are bounded in bytes so that its decisions and changelog "
+        "record stay within it, and a dead letter that would pass it with its error headers "
+        "carries the headers alone (claimstream.error.dropped says where the record is). At "
+        "start the worker reads max.message.bytes of the decisions, escalations, dead-letter and "
+        "changelog topics and refuses to start if one is smaller, saying how to raise it. It "
+        "cannot be set below what the per-key bounds need (796,936 bytes at the defaults; each "
+        "decision in decision_history_per_key and each resolution in resolutions_per_key adds "
+        "about 25 KB)",
     )
     decision_history_per_key: int = Field(default=10, ge=1)
     """the emitted decisions a key remembers (ids, outcomes, values), for its history and the belief
@@ -290,7 +295,10 @@ class Settings(Connection):
         default=64,
         ge=1,
         description="re-decisions by time alone (staleness, escalation) started per batch at "
-        "most, and as many of the rollout sweep's: a wave of keys going stale together is "
+        "most, and as many of the rollout sweep's (its own share: a twentieth of the loop while "
+        "claims arrive, half when none do, none after a full fetch): one after a full fetch, "
+        "else as many as a quarter of the time since the last ones affords at the measured cost "
+        "of a record (half when no input came), so a wave of keys going stale together is "
         "spread instead of stalling claims",
     )
     instance_id: str | None = Field(
@@ -346,7 +354,9 @@ class Settings(Connection):
     steward_tokens: SecretStr | None = Field(
         default=None,
         description="comma-separated tokens that let a steward publish resolutions from the "
-        "console (writes are off without one)",
+        "console, at least 16 characters each (name:token binds a token to the steward name): "
+        "a secret, never printed; with neither this nor steward_tokens_file, the console's "
+        "writes are off",
     )
     steward_tokens_file: Path | None = Field(
         default=None, description="a file of steward tokens, one per line (# comments)"
