@@ -420,6 +420,9 @@ def test_every_block_of_the_page_runs(page: str, kafka: KafkaBroker, tmp_path: P
     env = _page_env(tmp_path, kafka.bootstrap, page)
     with PageRunner(REPO, env, tmp_path / "tmp", _python()) as runner:
         result = runner.run(blocks)
-    assert git_status(REPO) == before, f"{page}: its blocks left files in the checkout"
+    after = git_status(REPO)
+    # Each path as `git status --porcelain --ignored` shows it before the page or after it.
+    changed = sorted(set(after) ^ set(before))
+    assert changed == [], f"{page}: its blocks changed the checkout: {changed}"
     if result.skipped:
         print(result.summary(page))  # the suite's summary lists every skipped block's reason
