@@ -2,7 +2,9 @@
 workers on Apache Kafka, fed by the demo's scenarios.
 
 Worker 0 has a steward token configured, worker 1 none: the queue is the same on both (each fans
-out to the other), only worker 0 accepts writes. Screenshots are kept in artifacts/screenshots/.
+out to the other), only worker 0 accepts writes. Screenshots are kept in artifacts/screenshots/;
+the documentation's pictures of the console (docs/images/console-*.png) are taken here too, each
+once the test has asserted what it shows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from tests.stream.support import REPO, Deployment, read_topic, write_policy
 
 pytestmark = pytest.mark.integration
 
+DOCS = REPO / "docs"
+
 SCRIPT_VALUE = "<script>window.__pwned = 1</script>"
 MARKUP_SUBJECT = '<img src=x onerror="window.__pwned = 2">'
 ADDRESS = "customer.shipping_address"
@@ -56,6 +60,13 @@ DEMO_CONFLICTS = {
     "svc:checkout|service.retry_timeout": "cross_epoch",
     "globex|contract.seats": "value",  # `claimstream dev` resolves it a moment later
 }
+
+
+def shoot_for_docs(page: Page, *paths: Path) -> None:
+    """A picture for the documentation, taken where the test has just asserted what it shows."""
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=True)
 
 
 def one_subject_per_partition(prefix: str, partitions: int, field: str) -> list[str]:
@@ -268,6 +279,7 @@ def test_a_key_shows_its_evidence_timeline_rules_and_the_belief_as_of_an_instant
     expect(page.locator("#asof")).to_contain_text("What we believed at", timeout=WAIT_MS)
     expect(page.locator("#asof-evidence tbody tr")).not_to_have_count(0)
     shoot(page, "key")
+    shoot_for_docs(page, DOCS / "images" / "console-key.png", DOCS / "console.png")
 
     # The API answers from the emitted history, at explicit instants taken from it.
     quoted = urllib.parse.quote(key, safe="")
@@ -392,7 +404,10 @@ def test_a_newcomer_resolves_a_demo_conflict_in_claimstream_dev(page: Page, tmp_
                 time.sleep(0.5)
         page.goto(url)
         key = "api:checkout|api.latency"
-        wait_for_queue(page, {key})
+        # The demo's conflicts as a newcomer first sees them (these two stay open for minutes).
+        wait_for_queue(page, {key, "svc:checkout|service.retry_timeout"})
+        expect(page.locator("#workers")).to_contain_text("1 of 1 workers answered", timeout=WAIT_MS)
+        shoot_for_docs(page, DOCS / "images" / "console-conflicts.png")
         page.locator("#token").fill(token)
         page.locator("#token-use").click()
         page.locator(f'#queue tr[data-key="{key}"] a').click()
