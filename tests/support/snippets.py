@@ -32,7 +32,7 @@ from streams.core.policy import policy_from_text
 
 SHELL_LANGUAGES = frozenset({"bash", "sh", "shell"})
 PYTHON_LANGUAGES = frozenset({"python", "py"})
-BLOCK_TIMEOUT_S = 120.0
+BLOCK_TIMEOUT_S = 300.0  # a page that waits for a worker on a busy machine bounds its own wait
 # A background block gets this long to exit after SIGINT (a worker commits and closes first).
 STOP_TIMEOUT_S = 30.0
 OUTPUT_TAIL_CHARS = 6000
