@@ -330,7 +330,9 @@ ENDPOINTS = {
     "enabled, the policy version, its fields, conflict kinds and sources",
     "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
     "evidence, recomputed now, and the last emitted one; or the belief in force at as_of, with "
-    "the evidence it had (any worker answers)",
+    "the evidence it had, rebuilt from the key's retained claims (evidence_basis rebuilt, or "
+    "not_retained once they are evicted; 404 when no belief was in force). Any worker answers, "
+    "forwarding to the key's owner",
     "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
     "claims and resolutions",
     "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]": "open conflicts and "
@@ -342,9 +344,13 @@ ENDPOINTS = {
     "POST /api/policy/preview[?limit=N]": "the policy in the body (YAML) against the keys the "
     "cluster holds, as if put in force now: per field the decisions that would flip (from -> "
     "to, example keys), keys not judged, kept claims it would refuse; nothing is sent or "
-    "changed (at most N keys per worker, default 100000)",
-    "POST /api/resolutions": "a steward's resolution, published to the resolutions topic "
-    "(Authorization: Bearer <steward token>)",
+    "changed (at most N keys per worker, default 100000); 400 with the loader's error for a bad "
+    "policy",
+    "POST /api/resolutions": "a steward's resolution (key, status, value, note, "
+    "resolves_decision_id), published to the resolutions topic (Authorization: Bearer <steward "
+    "token>), 202 once published: 401 without a token, 403 with a wrong one or when writes are "
+    "off, 400 for a body that is no resolution, 409 stale_decision when resolves_decision_id is "
+    "no longer the key's current decision",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
     "GET /api/fields/{field}/outcomes": "decisions per outcome in the current and the previous "
     "one-minute window (one to two minutes of decisions; keys this worker owns)",
