@@ -71,7 +71,8 @@ def cli_missing(text: str) -> list[str]:
             if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
                 continue
             names = action.option_strings or [action.metavar or action.dest]
-            if not any(first.startswith(names[0]) for first in table):
+            # a row's first cell: `--policy POLICY`, `-q, --quiet` or a positional's name
+            if not any(first.split(" ")[0].rstrip(",") == names[0] for first in table):
                 missing.append(f"{path} {names[0]}")
     return missing
 
