@@ -186,8 +186,10 @@ def test_a_directive_shown_inside_a_block_is_text() -> None:
 
 
 def test_background_on_a_block_that_does_not_run_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(SnippetError, match=r"`run: background` on a ```text block"):
-        _run(tmp_path, "<!-- run: background -->\n```text\nout\n```\n")
+    markdown = "```bash\ntouch ran\n```\n<!-- run: background -->\n```text\nout\n```\n"
+    with pytest.raises(SnippetError, match=r"page.md:5: `run: background` on a ```text block"):
+        _run(tmp_path, markdown)
+    assert not (tmp_path / "ran").exists()
 
 
 # Running a page.

@@ -243,8 +243,9 @@ class PageRunner:
                 _stop(started.process, self.stop_timeout_s)
 
     def run(self, blocks: list[Block]) -> PageRun:
-        for block in blocks:
+        for block in blocks:  # a misplaced directive fails the page before any block runs
             check_block_directives(block)
+        for block in blocks:
             if block.directive == "skip":
                 self.result.skipped.append(block)
             elif block.is_policy:
