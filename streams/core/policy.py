@@ -174,6 +174,7 @@ class SigningKeyPolicy(_Strict):
     key_id: str = Field(min_length=1)
     """The id a signed record names its key by."""
     algorithm: Literal["hmac-sha256", "ed25519"]
+    """How the key signs: hmac-sha256 with a shared secret, or ed25519 with a public key."""
     public_key: str | None = Field(default=None, description="ed25519: base64 raw public key")
     secret_env: str | None = Field(default=None, description="hmac: env var holding the secret")
     sources: tuple[str, ...] = Field(min_length=1)
@@ -198,6 +199,7 @@ class Signing(_Strict):
     max_age: BoundedDuration = timedelta(minutes=5)
     """How old a signature may be."""
     keys: tuple[SigningKeyPolicy, ...] = ()
+    """The keys, each with the sources it signs for."""
 
 
 class FieldPolicy(_Strict):
@@ -291,6 +293,8 @@ class Policy(_Strict):
     version: str = Field(min_length=1, max_length=ID_CHARS)
     """This policy's version, named in every decision taken under it."""
     defaults: Defaults = Defaults()
+    """The rules a field follows where it sets none of its own (freshness, what a conflict does,
+    independent sources, epoch changes, clock skew, escalation)."""
     sources: dict[str, SourcePolicy]
     """The sources that may publish claims, by name."""
     fields: dict[str, FieldPolicy] = Field(min_length=1)

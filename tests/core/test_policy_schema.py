@@ -125,6 +125,19 @@ def test_defaults_are_shown_as_a_policy_writes_them() -> None:
     assert defaults["freshness"]["description"].startswith("How old a claim may be")
 
 
+def test_every_key_says_what_it_is_for() -> None:
+    """An editor shows a key's description on hover, and the reference page prints it."""
+    schema = policy_json_schema()
+    objects = {"Policy": schema, **schema["$defs"]}
+    undescribed = [
+        f"{name}.{key}"
+        for name, node in objects.items()
+        for key, spec in node.get("properties", {}).items()
+        if not spec.get("description")
+    ]
+    assert undescribed == []
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("250ms", 0.25), ("90s", 90), ("5m", 300), ("36h", 129600), ("2d", 172800)],
