@@ -8,7 +8,7 @@
 #
 # OUT/run-N/ holds the run's pytest temp folders (each worker's log beside its data dir) and
 # OUT/run-N.log its output; OUT/verdicts.txt gathers every run's `checker:` lines. Exits 1 if any
-# run failed or any checker line says duplicates or lost other than 0.
+# run failed or any checker line says duplicates, lost or repeated_dead_letters other than 0.
 set -u
 cd "$(dirname "$0")/.."
 runs="${1:-20}"
@@ -28,7 +28,7 @@ for n in $(seq 1 "$runs"); do
   grep -h "checker: scenario" "$out/run-$n.log" | sed "s/^/run $n: /" | tee -a "$out/verdicts.txt"
   tail -n 1 "$out/run-$n.log" | sed "s/^/run $n: pytest /" | tee -a "$out/verdicts.txt"
 done
-if grep -Eq "duplicates=[1-9]|lost=[1-9]" "$out/verdicts.txt"; then
+if grep -Eq "duplicates=[1-9]|lost=[1-9]|repeated_dead_letters=[1-9]" "$out/verdicts.txt"; then
   failed=1
 fi
 echo "repeat-exactly-once: $runs runs; see $out/verdicts.txt" >&2

@@ -36,6 +36,7 @@ from streams.core.keystate import KeyState, state_key
 from streams.core.policy import Policy, load_policy
 from streams.core.replay import ReplayResult, replay
 from streams.devkit.brokers import KafkaCluster
+from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.settings import Settings
 from streams.state.keystore import RESERVED
 from tests.stream.support import CODEC, Deployment, read_topic, write_policy
@@ -46,6 +47,10 @@ row, and the CI runs them twice more after the suite (`-m exactly_once_faults`).
 
 GUARANTEES = ["at_least_once", pytest.param("exactly_once", marks=EXACTLY_ONCE_FAULTS)]
 """A fault scenario's guarantees, as `parametrize("guarantee", GUARANTEES)`."""
+
+
+ORIGIN_HEADERS = ("topic", "partition", "offset")
+"""The error headers that name the input record a dead letter is of."""
 
 
 def isolation_of(guarantee: str) -> str:
@@ -124,13 +129,15 @@ class Verdict:
     problems: list[str]
     max_pause_s: float = 0.0
     generations: int = 0
+    repeated_dead_letters: int = 0
 
     def line(self) -> str:
         return (
             f"checker: scenario={self.scenario} sent={self.sent} acked={self.acked} "
             f"decisions={self.decisions} dead_letters={self.dead_letters} "
             f"duplicates={self.duplicates} lost={self.lost} recovery_s={self.recovery_s:.1f} "
-            f"max_pause_s={self.max_pause_s:.1f} generations={self.generations}"
+            f"max_pause_s={self.max_pause_s:.1f} generations={self.generations} "
+            f"repeated_dead_letters={self.repeated_dead_letters}"
         )
 
 
@@ -239,6 +246,18 @@ async def wait_for_final(
         await asyncio.sleep(2)
 
 
+def repeated_dead_letters(dead_letters: list[Any]) -> int:
+    """Dead letters of an input record (its topic, partition and offset, from the error headers)
+    already dead-lettered: what a redelivery repeats at least once, never exactly once."""
+    origins = []
+    for message in dead_letters:
+        headers = dict(message.headers)
+        origin = tuple(headers.get(ERROR_HEADER_PREFIX + name) for name in ORIGIN_HEADERS)
+        if None not in origin:
+            origins.append(origin)
+    return len(origins) - len(set(origins))
+
+
 def offline_replay(policy: Policy, stored: list[Claim]) -> ReplayResult:
     """What `claimstream replay` decides for everything the broker holds."""
     return replay(
@@ -331,6 +350,7 @@ def check(
         problems=problems,
         max_pause_s=max_pause_by_partition(observed.claim_times_ms, observed.decision_times_ms),
         generations=observed.generations,
+        repeated_dead_letters=repeated_dead_letters(dead_letters),
     )
 
 
@@ -402,7 +422,11 @@ def judge(
     observed = Observed(
         stored=stored,
         decisions=[CODEC.decode(Decision, r.value) for r in decisions_raw],
-        dead_letters=asyncio.run(read_topic(bootstrap, deployment.topics.dead_letters, idle_s=2)),
+        dead_letters=asyncio.run(
+            read_topic(
+                bootstrap, deployment.topics.dead_letters, idle_s=2, isolation_level=isolation_level
+            )
+        ),
         states=latest_states(changelog),
         claim_times_ms=[(r.partition, r.timestamp) for r in claim_records],
         decision_times_ms=[(r.partition, r.timestamp) for r in decisions_raw],

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.reliability.checker import generations, max_pause_by_partition, max_pause_s
+from tests.reliability.checker import (
+    generations,
+    max_pause_by_partition,
+    max_pause_s,
+    repeated_dead_letters,
+)
 
 
 def test_a_pause_runs_from_the_first_waiting_claim_to_the_next_decision() -> None:
@@ -55,3 +61,26 @@ def test_generations_count_each_stabilized_generation_of_the_group_once(tmp_path
     )
     assert generations("app-arbiter", [first, second]) == 3
     assert generations("app", [first, second]) == 1
+
+
+@dataclass
+class Letter:
+    headers: list[tuple[str, bytes]]
+
+
+def _letter(topic: str, partition: int, offset: int, reason: str = "invalid_value") -> Letter:
+    where = {"topic": topic, "partition": str(partition), "offset": str(offset), "reason": reason}
+    return Letter([(f"claimstream.error.{name}", value.encode()) for name, value in where.items()])
+
+
+def test_a_dead_letter_repeats_when_its_input_record_was_dead_lettered_before() -> None:
+    letters = [
+        _letter("claims", 0, 7),
+        _letter("claims", 1, 7),  # another partition's record at the same offset
+        _letter("claims.rekeyed", 0, 7),  # another topic's
+        _letter("claims", 0, 7),  # redelivered and rejected again
+        Letter([("claimstream.error.reason", b"invalid_value")]),  # names no record
+        Letter([("claimstream.error.reason", b"invalid_value")]),
+    ]
+    assert repeated_dead_letters(letters) == 1
+    assert repeated_dead_letters(letters[:3]) == 0

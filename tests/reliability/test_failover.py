@@ -130,7 +130,7 @@ def test_a_key_waits_only_while_its_worker_fails_over(
     assert verdict.lost == 0, verdict.problems
     assert not verdict.problems
     if guarantee == "exactly_once":
-        assert verdict.duplicates == 0
+        assert (verdict.duplicates, verdict.repeated_dead_letters) == (0, 0), verdict.line()
     else:
         # A fault repeats the decisions of what the failed worker read after its last offset
         # commit: at most `commit_interval_s` of input, plus the batches still settling (a

@@ -203,7 +203,7 @@ def test_exactly_once_neither_loses_nor_repeats_across_crashes_and_rebalances(
         victim.stop()
     assert verdict.lost == 0, verdict.problems
     assert not verdict.problems
-    assert verdict.duplicates == 0
+    assert (verdict.duplicates, verdict.repeated_dead_letters) == (0, 0), verdict.line()
 
 
 @pytest.mark.parametrize("guarantee", GUARANTEES)
@@ -268,7 +268,7 @@ def test_a_worker_rejoining_while_the_other_restores_lets_the_group_settle(
     assert verdict.lost == 0, verdict.problems
     assert not verdict.problems
     if guarantee == "exactly_once":
-        assert verdict.duplicates == 0
+        assert (verdict.duplicates, verdict.repeated_dead_letters) == (0, 0), verdict.line()
     # Two to start, then per round one to drop the victim and one (rarely two, when its join
     # meets a rebalance under way) to take it back. A loop of evictions runs far past this.
     assert verdict.generations <= 2 + 3 * rounds, verdict.line()
@@ -378,4 +378,4 @@ def test_the_broker_leading_input_decisions_and_changelog_killed_under_load(
     assert verdict.lost == 0, verdict.problems
     assert not verdict.problems
     if guarantee == "exactly_once":
-        assert verdict.duplicates == 0
+        assert (verdict.duplicates, verdict.repeated_dead_letters) == (0, 0), verdict.line()

@@ -159,7 +159,7 @@ def test_a_worker_sigkilled_twice_restarts_on_its_local_store_under_load(
     # Each crash is followed by one open of each task's store (a rebalance inside the restarted
     # process could open one again: at least once, then).
     if guarantee == "exactly_once":
-        assert verdict.duplicates == 0
+        assert (verdict.duplicates, verdict.repeated_dead_letters) == (0, 0), verdict.line()
         # An unclean stop under exactly-once: each task's store is wiped and restored in full.
         assert opened_at_least(UNCLEAN, worker, deployment.partitions, 2), worker.log_tail()
     else:
