@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from tests.reliability.checker import (
     generations,
     max_pause_by_partition,
@@ -70,7 +71,7 @@ class Letter:
 
 def _letter(topic: str, partition: int, offset: int, reason: str = "invalid_value") -> Letter:
     where = {"topic": topic, "partition": str(partition), "offset": str(offset), "reason": reason}
-    return Letter([(f"claimstream.error.{name}", value.encode()) for name, value in where.items()])
+    return Letter([(ERROR_HEADER_PREFIX + name, value.encode()) for name, value in where.items()])
 
 
 def test_a_dead_letter_repeats_when_its_input_record_was_dead_lettered_before() -> None:
@@ -79,8 +80,8 @@ def test_a_dead_letter_repeats_when_its_input_record_was_dead_lettered_before() 
         _letter("claims", 1, 7),  # another partition's record at the same offset
         _letter("claims.rekeyed", 0, 7),  # another topic's
         _letter("claims", 0, 7),  # redelivered and rejected again
-        Letter([("claimstream.error.reason", b"invalid_value")]),  # names no record
-        Letter([("claimstream.error.reason", b"invalid_value")]),
+        Letter([(ERROR_HEADER_PREFIX + "reason", b"invalid_value")]),  # names no record
+        Letter([(ERROR_HEADER_PREFIX + "reason", b"invalid_value")]),
     ]
     assert repeated_dead_letters(letters) == 1
     assert repeated_dead_letters(letters[:3]) == 0
