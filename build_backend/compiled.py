@@ -46,21 +46,28 @@ COMPILED: dict[str, str] = {
     # referable (streams.arbiter.sources keys its ledgers by store), which a native class is not;
     # pipeline.outputs stays interpreted: tests/pipeline/test_emit_retry.py replaces an Outputs'
     # `emit` on the instance, which a native class refuses.
-    "streams.core.engine": f"the rules table and its steps: {_ENGINE}",
-    "streams.core.rulebook": f"the table's context and step results, split from engine: {_ENGINE}",
-    "streams.core.agreement": f"the steps' value comparisons: {_ENGINE}",
-    "streams.core.arbitration": f"the decision record and its id: {_ENGINE}",
-    "streams.core.shortcuts.fused": f"the rules in one pass for plain keys: {_ENGINE}",
-    "streams.core.members": f"the constants the engine reads, as C statics: {_MEMBERS}",
-    "streams.core.shortcuts.incremental": f"the one-claim shortcut of add_claim: {_CLAIM}",
-    "streams.core.normalize": f"per-claim normalization and values_agree: {_CLAIM}",
-    "streams.core.intake": f"admit, once per claim: {_CLAIM}",
-    "streams.core.keystate": f"the key's transitions, once per claim: {_TRANSITIONS}",
-    "streams.core.summary": f"the decision summaries those transitions make: {_TRANSITIONS}",
-    "streams.core.journal": f"the state's stored form, once per changed key: {_CLAIM}",
-    "streams.core.instants": f"micros and instant, several times a claim: {_INSTANTS}",
-    "streams.core.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
-    "streams.core.bounds": f"the intake's bounds and a claim's bytes, once per claim: {_BOUNDS}",
+    "streams.core.rules.engine": f"the rules table and its steps: {_ENGINE}",
+    "streams.core.rules.rulebook": (
+        f"the table's context and step results, split from engine: {_ENGINE}"
+    ),
+    "streams.core.decision.agreement": f"the steps' value comparisons: {_ENGINE}",
+    "streams.core.decision.arbitration": f"the decision record and its id: {_ENGINE}",
+    "streams.core.rules.shortcuts.fused": f"the rules in one pass for plain keys: {_ENGINE}",
+    "streams.core.records.members": f"the constants the engine reads, as C statics: {_MEMBERS}",
+    "streams.core.rules.shortcuts.incremental": f"the one-claim shortcut of add_claim: {_CLAIM}",
+    "streams.core.admission.normalize": f"per-claim normalization and values_agree: {_CLAIM}",
+    "streams.core.admission.intake": f"admit, once per claim: {_CLAIM}",
+    "streams.core.keys.state": f"the key state those transitions read and change: {_TRANSITIONS}",
+    "streams.core.keys.transitions": f"the key's transitions, once per claim: {_TRANSITIONS}",
+    "streams.core.decision.summary": (
+        f"the decision summaries those transitions make: {_TRANSITIONS}"
+    ),
+    "streams.core.keys.journal": f"the state's stored form, once per changed key: {_CLAIM}",
+    "streams.core.records.instants": f"micros and instant, several times a claim: {_INSTANTS}",
+    "streams.core.records.memo": f"normalize's per-policy memo, read per claim: {_CLAIM}",
+    "streams.core.records.bounds": (
+        f"the intake's bounds and a claim's bytes, once per claim: {_BOUNDS}"
+    ),
     "streams.wire.partitioner": "murmur2 of a 31-byte key 27-37 -> 0.4-0.6 µs (3 runs)",
     "streams.wire.claim_reader": "decode_claim 34.6 -> 9.3 µs a claim CPU (23.4 interpreted; 3 runs)",
     # The worker's shell around the core, compiled together: `python -m streams.devkit.bench.shell`

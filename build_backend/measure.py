@@ -3,7 +3,7 @@
 Build tooling, beside the module table it justifies (build_backend/compiled.py). Run it on a
 checkout set up by scripts/setup.sh, after building the candidate in place:
 
-    CLAIMSTREAM_MYPYC_MODULES=streams.core.engine,... python -m build_backend.inplace
+    CLAIMSTREAM_MYPYC_MODULES=streams.core.rules.engine,... python -m build_backend.inplace
     python -m build_backend.measure --rounds 3
 
 Each round runs one fresh process per mode (`CLAIMSTREAM_INTERPRETED=1` for the pure-Python
@@ -28,11 +28,12 @@ from streams.build_info import INTERPRETED
 
 
 def _claim_loop(count: int) -> float:
-    from streams.core.errors import ContractError
-    from streams.core.intake import admit
-    from streams.core.journal import encode_state
-    from streams.core.keystate import KeyState, Limits, add_claim, state_key
-    from streams.core.policy import load_policy
+    from streams.core.admission.intake import admit
+    from streams.core.keys.journal import encode_state
+    from streams.core.keys.state import KeyState, Limits, state_key
+    from streams.core.keys.transitions import add_claim
+    from streams.core.records.errors import ContractError
+    from streams.core.records.policy import load_policy
     from streams.devkit.bench.workload import workload
     from streams.packaged import example_path
 
@@ -56,7 +57,7 @@ def _claim_loop(count: int) -> float:
 
 
 def _worker_loop(count: int) -> float:
-    from streams.core.policy import load_policy
+    from streams.core.records.policy import load_policy
     from streams.devkit.bench.workload import CODEC, workload
     from streams.ops.metrics import Metrics
     from streams.packaged import example_path
@@ -86,7 +87,7 @@ def _worker_loop(count: int) -> float:
 
 def _measure_here(count: int) -> dict[str, object]:
     from streams.build_info import compiled_modules
-    from streams.core.policy import load_policy
+    from streams.core.records.policy import load_policy
     from streams.devkit.bench.inprocess import engine_rate
     from streams.packaged import example_path
 

@@ -33,7 +33,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
 from streams.agents.tool_claims import claim_from_tool_output
-from streams.core.contracts import Claim
+from streams.core.records.contracts import Claim
 
 PAYMENT = "order.payment_status"
 EMAIL = "customer.email_verified"

@@ -21,7 +21,7 @@ for run in 2 3; do
     .venv/bin/python -m pytest -q -p no:cacheprovider -m exactly_once_faults tests/reliability
 done
 echo "== pytest, the shortcuts' equivalence to the rules at 10x the examples"
-.venv/bin/python -m pytest -q tests/core/test_shortcuts.py --examples-scale 10
+.venv/bin/python -m pytest -q tests/core/rules/test_shortcuts.py --examples-scale 10
 if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
     echo "== pytest, the compiled modules interpreted"
     CLAIMSTREAM_INTERPRETED=1 .venv/bin/python -m pytest -q -m "not integration" \

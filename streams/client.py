@@ -25,7 +25,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from streams.core.contracts import (
+from streams.core.admission.intake import admit_resolution
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import (
     Action,
     Claim,
     ClaimStatus,
@@ -34,10 +36,8 @@ from streams.core.contracts import (
     Resolution,
     Value,
 )
-from streams.core.errors import ClaimstreamError, RejectedInput, validation_problems
-from streams.core.intake import admit_resolution
-from streams.core.keystate import state_key
-from streams.core.policy import Policy
+from streams.core.records.errors import ClaimstreamError, RejectedInput, validation_problems
+from streams.core.records.policy import Policy
 from streams.pipeline.authentication import STEWARD_HEADER, alias_payload
 from streams.settings import Settings
 from streams.wire.kafka import client_options

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 
 # The policy schema travels with the policy: its first line names it, for editors.
 EXAMPLE_FILES = ("policy.yaml", "policy.schema.json", "claims.jsonl", "resolutions.jsonl")

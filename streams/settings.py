@@ -24,9 +24,9 @@ from pydantic import (
     model_validator,
 )
 
-from streams.core.bounds import MAX_CLAIM_BYTES, RECORD_BYTES, reserve
-from streams.core.errors import ClaimstreamError, validation_problems
-from streams.core.keystate import Limits
+from streams.core.keys.state import Limits
+from streams.core.records.bounds import MAX_CLAIM_BYTES, RECORD_BYTES, reserve
+from streams.core.records.errors import ClaimstreamError, validation_problems
 from streams.packaged import example_path
 
 ENV_PREFIX = "CLAIMSTREAM_"

@@ -6,7 +6,7 @@ Passing tests keep their output captured (a passing broker test's aiokafka retry
 collected here and shown once, in a "figures" section at the end of the run. A failing test that
 started workers shows what each was doing (its threads' stacks and its log's tail).
 `--examples-scale N` multiplies the examples of the tests that ask: scripts/test.sh runs the
-shortcuts' equivalence to the rules table (tests/core/test_shortcuts.py) again at 10.
+shortcuts' equivalence to the rules table (tests/core/rules/test_shortcuts.py) again at 10.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from streams.client import build_resolution
-from streams.core.contracts import ClaimStatus, Money
-from streams.core.errors import ClaimstreamError
-from streams.core.policy import load_policy
+from streams.core.records.contracts import ClaimStatus, Money
+from streams.core.records.errors import ClaimstreamError
+from streams.core.records.policy import load_policy
 from tests.support.builders import REPO
 
 POLICY = load_policy(REPO / "examples" / "policy.yaml")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import streams.core.engine
+import streams.core.rules.engine
 from build_backend.compiled import GROUP, SWITCH, modules
 from build_backend.inplace import built_extensions
 from streams.build_info import INTERPRETED, compiled_modules, describe
@@ -44,7 +44,7 @@ def _replay(env: dict[str, str], cwd: Path = REPO) -> str:
 
 
 def test_this_run_loads_what_its_mode_says() -> None:
-    engine = streams.core.engine.__file__
+    engine = streams.core.rules.engine.__file__
     assert engine is not None
     if os.environ.get(INTERPRETED) == "1" or not built_extensions():
         assert engine.endswith("engine.py")
@@ -57,12 +57,15 @@ def test_this_run_loads_what_its_mode_says() -> None:
         assert describe() == f"compiled: {', '.join(sorted(modules()))}"
 
 
+WHERE_THE_ENGINE_RUNS_FROM = (
+    "import streams.core.rules.engine as e, streams.build_info as b;"
+    " print(e.__file__, b.describe())"
+)
+
+
 def test_the_interpreted_switch_imports_every_module_from_its_source() -> None:
-    code = (
-        "import streams.core.engine as e, streams.build_info as b; print(e.__file__, b.describe())"
-    )
-    (line,) = _python(code, os.environ | {INTERPRETED: "1"})
-    assert line == f"{REPO / 'streams' / 'core' / 'engine.py'} interpreted"
+    (line,) = _python(WHERE_THE_ENGINE_RUNS_FROM, os.environ | {INTERPRETED: "1"})
+    assert line == f"{REPO / 'streams' / 'core' / 'rules' / 'engine.py'} interpreted"
 
 
 def test_compiled_and_interpreted_replays_agree_byte_for_byte() -> None:
@@ -96,10 +99,7 @@ def test_the_compiled_wheel_loads_its_extension_modules(tmp_path: Path) -> None:
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAIMSTREAM_")}
     env["PYTHONPATH"] = str(unpacked)
-    code = (
-        "import streams.core.engine as e, streams.build_info as b; print(e.__file__, b.describe())"
-    )
-    (line,) = _python(code, env, cwd=empty)
+    (line,) = _python(WHERE_THE_ENGINE_RUNS_FROM, env, cwd=empty)
     engine, described = line.split(" ", 1)
     assert Path(engine).is_relative_to(unpacked), engine
     assert engine.endswith(tuple(EXTENSION_SUFFIXES)), engine

@@ -1,7 +1,7 @@
-"""The package stays readable: its layers import downward only, module, class and function sizes
-are bounded (in the Python beside it too: the build backend, the dashboards' generator, the
-deploy and example scripts), no modules import each other, and each package's docstring names
-every module it holds.
+"""The package stays readable: its layers (and the core's rooms) import downward only, module, class
+and function sizes are bounded (in the Python beside it too: the build backend, the dashboards'
+generator, the deploy and example scripts), no modules import each other, and each package's
+docstring names every module it holds.
 
 Imports are read from the source (every `import`, at module level or inside a function: a lazy
 import hides a cycle, it does not remove it), so the check needs nothing installed.
@@ -31,8 +31,12 @@ LONG_BY_DESIGN = {("streams.cli.main", "build_parser")}
 # face and what every layer reads: its settings, the files it ships, which modules run compiled.
 # The console, the agents' server and the public client sit below the worker because the worker
 # wires the console's routes into its web server; the command line starts everything.
+# The core's rooms come first, in the order a claim flows through them (streams/core's docstring
+# says what each holds): a rule may read a decision's parts, never a key's stored form.
+CORE_ROOMS = ("records", "admission", "decision", "rules", "keys", "timeline", "reading", "sources")
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("streams.core",)),
+    *((f"core.{room}", (f"streams.core.{room}",)) for room in CORE_ROOMS),
     ("foundation", ("streams", "streams.build_info", "streams.packaged", "streams.settings")),
     ("wire", ("streams.wire",)),
     ("ops", ("streams.ops",)),
@@ -235,10 +239,15 @@ def test_the_layers_import_downward_only() -> None:
 
 
 def test_the_direction_check_sees_a_planted_upward_import() -> None:
-    known = {"streams.core.policy", "streams.wire.codec", "streams.worker.app", "streams.cli.main"}
+    known = {
+        "streams.core.records.policy",
+        "streams.wire.codec",
+        "streams.worker.app",
+        "streams.cli.main",
+    }
     sources = {
-        "streams.core.policy": "def load():\n    from streams.wire import codec\n",
-        "streams.wire.codec": "from streams.core import policy\n",
+        "streams.core.records.policy": "def load():\n    from streams.wire import codec\n",
+        "streams.wire.codec": "from streams.core.records import policy\n",
         "streams.worker.app": "import streams.wire.codec\n",
         "streams.cli.main": "from streams.worker.app import create_app\n",
     }
@@ -246,7 +255,33 @@ def test_the_direction_check_sees_a_planted_upward_import() -> None:
         name: _imported(name, name.rpartition(".")[0], ast.parse(src), known)
         for name, src in sources.items()
     }
-    assert _upward(graph) == ["streams.core.policy (core) -> streams.wire.codec (wire)"]
+    assert _upward(graph) == [
+        "streams.core.records.policy (core.records) -> streams.wire.codec (wire)"
+    ]
+
+
+def test_the_direction_check_sees_a_planted_upward_import_inside_the_core() -> None:
+    """A rule may import admission's helpers; admission importing the rules, or a rule reading a
+    key's stored form, runs back up the core's flow."""
+    known = {
+        "streams.core.admission.intake",
+        "streams.core.rules.engine",
+        "streams.core.keys.journal",
+    }
+    sources = {
+        "streams.core.admission.intake": "from streams.core.rules.engine import arbitrate\n",
+        "streams.core.rules.engine": "from streams.core.admission import intake\n"
+        "def f():\n    from streams.core.keys.journal import decode_state\n",
+        "streams.core.keys.journal": "import streams.core.rules.engine\n",
+    }
+    graph = {
+        name: _imported(name, name.rpartition(".")[0], ast.parse(src), known)
+        for name, src in sources.items()
+    }
+    assert _upward(graph) == [
+        "streams.core.admission.intake (core.admission) -> streams.core.rules.engine (core.rules)",
+        "streams.core.rules.engine (core.rules) -> streams.core.keys.journal (core.keys)",
+    ]
 
 
 def _package_of(name: str, path: Path) -> str:

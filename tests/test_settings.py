@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import (
     load_settings,
     setting_variables,

@@ -41,8 +41,9 @@ def cell(text: object) -> str:
 
 
 def code(text: object) -> str:
-    """Inline code in a table cell; empty stays empty."""
-    text = cell(text)
+    """Inline code in a table cell, on one line; empty stays empty. Its pipes stay as they are:
+    the site's tables never split a code span, and would print an escape inside one."""
+    text = " ".join(str(text).split())
     return f"`{text}`" if text else ""
 
 
@@ -205,7 +206,7 @@ def metric_families() -> list[tuple[str, str, tuple[str, ...], str]]:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics import MetricWrapperBase
 
-    from streams.core.policy import load_policy
+    from streams.core.records.policy import load_policy
     from streams.ops.metrics import Metrics
     from streams.ops.stall_watch import StallWatch
     from streams.ops.stalls import LoopLagProbe
@@ -317,7 +318,7 @@ them.
     return page("Avro records", intro, *sections)
 
 
-# --- Rules (streams/core/engine.py RULES) -------------------------------------------------------
+# --- Rules (streams/core/rules/engine.py RULES) ---------------------------------------------------
 
 
 def step_docs() -> dict[str, str]:
@@ -332,7 +333,7 @@ def step_docs() -> dict[str, str]:
 
 
 def rules_page() -> str:
-    from streams.core.engine import RULES
+    from streams.core.rules.engine import RULES
 
     docs = step_docs()
 
@@ -349,9 +350,9 @@ def rules_page() -> str:
     ]
     intro = """
 The steps a key's claims go through, in the order they run (`RULES` in
-`streams/core/engine.py`). Deciding steps run until one returns a verdict; the revising ones run
-after it and may replace it. *Sets* names the context a step writes for later steps; *plain keys*
-says whether it runs on claims without epoch, period or scope. See
+`streams/core/rules/engine.py`). Deciding steps run until one returns a verdict; the revising ones
+run after it and may replace it. *Sets* names the context a step writes for later steps; *plain
+keys* says whether it runs on claims without epoch, period or scope. See
 [how a decision is made](../explanation/how-a-decision-is-made.md).
 """
     headers = ["#", "rule", "role", "sets", "plain keys", "what it does"]
@@ -400,12 +401,12 @@ label followed by the same anchor.
     return page("Alerts", intro, table(headers, rows), *details)
 
 
-# --- Policy file (streams/core/policy.py) ------------------------------------------------------
+# --- Policy file (streams/core/records/policy.py) -------------------------------------------------
 
 
 def policy_models() -> list[type[BaseModel]]:
     """The policy model and every model nested in it, top first."""
-    from streams.core.policy import Policy
+    from streams.core.records.policy import Policy
 
     found: list[type[BaseModel]] = []
     pending: list[type[BaseModel]] = [Policy]
@@ -427,7 +428,7 @@ def _nested_models(annotation: Any) -> list[type[BaseModel]]:
 
 def _policy_type(annotation: Any) -> str:
     text = _type_name(annotation)
-    for prefix in ("streams.core.policy.", "streams.core.contracts.", "datetime."):
+    for prefix in ("streams.core.records.policy.", "streams.core.records.contracts.", "datetime."):
         text = text.replace(prefix, "")
     return text
 
@@ -464,7 +465,7 @@ completes a policy file that starts with a line naming it, as the example policy
 ```
 """
     intro = f"""
-The keys of a policy file (`Policy` in `streams/core/policy.py`), top level first, then each
+The keys of a policy file (`Policy` in `streams/core/records/policy.py`), top level first, then each
 nested block. Durations are written `60s`, `10m`, `24h` or `1d`. `claimstream policy check FILE`
 validates a file.
 {schema}"""
@@ -484,7 +485,7 @@ PAGES: dict[str, Callable[[], str]] = {
 
 
 def policy_schema() -> str:
-    from streams.core.policy_schema import policy_schema_text
+    from streams.core.records.policy_schema import policy_schema_text
 
     return policy_schema_text()
 

@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from streams.client import GateVerdict
-from streams.core.contracts import (
+from streams.core.keys.state import split_key, state_key
+from streams.core.records.contracts import (
     Action,
     ClaimStatus,
     Decision,
@@ -22,8 +23,7 @@ from streams.core.contracts import (
     Outcome,
     Value,
 )
-from streams.core.errors import ClaimstreamError
-from streams.core.keystate import split_key, state_key
+from streams.core.records.errors import ClaimstreamError
 
 SIDES = (EvidenceRole.WINNER, EvidenceRole.CONTESTED, EvidenceRole.QUARANTINED)
 

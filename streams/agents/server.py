@@ -20,7 +20,7 @@ from pydantic import Field
 from streams import __version__
 from streams.agents.facts import ConflictList, Explanation, Fact, PlanCheck, PlanStep, Recorded
 from streams.agents.tools import MAX_WAIT_S, ClaimInput, FactTools
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 
 INSTRUCTIONS = """\
 claimstream reconciles what tools, services and users claim about the same fact and decides by

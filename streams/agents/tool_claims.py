@@ -19,8 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from streams.core.contracts import Claim, ClaimStatus
-from streams.core.errors import ClaimstreamError, validation_problems
+from streams.core.records.contracts import Claim, ClaimStatus
+from streams.core.records.errors import ClaimstreamError, validation_problems
 
 FAILURES = {
     ClaimStatus.NOT_FOUND.value,

@@ -23,7 +23,9 @@ from streams.agents.facts import (
     parse_read,
 )
 from streams.client import ClaimPublisher, FactsClient, judge
-from streams.core.contracts import (
+from streams.core.keys.state import state_key
+from streams.core.reading.explain import explain
+from streams.core.records.contracts import (
     Claim,
     ClaimStatus,
     ConflictKind,
@@ -32,9 +34,7 @@ from streams.core.contracts import (
     Value,
     parse_instant,
 )
-from streams.core.errors import ClaimstreamError, validation_problems
-from streams.core.explain import explain
-from streams.core.keystate import state_key
+from streams.core.records.errors import ClaimstreamError, validation_problems
 from streams.settings import Settings
 
 MAX_WAIT_S = 60.0

@@ -25,8 +25,8 @@ from aiokafka.coordinator.protocol import (
 
 from streams.arbiter.schedule import Schedule
 from streams.arbiter.tasks import Tasks
-from streams.core.arbitration import Arbitration
-from streams.core.keystate import KeyState
+from streams.core.decision.arbitration import Arbitration
+from streams.core.keys.state import KeyState
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from streams.state.task import TaskStore

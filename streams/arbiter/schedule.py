@@ -17,8 +17,8 @@ from collections import ChainMap
 from datetime import datetime
 
 from streams.arbiter.sweep import RolloutSweep
-from streams.core.instants import instant, micros
-from streams.core.keystate import KeyState
+from streams.core.keys.state import KeyState
+from streams.core.records.instants import instant, micros
 from streams.ops.metrics import TIMERS_COUNTED, Metrics
 from streams.state.task import TaskStore, open_since
 

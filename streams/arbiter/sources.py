@@ -1,13 +1,13 @@
 """The source ledger in the worker: settled outcomes judged, kept with the task, reported.
 
 Where it sits: beside the arbiter's loop, after a record is decided. For each decision a record
-emits, `SourceLedgers.settle` asks `streams.core.settlement.settlement_of` whether it settled the
-key's open decision (the key's previous state is still the store's, as the new one is put after),
-adds the judgements to the task's ledger, a task-level record of its store (`LEDGER_KEY`, journaled
-with the batch, so it is restored with the task and rewound with its keys), and counts
-`claimstream_source_settled_total`. `GET /api/sources` (`streams.console.api`) merges the open
-tasks' ledgers, and the peers', into `streams.core.dependence.report`. Nothing here is read by
-arbitration.
+emits, `SourceLedgers.settle` asks `streams.core.sources.settlement.settlement_of` whether it
+settled the key's open decision (the key's previous state is still the store's, as the new one is
+put after), adds the judgements to the task's ledger, a task-level record of its store
+(`LEDGER_KEY`, journaled with the batch, so it is restored with the task and rewound with its keys),
+and counts `claimstream_source_settled_total`. `GET /api/sources` (`streams.console.api`) merges the
+open tasks' ledgers, and the peers', into `streams.core.sources.dependence.report`. Nothing here is
+read by arbitration.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from datetime import date
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from streams.core.contracts import Authority
-from streams.core.dependence import report
-from streams.core.policy import CATCH_ALL, Policy
-from streams.core.settlement import (
+from streams.core.records.contracts import Authority
+from streams.core.records.policy import CATCH_ALL, Policy
+from streams.core.sources.dependence import report
+from streams.core.sources.settlement import (
     Ledger,
     UnknownLedgerFormat,
     decode_ledger,

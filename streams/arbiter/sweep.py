@@ -25,8 +25,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from streams.core.keystate import split_key
-from streams.core.policy import Policy
+from streams.core.keys.state import split_key
+from streams.core.records.policy import Policy
 from streams.state.task import TaskStore
 
 log = logging.getLogger(__name__)

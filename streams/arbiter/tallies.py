@@ -15,8 +15,8 @@ import time
 from collections import Counter
 
 from streams.arbiter.collector import RecordCollector, Unawaited
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import ConflictKind, Outcome
+from streams.core.decision.arbitration import Arbitration
+from streams.core.records.contracts import ConflictKind, Outcome
 from streams.pipeline import Outgoing
 
 log = logging.getLogger(__name__)

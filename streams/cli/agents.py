@@ -11,9 +11,9 @@ import logging
 from typing import Any
 
 from streams.client import FactsClient, api_url
-from streams.core.contracts import Decision, parse_instant
-from streams.core.errors import ClaimstreamError
-from streams.core.explain import explain
+from streams.core.reading.explain import explain
+from streams.core.records.contracts import Decision, parse_instant
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings, load_settings
 
 

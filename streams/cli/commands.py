@@ -31,15 +31,15 @@ from urllib.request import Request, urlopen
 
 from pydantic import ValidationError
 
-from streams.core.contracts import ClaimStatus, Decision, Resolution
-from streams.core.errors import ClaimstreamError
-from streams.core.explain import explain
-from streams.core.policy import load_policy
-from streams.core.policy_history import history_from_lines
-from streams.core.policy_schema import policy_schema_text
-from streams.core.preview import render_answer
-from streams.core.replay import ReplayResult, TimedReplay, replay, replay_with_clock
-from streams.core.suggestions import render, suggest
+from streams.core.reading.explain import explain
+from streams.core.reading.policy_preview import render_answer
+from streams.core.reading.replay import ReplayResult, TimedReplay, replay, replay_with_clock
+from streams.core.records.contracts import ClaimStatus, Decision, Resolution
+from streams.core.records.errors import ClaimstreamError
+from streams.core.records.policy import load_policy
+from streams.core.records.policy_schema import policy_schema_text
+from streams.core.sources.suggestions import render, suggest
+from streams.core.timeline.policy_history import history_from_lines
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
 
@@ -365,7 +365,7 @@ def _resolutions_file(path: Path) -> list[Resolution]:
 
 def _steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
     """Signs as the policy's steward key `--key-id` (which must be bound to `--by`)."""
-    from streams.core.authenticity import ED25519, sign
+    from streams.core.admission.authenticity import ED25519, sign
 
     policy = load_policy(args.policy or settings.policy)
     key = next((k for k in policy.stewards.keys if k.key_id == args.key_id), None)

@@ -22,8 +22,8 @@ from typing import TextIO
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
-from streams.core.authenticity import SIGNED_AT_HEADER
-from streams.core.errors import ClaimstreamError
+from streams.core.admission.authenticity import SIGNED_AT_HEADER
+from streams.core.records.errors import ClaimstreamError
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.settings import Settings
 from streams.wire.kafka import client_options

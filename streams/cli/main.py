@@ -32,9 +32,9 @@ from streams.cli.commands import (
     cmd_worker,
     settings_from,
 )
-from streams.core.contracts import ClaimStatus, parse_instant
-from streams.core.errors import ClaimstreamError
-from streams.core.policy import parse_duration
+from streams.core.records.contracts import ClaimStatus, parse_instant
+from streams.core.records.errors import ClaimstreamError
+from streams.core.records.policy import parse_duration
 from streams.packaged import EXAMPLES_NOW
 from streams.settings import Guarantee
 

@@ -23,27 +23,27 @@ from faust.web import Request, Response, View
 from streams.arbiter.routing import Ownership
 from streams.arbiter.sources import LEDGER_KEY, merged, readable, sources_report
 from streams.client import build_resolution, publish_resolutions
+from streams.console.cluster_preview import (
+    cluster_answer,
+    owned_preview,
+    peer_preview,
+    preview_limit,
+)
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
-from streams.console.preview import cluster_answer, owned_preview, peer_preview, preview_limit
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
-from streams.core import contracts
-from streams.core.asof import NoBeliefAsOf, belief_as_of
-from streams.core.contracts import ClaimStatus, ConflictKind, Resolution
-from streams.core.errors import ClaimstreamError, PolicyError
-from streams.core.explain import explain
-from streams.core.keystate import (
-    KeyState,
-    current_decision,
-    split_key,
-    stale_view,
-    state_key,
-)
-from streams.core.policy import FieldRules, Policy, policy_from_text
-from streams.core.preview import Previewer
-from streams.core.rollout import PolicyHistory, catch_up
-from streams.core.settlement import ledger_document
+from streams.core.keys.state import KeyState, split_key, state_key
+from streams.core.keys.transitions import current_decision, stale_view
+from streams.core.reading.asof import NoBeliefAsOf, belief_as_of
+from streams.core.reading.explain import explain
+from streams.core.reading.policy_preview import Previewer
+from streams.core.records import contracts
+from streams.core.records.contracts import ClaimStatus, ConflictKind, Resolution
+from streams.core.records.errors import ClaimstreamError, PolicyError
+from streams.core.records.policy import FieldRules, Policy, policy_from_text
+from streams.core.sources.settlement import ledger_document
+from streams.core.timeline.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
 from streams.settings import Settings

@@ -20,7 +20,7 @@ from faust.web import Request, Response, View
 from streams.arbiter.routing import Owner
 from streams.console.live import Subscription
 from streams.console.queue import QueueFilter
-from streams.core.settlement import Ledger, ledger_from_document
+from streams.core.sources.settlement import Ledger, ledger_from_document
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import asyncio
 import json
 from typing import Any
 
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import Decision, Money
-from streams.core.keystate import state_key
+from streams.core.decision.arbitration import Arbitration
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Decision, Money
 
 CLIENT_QUEUE = 256
 LAGGED = b"event: lagged\ndata: {}\n\n"

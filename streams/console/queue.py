@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from streams.core.keystate import KeyState, state_key
+from streams.core.keys.state import KeyState, state_key
 
 
 @dataclass(frozen=True, slots=True)

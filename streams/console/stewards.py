@@ -16,7 +16,7 @@ import hmac
 from collections.abc import Iterable
 from enum import StrEnum
 
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 
 MIN_TOKEN_LENGTH = 16

@@ -37,7 +37,7 @@ from streams.console.api import ROUTES, Clock, Console, Route, wall_clock
 from streams.console.forward import Peers
 from streams.console.live import LiveDecisions
 from streams.console.stewards import Refusal, StewardTokens
-from streams.core.rollout import PolicyHistory
+from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import Metrics
 from streams.settings import Settings
 

@@ -1,7 +1,10 @@
-"""The seeds' scenarios as claims, relative to a moment: the example file and the `dev` feed.
+"""The demo's disagreements as claims, relative to a moment: the example file and the `dev` feed.
 
-Each scenario is a few rows of data (`Row`: which source says what about which key, and how long
-ago); `scenario_claims` turns a round's rows into claim dicts. Round 0 sets every scenario up;
+The scenarios are the disagreements the product exists for: a stale replica behind its primary, two
+systems of record that split, a user who remembers paying, a deploy that changed a timeout, a
+renewal whose seat count changed and one whose sources disagree, two agents that measure different
+things. Each scenario is a few rows of data (`Row`: which source says what about which key, and how
+long ago); `scenario_claims` turns a round's rows into claim dicts. Round 0 sets every scenario up;
 later rounds refresh the live ones on new invoices, and round 1 re-observes the timeout.
 """
 

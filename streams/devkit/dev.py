@@ -15,9 +15,9 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from streams.client import ClaimPublisher, DecisionFeed
-from streams.core.contracts import Resolution
-from streams.core.errors import ClaimstreamError
-from streams.core.explain import explain
+from streams.core.reading.explain import explain
+from streams.core.records.contracts import Resolution
+from streams.core.records.errors import ClaimstreamError
 from streams.devkit.brokers import start_broker
 from streams.devkit.demo import scenario_claims, scenario_resolutions
 from streams.settings import LogFormat, Settings

@@ -18,7 +18,7 @@ from typing import Any
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from streams.core.errors import CodecError
+from streams.core.records.errors import CodecError
 from streams.wire.registry import FolderRegistry, RegistryError, schema_id
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from prometheus_client import (
     ProcessCollector,
 )
 
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import EvidenceRole, Outcome
-from streams.core.policy import Policy
+from streams.core.decision.arbitration import Arbitration
+from streams.core.records.contracts import EvidenceRole, Outcome
+from streams.core.records.policy import Policy
 
 OTHER = "_other"
 # The hot path's stages, in the order a claim goes through them (see StageClock).

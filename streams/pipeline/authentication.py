@@ -15,10 +15,10 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from streams.core.authenticity import SourceKey, keyring, verify
-from streams.core.contracts import RejectReason, instant
-from streams.core.errors import ClaimstreamError, ContractError
-from streams.core.policy import Policy, Signing
+from streams.core.admission.authenticity import SourceKey, keyring, verify
+from streams.core.records.contracts import RejectReason, instant
+from streams.core.records.errors import ClaimstreamError, ContractError
+from streams.core.records.policy import Policy, Signing
 from streams.pipeline.records import Incoming
 from streams.settings import Settings
 

@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import Claim, Decision, RejectReason
-from streams.core.errors import RejectedInput
-from streams.core.keystate import Transition
+from streams.core.decision.arbitration import Arbitration
+from streams.core.keys.transitions import Transition
+from streams.core.records.contracts import Claim, Decision, RejectReason
+from streams.core.records.errors import RejectedInput
 from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled, Headers, Incoming, Outgoing
 from streams.settings import Settings

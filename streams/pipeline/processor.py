@@ -16,7 +16,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from time import perf_counter
 
-from streams.core.contracts import (
+from streams.core.admission.intake import admit_micros, admit_resolution, skew_us
+from streams.core.keys.state import KeyState, state_key
+from streams.core.keys.transitions import Transition, add_resolution, apply_claim
+from streams.core.records.contracts import (
     EvidenceRole,
     LeanClaim,
     Outcome,
@@ -24,17 +27,9 @@ from streams.core.contracts import (
     instant,
     micros_from_seconds,
 )
-from streams.core.errors import RejectedInput
-from streams.core.intake import admit_micros, admit_resolution, skew_us
-from streams.core.keystate import (
-    KeyState,
-    Transition,
-    add_resolution,
-    apply_claim,
-    state_key,
-)
-from streams.core.policy import Policy
-from streams.core.rollout import PolicyHistory, catch_up
+from streams.core.records.errors import RejectedInput
+from streams.core.records.policy import Policy
+from streams.core.timeline.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
 from streams.pipeline.outputs import Outputs
@@ -265,7 +260,7 @@ class Processor:
     def _policy_of(self, state: KeyState | None, policy: Policy, now: datetime) -> Policy:
         """The policy a record at `now` is decided under: the one in force then (`policy`), or
         for a key whose clock is past `now` (a late record) the one in force at the key's clock:
-        a key's clock never runs backwards (`keystate._decide`), nor does its policy."""
+        a key's clock never runs backwards (`transitions._decide`), nor does its policy."""
         last = state.current if state is not None else None
         if last is None or last.decided_at <= now:
             return policy

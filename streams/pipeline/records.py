@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams.core.arbitration import Arbitration
-from streams.core.keystate import KeyState
+from streams.core.decision.arbitration import Arbitration
+from streams.core.keys.state import KeyState
 
 Headers = tuple[tuple[str, bytes], ...]
 

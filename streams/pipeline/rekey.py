@@ -13,8 +13,8 @@ import functools
 from collections.abc import Callable
 from typing import TypeVar
 
-from streams.core.contracts import LeanClaim, Resolution, SourceClass
-from streams.core.keystate import split_key, state_key
+from streams.core.keys.state import split_key, state_key
+from streams.core.records.contracts import LeanClaim, Resolution, SourceClass
 from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
 from streams.settings import Settings

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from streams.core.keystate import KeyState
+from streams.core.keys.state import KeyState
 
 # What each part of a decoded state retains, measured with tracemalloc on each state decoded
 # from the journal (5,400 keys of three generated workloads, 3,000-20,000 claims over 200-5,000

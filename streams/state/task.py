@@ -22,10 +22,10 @@ from typing import Literal
 
 import msgspec
 
-from streams.core.contracts import OPEN_OUTCOMES
-from streams.core.instants import micros
-from streams.core.journal import UnknownStateFormat, decode_state, encode_state
-from streams.core.keystate import KeyState
+from streams.core.keys.journal import UnknownStateFormat, decode_state, encode_state
+from streams.core.keys.state import KeyState
+from streams.core.records.contracts import OPEN_OUTCOMES
+from streams.core.records.instants import micros
 from streams.state.cache import StateCache
 from streams.state.keystore import RESERVED, Changes, KeyStore, MemoryKeyStore, Timer
 
@@ -50,13 +50,13 @@ def timer_of(state: KeyState) -> Timer | None:
 
 
 class _Decided(msgspec.Struct, rename={"outcome": "o"}):
-    """A stored decision summary (`streams.core.stored.StoredSummary`): its outcome alone."""
+    """A stored decision summary (`streams.core.keys.stored.StoredSummary`): its outcome alone."""
 
     outcome: str
 
 
 class _Timing(msgspec.Struct):
-    """The fields of a stored state (`streams.core.stored.StoredState`, journal version 4) that
+    """The fields of a stored state (`streams.core.keys.stored.StoredState`, journal version 4) that
     say its timer; the rest of the record is skipped unread."""
 
     version: Literal[4]

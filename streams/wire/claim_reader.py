@@ -24,7 +24,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from streams.core.contracts import ClaimStatus, LeanClaim, Money, SourceClass, constructed, instant
+from streams.core.records.contracts import (
+    ClaimStatus,
+    LeanClaim,
+    Money,
+    SourceClass,
+    constructed,
+    instant,
+)
 
 STATUS_SYMBOLS = ("present", "not_found", "forbidden", "unavailable", "error")
 SOURCE_CLASS_SYMBOLS = ("observation", "user", "inference")

@@ -23,7 +23,8 @@ from typing import Any, TypeVar, get_args
 import fastavro
 from pydantic import BaseModel, ValidationError
 
-from streams.core.contracts import (
+from streams.core.admission.intake import parse_claim
+from streams.core.records.contracts import (
     CLAIM_FIELDS,
     ClaimStatus,
     LeanClaim,
@@ -34,8 +35,7 @@ from streams.core.contracts import (
     instant,
     micros,
 )
-from streams.core.errors import CodecError
-from streams.core.intake import parse_claim
+from streams.core.records.errors import CodecError
 from streams.packaged import schema_dir
 from streams.wire.avro_writer import compile_writer
 from streams.wire.claim_reader import LAYOUT, layout, read_claim

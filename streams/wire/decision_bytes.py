@@ -22,11 +22,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import EvidenceRole, RejectReason
-from streams.core.errors import ClaimstreamError, CodecError
-from streams.core.intake import AdmittedClaim
-from streams.core.side_records import evidence_fields
+from streams.core.admission.intake import AdmittedClaim
+from streams.core.decision.arbitration import Arbitration
+from streams.core.decision.side_records import evidence_fields
+from streams.core.records.contracts import EvidenceRole, RejectReason
+from streams.core.records.errors import ClaimstreamError, CodecError
 from streams.wire.avro_writer import Fields, long_bytes, record_fields
 from streams.wire.codec import expanded_schema, to_avro
 

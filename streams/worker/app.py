@@ -25,11 +25,11 @@ from streams.arbiter.loop import Arbiter
 from streams.arbiter.routing import Ownership
 from streams.console.api import Console
 from streams.console.web import register_console
-from streams.core.contracts import ConflictKind, Outcome
-from streams.core.errors import RejectedInput
-from streams.core.normalize import normalize_string
-from streams.core.policy import Policy, StringCase, load_policy
-from streams.core.rollout import PolicyHistory
+from streams.core.admission.normalize import normalize_string
+from streams.core.records.contracts import ConflictKind, Outcome
+from streams.core.records.errors import RejectedInput
+from streams.core.records.policy import Policy, StringCase, load_policy
+from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.health import LagProbe, Pulse, report_health
 from streams.ops.metrics import Metrics
 from streams.ops.stall_watch import StallWatch, stall_view

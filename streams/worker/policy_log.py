@@ -32,10 +32,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from mode import Service
 
-from streams.core.errors import ClaimstreamError, RejectedInput
-from streams.core.policy import Policy
-from streams.core.policy_history import history_from_lines, history_line
-from streams.core.rollout import PolicyHistory
+from streams.core.records.errors import ClaimstreamError, RejectedInput
+from streams.core.records.policy import Policy
+from streams.core.timeline.policy_history import history_from_lines, history_line
+from streams.core.timeline.rollout import PolicyHistory
 from streams.pipeline.authentication import STEWARD_HEADER, Authentication
 from streams.pipeline.processor import Processor
 from streams.settings import Settings

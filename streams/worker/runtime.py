@@ -22,10 +22,10 @@ import faust
 from aiokafka import AIOKafkaConsumer
 
 from streams.client import ClaimPublisher
-from streams.core.contracts import Claim, Decision, EpochChange, ReobserveRequest
-from streams.core.errors import ClaimstreamError
-from streams.core.intake import parse_claim
-from streams.core.policy import load_policy
+from streams.core.admission.intake import parse_claim
+from streams.core.records.contracts import Claim, Decision, EpochChange, ReobserveRequest
+from streams.core.records.errors import ClaimstreamError
+from streams.core.records.policy import load_policy
 from streams.ops.logs import configure_logging
 from streams.ops.stalls import tune_collector
 from streams.pipeline.authentication import principal_topics

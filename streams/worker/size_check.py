@@ -1,11 +1,11 @@
 """Whether the topics that carry a key's largest records take them: checked at start, after the
 topics are ensured (`topics.ensure_topics`).
 
-A decision repeats its key's kept claims, a changelog record holds them, and a dead letter holds
-the record it refuses. The worker keeps those within `Settings.max_record_bytes`
-(`streams.core.bounds`); a topic whose `max.message.bytes` is below it would refuse such a record
-for good, and the partition's commit with it. So the worker refuses to start, naming the topic,
-its limit and the two ways out. A broker that does not answer DescribeConfigs (no ACL, or a
+A decision repeats its key's kept claims, a changelog record holds them, and a dead letter holds the
+record it refuses. The worker keeps those within `Settings.max_record_bytes`
+(`streams.core.records.bounds`); a topic whose `max.message.bytes` is below it would refuse such a
+record for good, and the partition's commit with it. So the worker refuses to start, naming the
+topic, its limit and the two ways out. A broker that does not answer DescribeConfigs (no ACL, or a
 Kafka-compatible broker without it) is warned of, and the worker starts.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 from streams.wire.kafka import client_options
 from streams.worker.retention import COMPACTED, topic_configs, warn_short_retention

@@ -7,8 +7,8 @@ import pytest
 from mcp.types import CallToolResult, TextContent
 
 from streams.agents.tool_claims import claim_from_tool_output
-from streams.core.contracts import ClaimStatus, Money
-from streams.core.errors import ClaimstreamError
+from streams.core.records.contracts import ClaimStatus, Money
+from streams.core.records.errors import ClaimstreamError
 
 WHERE = {"subject": "invoice:42", "field": "order.payment_status", "source": "billing-api"}
 

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from streams.arbiter.loop import Arbiter
-from streams.core.instants import micros
-from streams.core.policy import load_policy
+from streams.core.records.instants import micros
+from streams.core.records.policy import load_policy
 from streams.ops.health import Pulse
 from streams.ops.metrics import Metrics
 from streams.pipeline import Processor

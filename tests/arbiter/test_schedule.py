@@ -12,8 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streams.arbiter.schedule import Schedule
-from streams.core.instants import instant, micros
-from streams.core.keystate import KeyState
+from streams.core.keys.state import KeyState
+from streams.core.records.instants import instant, micros
 from streams.state.cache import StateCache
 from streams.state.keystore import Changes, Timer
 from streams.state.task import TaskStore

@@ -8,9 +8,9 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry
 
 from streams.arbiter.sources import LEDGER_KEY, SourceLedgers, ledger_of, merged, sources_report
-from streams.core.contracts import Resolution
-from streams.core.intake import admit
-from streams.core.keystate import Transition, add_resolution, apply_claim
+from streams.core.admission.intake import admit
+from streams.core.keys.transitions import Transition, add_resolution, apply_claim
+from streams.core.records.contracts import Resolution
 from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled
 from streams.state.cache import StateCache

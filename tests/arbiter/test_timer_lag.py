@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from streams.arbiter.schedule import Schedule
-from streams.core.keystate import KeyState
+from streams.core.keys.state import KeyState
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
 

@@ -15,7 +15,7 @@ import pytest
 
 from streams.arbiter.sources import sources_report
 from streams.cli.main import main
-from streams.core.settlement import Ledger
+from streams.core.sources.settlement import Ledger
 from tests.support.builders import NOW, POLICY
 from tests.support.settlements import synthetic
 
@@ -85,9 +85,9 @@ def test_suggest_names_a_worker_that_does_not_answer(
 
 
 def test_an_authority_to_review_is_an_edit_of_the_field_authorities() -> None:
-    from streams.core.contracts import Authority
-    from streams.core.dependence import report
-    from streams.core.suggestions import suggest
+    from streams.core.records.contracts import Authority
+    from streams.core.sources.dependence import report
+    from streams.core.sources.suggestions import suggest
     from tests.support.settlements import AUTHORITIES, FIELD
 
     ledger = Ledger()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from streams.console.live import CLIENT_QUEUE, END, LAGGED, LiveDecisions, Unavailable
-from streams.core.contracts import Decision, Money
+from streams.core.records.contracts import Decision, Money
 
 AT = datetime(2026, 11, 30, 9, 14, tzinfo=UTC)
 

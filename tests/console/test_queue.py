@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from streams.console.queue import QueueFilter, local_rows, merge
-from streams.core.intake import admit
-from streams.core.keystate import KeyState, add_claim
-from streams.core.policy import Policy, load_policy
+from streams.core.admission.intake import admit
+from streams.core.keys.state import KeyState
+from streams.core.keys.transitions import add_claim
+from streams.core.records.policy import Policy, load_policy
 from tests.support.builders import REPO, claim
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")

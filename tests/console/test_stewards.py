@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from streams.console.stewards import Refusal, StewardTokens
-from streams.core.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 
 ANN = "ann-0123456789abcdef"

@@ -9,7 +9,7 @@ import pytest
 
 from streams.console.api import duration_text, parse_instant, rules_json
 from streams.console.web import CONTENT_SECURITY_POLICY, static_assets
-from streams.core.policy import load_policy
+from streams.core.records.policy import load_policy
 from tests.support.builders import REPO
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.policy import Policy, load_policy
+from streams.core.records.policy import Policy, load_policy
 from tests.support.builders import REPO
 
 

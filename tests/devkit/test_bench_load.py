@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
 from streams.devkit.bench.load import FRESH, FRESH_PREFIX, fresh_claims
 from streams.devkit.bench.workload import CODEC, PAID, payment
 

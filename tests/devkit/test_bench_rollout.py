@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from streams.core.contracts import Decision
-from streams.core.policy import load_policy, policy_from_text
+from streams.core.records.contracts import Decision
+from streams.core.records.policy import load_policy, policy_from_text
 from streams.devkit.bench.rollout import RolloutWatch, rollout_phase, rollout_policy
 from streams.devkit.bench.scale import FIELD, lean_claims, publish
 from streams.devkit.bench.worker import BenchWorker, worker_env

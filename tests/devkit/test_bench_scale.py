@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from streams.cli.main import build_parser
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
 from streams.devkit.bench.scale import DEFAULT_KEYS, FIELD, disk_bytes, lean_claims
 from streams.devkit.bench.workload import CODEC
 

@@ -47,8 +47,17 @@ def rows(text: str) -> dict[str, str]:
 
 
 def cells(line: str) -> list[str]:
-    """A table row's cells, stripped; an escaped pipe stays inside its cell."""
-    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+    """A table row's cells, stripped; a pipe inside a code span, or escaped, stays in its cell."""
+    found, current, in_code, escaped = [], "", False, False
+    for char in line.strip()[1:]:
+        if char == "|" and not in_code and not escaped:
+            found.append(current.strip())
+            current = ""
+            continue
+        in_code ^= char == "`"
+        escaped = char == "\\" and not escaped
+        current += char
+    return found
 
 
 def headed(text: str) -> dict[str, str]:

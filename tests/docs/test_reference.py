@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import markdown
 import pytest
 import yaml
 from markdown.extensions.toc import slugify
@@ -18,8 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from streams.cli.main import build_parser
 from streams.console.api import ROUTES
-from streams.core.engine import RULES
-from streams.core.policy import Policy, load_policy
+from streams.core.records.policy import Policy, load_policy
+from streams.core.rules.engine import RULES
 from streams.ops.metrics import Metrics
 from streams.ops.stall_watch import StallWatch
 from streams.ops.stalls import LoopLagProbe
@@ -174,6 +175,16 @@ def test_every_setting_and_topic_has_a_description_in_the_model() -> None:
         if not field.description
     ]
     assert undescribed == []
+
+
+def test_a_type_with_a_pipe_reads_as_written_in_the_sites_tables() -> None:
+    """The site's Markdown (its table and inline-code extensions) keeps a code span whole and
+    prints a backslash inside one as it is: `str | None` must reach the page as that."""
+    html = markdown.markdown(
+        generated("reference/settings.md"), extensions=["tables", "pymdownx.inlinehilite"]
+    )
+    assert "<code>str | None</code>" in html
+    assert "\\|" not in html
 
 
 def test_the_settings_check_finds_a_setting_left_out() -> None:
@@ -363,7 +374,7 @@ def test_a_command_added_to_the_parser_appears_on_the_cli_page(
 
 
 def test_the_policy_schema_is_published_beside_the_policy_page() -> None:
-    from streams.core.policy_schema import policy_schema_text
+    from streams.core.records.policy_schema import policy_schema_text
 
     assert HOOK_MODULE.EXTRA_FILES["reference/policy.schema.json"]() == policy_schema_text()
     assert "](policy.schema.json)" in generated("reference/policy-file.md")

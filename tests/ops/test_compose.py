@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from streams.core.policy import parse_policy
+from streams.core.records.policy import parse_policy
 from tests.ops.kustomize import KUBERNETES, REPO, rendered, rendered_kind
 
 COMPOSE = REPO / "docker-compose.yml"

@@ -5,7 +5,7 @@ worker and Prometheus: tests/ops/test_live_prometheus.py."""
 
 from __future__ import annotations
 
-from streams.core.policy import load_policy
+from streams.core.records.policy import load_policy
 from streams.ops.health import Pulse
 from streams.ops.metrics import Metrics
 from streams.settings import Settings

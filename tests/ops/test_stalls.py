@@ -9,8 +9,8 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from streams.core.journal import encode_state
-from streams.core.keystate import KeyState
+from streams.core.keys.journal import encode_state
+from streams.core.keys.state import KeyState
 from streams.ops.stalls import (
     COLLECTOR_HOOKS,
     CollectorHooks,

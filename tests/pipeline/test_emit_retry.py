@@ -13,9 +13,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.journal import decode_state, encode_state
-from streams.core.keystate import KeyState, state_key
-from streams.core.policy import Policy, load_policy
+from streams.core.keys.journal import decode_state, encode_state
+from streams.core.keys.state import KeyState, state_key
+from streams.core.records.policy import Policy, load_policy
 from streams.ops.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Processor, TaskCorrupted
 from streams.pipeline.rekey import HEADER_DUE, HEADER_KIND, KIND_TICK, partition_of

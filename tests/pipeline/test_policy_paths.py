@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import yaml
 
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import KeyState, state_key
-from streams.core.policy import Policy, policy_from_text
-from streams.core.replay import replay_with_clock
-from streams.core.rollout import InForce, PolicyHistory
+from streams.core.keys.state import KeyState, state_key
+from streams.core.reading.replay import replay_with_clock
+from streams.core.records.contracts import Claim, Decision
+from streams.core.records.policy import Policy, policy_from_text
+from streams.core.timeline.rollout import InForce, PolicyHistory
 from streams.ops.metrics import Metrics
 from streams.packaged import example_path
 from streams.pipeline import Handled, Incoming, Processor

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams.core.authenticity import sign
-from streams.core.contracts import Claim, Resolution
-from streams.core.keystate import KeyState, state_key
-from streams.core.policy import Policy, load_policy
+from streams.core.admission.authenticity import sign
+from streams.core.keys.state import KeyState, state_key
+from streams.core.records.contracts import Claim, Resolution
+from streams.core.records.policy import Policy, load_policy
 from streams.ops.metrics import Metrics
 from streams.pipeline import Handled, Incoming, Processor
 from streams.settings import Settings
@@ -130,7 +130,7 @@ def test_unproven_sources_are_dead_lettered_as_unauthenticated(
 
 
 def test_a_missing_secret_is_a_startup_error(tmp_path: Path) -> None:
-    from streams.core.errors import ClaimstreamError
+    from streams.core.records.errors import ClaimstreamError
 
     policy = secured_policy(tmp_path)
     with pytest.raises(ClaimstreamError, match="BILLING_KEY"):

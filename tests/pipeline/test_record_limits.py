@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
+from streams.core.records.policy import load_policy
 from streams.ops.metrics import Metrics
 from streams.pipeline import Incoming, Processor
 from streams.settings import Settings

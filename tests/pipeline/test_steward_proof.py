@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from streams.cli.commands import _steward_signer
-from streams.core.authenticity import sign
-from streams.core.contracts import Resolution
-from streams.core.errors import ClaimstreamError, ContractError
-from streams.core.keystate import state_key
-from streams.core.policy import Policy, load_policy
+from streams.core.admission.authenticity import sign
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Resolution
+from streams.core.records.errors import ClaimstreamError, ContractError
+from streams.core.records.policy import Policy, load_policy
 from streams.ops.metrics import Metrics
 from streams.pipeline import Incoming, Processor
 from streams.pipeline.authentication import STEWARD_HEADER, alias_payload

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from streams.core.contracts import Claim, Decision, Outcome
-from streams.core.keystate import KeyState, state_key
-from streams.core.policy import load_policy
+from streams.core.keys.state import KeyState, state_key
+from streams.core.records.contracts import Claim, Decision, Outcome
+from streams.core.records.policy import load_policy
 from streams.ops.metrics import Metrics
 from streams.packaged import example_path
 from streams.pipeline import Handled, Incoming, Processor

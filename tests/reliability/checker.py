@@ -30,11 +30,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
-from streams.core.contracts import Claim, Decision
-from streams.core.journal import decode_state
-from streams.core.keystate import KeyState, state_key
-from streams.core.policy import Policy, load_policy
-from streams.core.replay import ReplayResult, replay
+from streams.core.keys.journal import decode_state
+from streams.core.keys.state import KeyState, state_key
+from streams.core.reading.replay import ReplayResult, replay
+from streams.core.records.contracts import Claim, Decision
+from streams.core.records.policy import Policy, load_policy
 from streams.devkit.brokers import KafkaCluster
 from streams.pipeline.outputs import ERROR_HEADER_PREFIX
 from streams.settings import Settings
@@ -380,8 +380,8 @@ def describe_keys(
 
 def workload(count: int, seed: int) -> list[Claim]:
     """Valid claims over a few hundred keys, with contention, staleness and policy rejections."""
-    from streams.core.errors import ContractError
-    from streams.core.intake import parse_claim
+    from streams.core.admission.intake import parse_claim
+    from streams.core.records.errors import ContractError
     from streams.devkit.synthetic import generate_claims
 
     claims = []

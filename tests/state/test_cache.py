@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.contracts import Claim
-from streams.core.errors import ContractError
-from streams.core.intake import admit, parse_claim
-from streams.core.journal import decode_state, encode_state
-from streams.core.keystate import KeyState, Limits, add_claim, state_key
+from streams.core.admission.intake import admit, parse_claim
+from streams.core.keys.journal import decode_state, encode_state
+from streams.core.keys.state import KeyState, Limits, state_key
+from streams.core.keys.transitions import add_claim
+from streams.core.records.contracts import Claim
+from streams.core.records.errors import ContractError
 from streams.devkit.synthetic import generate_claims
 from streams.state.cache import KEY_BYTES, StateCache, decoded_bytes
 from streams.state.task import TaskStore

@@ -9,7 +9,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.instants import micros
+from streams.core.records.instants import micros
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
 from tests.support.builders import NOW

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.instants import EPOCH
-from streams.core.journal import UnknownStateFormat, decode_state, encode_state
-from streams.core.keystate import KeyState
+from streams.core.keys.journal import UnknownStateFormat, decode_state, encode_state
+from streams.core.keys.state import KeyState
+from streams.core.records.instants import EPOCH
 from streams.state import task
 from streams.state.cache import StateCache
 from streams.state.keystore import MemoryKeyStore, Timer

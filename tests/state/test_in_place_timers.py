@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.contracts import Claim
-from streams.core.instants import micros
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
+from streams.core.records.instants import micros
+from streams.core.records.policy import load_policy
 from streams.ops.metrics import Metrics
 from streams.packaged import example_path
 from streams.pipeline import Incoming, Processor

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams.core.keystate import KeyState
+from streams.core.keys.state import KeyState
 from streams.state.cache import StateCache
 from streams.state.rocks import Budget, RocksKeyStore
 from streams.state.task import TaskStore

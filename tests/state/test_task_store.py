@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.journal import encode_state
-from streams.core.keystate import KeyState
+from streams.core.keys.journal import encode_state
+from streams.core.keys.state import KeyState
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore
 from tests.support.builders import state_of

@@ -25,12 +25,12 @@ from typing import Any
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.core.contracts import Claim, Decision, RejectReason
-from streams.core.errors import ContractError
-from streams.core.intake import parse_claim
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
-from streams.core.replay import replay
+from streams.core.admission.intake import parse_claim
+from streams.core.keys.state import state_key
+from streams.core.reading.replay import replay
+from streams.core.records.contracts import Claim, Decision, RejectReason
+from streams.core.records.errors import ContractError
+from streams.core.records.policy import load_policy
 from streams.devkit.brokers import free_port
 from streams.devkit.synthetic import generate_claims
 from streams.settings import Topics

@@ -28,7 +28,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from pydantic import SecretStr
 
 from streams.client import ClaimPublisher, DecisionFeed, build_resolution, publish_resolutions
-from streams.core.contracts import Decision
+from streams.core.records.contracts import Decision
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings, Topics
 from streams.worker.retention import retention_wanted, topic_configs

@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from streams.client import ClaimPublisher, DecisionFeed, FactsClient
-from streams.core.contracts import Action
+from streams.core.records.contracts import Action
 from streams.devkit.brokers import KafkaBroker, free_port
 from streams.devkit.demo import MARCH_12, scenario_claims
 from streams.settings import Settings

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from streams.arbiter.loop import Arbiter
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
+from streams.core.records.policy import load_policy
 from streams.devkit.brokers import KafkaBroker
 from streams.ops.health import LagProbe, Pulse, report_health
 from streams.ops.metrics import Metrics

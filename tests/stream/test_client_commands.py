@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from streams.client import DecisionFeed
-from streams.core.contracts import Decision, Outcome
+from streams.core.records.contracts import Decision, Outcome
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import load_settings
 from tests.stream.support import REPO, Deployment

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
-from streams.core.keystate import split_key, state_key
+from streams.core.keys.state import split_key, state_key
 from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
 from streams.pipeline.rekey import partition_of

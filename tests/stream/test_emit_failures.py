@@ -18,8 +18,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim, Decision
 from streams.devkit import registry_server
 from streams.devkit.brokers import KafkaBroker
 from streams.wire.registry import FolderRegistry, WireCodec

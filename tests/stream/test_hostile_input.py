@@ -44,9 +44,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from streams.core.contracts import Claim, Decision, Resolution
-from streams.core.journal import decode_state
-from streams.core.keystate import KeyState, state_key
+from streams.core.keys.journal import decode_state
+from streams.core.keys.state import KeyState, state_key
+from streams.core.records.contracts import Claim, Decision, Resolution
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings
 from streams.state.keystore import RESERVED

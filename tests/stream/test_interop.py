@@ -19,10 +19,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
-from streams.core.replay import replay
+from streams.core.keys.state import state_key
+from streams.core.reading.replay import replay
+from streams.core.records.contracts import Claim
+from streams.core.records.policy import load_policy
 from streams.devkit.brokers import KafkaBroker
 from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.pipeline.rekey import partition_of

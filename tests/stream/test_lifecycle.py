@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from streams.core.contracts import Decision
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Decision
 from streams.devkit.brokers import KafkaBroker, free_port
 from tests.stream.support import (
     CODEC,

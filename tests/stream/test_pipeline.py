@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim, Decision
 from streams.devkit.brokers import KafkaBroker, TansuBroker
 from streams.pipeline.rekey import partition_of
 from tests.stream.support import (

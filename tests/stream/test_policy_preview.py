@@ -27,12 +27,12 @@ import yaml
 from aiokafka import AIOKafkaProducer
 
 from streams.cli.main import main
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
-from streams.core.preview import Gist
-from streams.core.replay import replay_with_clock
-from streams.core.rollout import InForce, PolicyHistory
+from streams.core.keys.state import state_key
+from streams.core.reading.policy_preview import Gist
+from streams.core.reading.replay import replay_with_clock
+from streams.core.records.contracts import Claim, Decision
+from streams.core.records.policy import load_policy
+from streams.core.timeline.rollout import InForce, PolicyHistory
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import CODEC, REPO, Deployment, read_topic, start_ready
 

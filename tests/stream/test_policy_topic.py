@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 from aiokafka import AIOKafkaProducer
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
-from streams.core.policy_history import history_from_lines
-from streams.core.replay import replay_with_clock
+from streams.core.keys.state import state_key
+from streams.core.reading.replay import replay_with_clock
+from streams.core.records.contracts import Claim
+from streams.core.timeline.policy_history import history_from_lines
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import (
     CODEC,

@@ -16,8 +16,8 @@ import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim, Decision
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import CODEC, REPO, Deployment
 

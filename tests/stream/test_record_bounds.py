@@ -28,10 +28,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
-from streams.core.replay import replay
+from streams.core.keys.state import state_key
+from streams.core.reading.replay import replay
+from streams.core.records.contracts import Claim, Decision
+from streams.core.records.policy import load_policy
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import CODEC, Deployment, produce, read_topic, write_policy
 

@@ -22,8 +22,8 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
 from streams.client import build_resolution, publish_resolutions
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
+from streams.core.keys.state import state_key
+from streams.core.records.policy import load_policy
 from streams.devkit.demo import scenario_claims
 from tests.stream.browser import (
     CHROMIUM,

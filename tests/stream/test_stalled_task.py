@@ -22,8 +22,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import (
     CODEC,

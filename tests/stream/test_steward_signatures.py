@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from streams.client import ClaimPublisher, build_resolution, publish_resolutions
-from streams.core.authenticity import sign
-from streams.core.keystate import state_key
+from streams.core.admission.authenticity import sign
+from streams.core.keys.state import state_key
 from streams.settings import Settings
 from tests.stream.support import REPO, Deployment, read_topic
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from streams.core.contracts import Claim, Outcome, Resolution
-from streams.core.keystate import state_key
-from streams.core.policy import load_policy
-from streams.core.replay import replay_with_clock
+from streams.core.keys.state import state_key
+from streams.core.reading.replay import replay_with_clock
+from streams.core.records.contracts import Claim, Outcome, Resolution
+from streams.core.records.policy import load_policy
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import (
     CODEC,

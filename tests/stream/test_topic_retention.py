@@ -16,8 +16,8 @@ import yaml
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from streams.core.contracts import Claim, Decision
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim, Decision
 from streams.devkit.brokers import KafkaBroker
 from streams.worker.retention import DAY_MS
 from tests.stream.support import CODEC, REPO, Deployment, produce, read_topic

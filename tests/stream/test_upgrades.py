@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import Deployment, one_claim, produce, publishable, read_topic, records
 

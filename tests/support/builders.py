@@ -7,12 +7,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import Claim, Decision, Resolution
-from streams.core.engine import arbitrate
-from streams.core.intake import AdmittedClaim, admit
-from streams.core.keystate import KeyState, Limits, add_claim
-from streams.core.policy import Policy, load_policy
+from streams.core.admission.intake import AdmittedClaim, admit
+from streams.core.decision.arbitration import Arbitration
+from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.transitions import add_claim
+from streams.core.records.contracts import Claim, Decision, Resolution
+from streams.core.records.policy import Policy, load_policy
+from streams.core.rules.engine import arbitrate
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """How many examples the property tests that ask run: `--examples-scale N` (tests/conftest.py)
 multiplies them; scripts/test.sh runs the shortcuts' equivalence to the rules table
-(tests/core/test_shortcuts.py) again at 10."""
+(tests/core/rules/test_shortcuts.py) again at 10."""
 
 from __future__ import annotations
 

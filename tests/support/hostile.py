@@ -45,7 +45,7 @@ import fastavro
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
 from streams.packaged import schema_dir
 from streams.wire.codec import expanded_schema, load_expanded, parsed_schema
 from streams.wire.registry import FolderRegistry, schema_id

@@ -1,4 +1,4 @@
-"""The journal's format written out by hand, from its definition (streams/core/journal.py): the
+"""The journal's format written out by hand, from its definition (streams/core/keys/journal.py): the
 reference the journal's tests hold `encode_state` and the restore's timer reading to.
 
 `written(state, version)`: versions 1 to 3 as json wrote them, version 4 the record of version 3
@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel
 
-from streams.core.contracts import ClaimStatus, Money
-from streams.core.intake import AdmittedClaim
-from streams.core.keystate import KeyState
-from streams.core.normalize import canonical_value
-from streams.core.summary import DecisionSummary
+from streams.core.admission.intake import AdmittedClaim
+from streams.core.admission.normalize import canonical_value
+from streams.core.decision.summary import DecisionSummary
+from streams.core.keys.state import KeyState
+from streams.core.records.contracts import ClaimStatus, Money
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

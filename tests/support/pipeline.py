@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from streams.core.keystate import KeyState
+from streams.core.keys.state import KeyState
 from streams.pipeline import Handled, Incoming, Processor
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings

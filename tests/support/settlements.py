@@ -7,10 +7,11 @@ import random
 from datetime import timedelta
 from typing import Any
 
-from streams.core.contracts import Claim, Resolution
-from streams.core.intake import admit
-from streams.core.keystate import KeyState, add_claim, add_resolution
-from streams.core.settlement import Settlement, settlement_of
+from streams.core.admission.intake import admit
+from streams.core.keys.state import KeyState
+from streams.core.keys.transitions import add_claim, add_resolution
+from streams.core.records.contracts import Claim, Resolution
+from streams.core.sources.settlement import Settlement, settlement_of
 from tests.support.builders import NOW, POLICY, claim
 
 FIELD = "order.payment_status"

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from streams.core.errors import PolicyError
-from streams.core.policy import policy_from_text
+from streams.core.records.errors import PolicyError
+from streams.core.records.policy import policy_from_text
 
 SHELL_LANGUAGES = frozenset({"bash", "sh", "shell"})
 PYTHON_LANGUAGES = frozenset({"python", "py"})

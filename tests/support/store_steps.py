@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from hypothesis import strategies as st
 
-from streams.core.instants import micros
-from streams.core.journal import encode_state
+from streams.core.keys.journal import encode_state
+from streams.core.records.instants import micros
 from streams.state.task import TaskStore
 from tests.support.builders import NOW, state_of
 

@@ -15,7 +15,10 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from streams.core.contracts import (
+from streams.core.admission.intake import AdmittedClaim, admit
+from streams.core.decision.summary import DecisionSummary
+from streams.core.keys.state import KeyState
+from streams.core.records.contracts import (
     Authority,
     Claim,
     ClaimStatus,
@@ -26,10 +29,7 @@ from streams.core.contracts import (
     SourceClass,
     Value,
 )
-from streams.core.intake import AdmittedClaim, admit
-from streams.core.keystate import KeyState
-from streams.core.policy import FieldRules, Policy, parse_policy
-from streams.core.summary import DecisionSummary
+from streams.core.records.policy import FieldRules, Policy, parse_policy
 from tests.support.builders import NOW, POLICY, REPO
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.contracts import RECORD_MODELS
+from streams.core.records.contracts import RECORD_MODELS
 from streams.wire.avro_writer import compile_writer, long_bytes
 from streams.wire.codec import expanded_schema, parsed_schema
 from tests.support.strategies import INT64

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams.core.contracts import LeanClaim, Money
-from streams.core.errors import RejectedInput
+from streams.core.records.contracts import LeanClaim, Money
+from streams.core.records.errors import RejectedInput
 from streams.wire.claim_reader import LAYOUT, layout, read_claim
 from streams.wire.codec import (
     _claim_reader,

@@ -9,7 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.contracts import (
+from streams.core.admission.intake import AdmittedClaim, admit, admit_micros, parse_claim
+from streams.core.keys.journal import encode_state
+from streams.core.keys.state import KeyState
+from streams.core.records.contracts import (
     Claim,
     LeanClaim,
     RejectReason,
@@ -18,11 +21,8 @@ from streams.core.contracts import (
     micros,
     micros_from_seconds,
 )
-from streams.core.errors import RejectedInput
-from streams.core.intake import AdmittedClaim, admit, admit_micros, parse_claim
-from streams.core.journal import encode_state
-from streams.core.keystate import KeyState
-from streams.core.policy import load_policy
+from streams.core.records.errors import RejectedInput
+from streams.core.records.policy import load_policy
 from streams.settings import Settings
 from streams.wire.codec import claim_from_avro
 from streams.wire.registry import FolderRegistry, WireCodec

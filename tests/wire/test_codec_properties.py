@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams.core.contracts import Claim, Decision, Evidence, Money
-from streams.core.intake import admit
-from streams.core.keystate import add_claim
-from streams.core.policy import load_policy
+from streams.core.admission.intake import admit
+from streams.core.keys.transitions import add_claim
+from streams.core.records.contracts import Claim, Decision, Evidence, Money
+from streams.core.records.policy import load_policy
 from streams.settings import Settings
 from streams.wire.codec import decode, encode, parsed_schema
 from tests.support.strategies import INT64

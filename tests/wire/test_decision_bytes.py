@@ -13,8 +13,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from streams.arbiter.tallies import OutcomeKeys
-from streams.core.arbitration import Arbitration
-from streams.core.contracts import (
+from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution
+from streams.core.decision.arbitration import Arbitration
+from streams.core.keys.state import KeyState, Limits, state_key
+from streams.core.keys.transitions import add_claim, advance
+from streams.core.records.contracts import (
     Claim,
     ConflictKind,
     Decision,
@@ -22,11 +25,9 @@ from streams.core.contracts import (
     Outcome,
     Resolution,
 )
-from streams.core.engine import arbitrate
-from streams.core.errors import ContractError
-from streams.core.intake import AdmittedClaim, admit, admit_resolution
-from streams.core.keystate import KeyState, Limits, add_claim, advance, state_key
-from streams.core.policy import Policy, load_policy
+from streams.core.records.errors import ContractError
+from streams.core.records.policy import Policy, load_policy
+from streams.core.rules.engine import arbitrate
 from streams.ops.metrics import Metrics
 from streams.packaged import example_path
 from streams.pipeline.outputs import Outputs

@@ -12,7 +12,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.bounds import (
+from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution
+from streams.core.decision.side_records import evidence_fields
+from streams.core.keys.journal import encode_state
+from streams.core.keys.state import KeyState, state_key
+from streams.core.keys.transitions import Transition, add_claim, add_resolution
+from streams.core.keys.upkeep import held_bytes
+from streams.core.records.bounds import (
     ATTRIBUTE_KEY_CHARS,
     ATTRIBUTE_VALUE_CHARS,
     ATTRIBUTES,
@@ -22,13 +28,8 @@ from streams.core.bounds import (
     SUBJECT_CHARS,
     VALUE_CHARS,
 )
-from streams.core.contracts import Claim, Decision, Evidence, EvidenceRole, Resolution
-from streams.core.errors import ContractError
-from streams.core.intake import AdmittedClaim, admit, admit_resolution
-from streams.core.journal import encode_state
-from streams.core.keystate import KeyState, Transition, add_claim, add_resolution, state_key
-from streams.core.side_records import evidence_fields
-from streams.core.upkeep import held_bytes
+from streams.core.records.contracts import Claim, Decision, Evidence, EvidenceRole, Resolution
+from streams.core.records.errors import ContractError
 from streams.settings import Settings
 from streams.wire import codec
 from streams.wire.decision_bytes import DecisionWriter

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streams.core.contracts import (
+from streams.core.records.contracts import (
     RECORD_MODELS,
     Claim,
     Decision,
@@ -32,7 +32,7 @@ from streams.core.contracts import (
     ReobserveRequest,
     Resolution,
 )
-from streams.core.errors import CodecError
+from streams.core.records.errors import CodecError
 from streams.devkit.registry_server import RegistryServer, serve_registry
 from streams.packaged import schema_dir
 from streams.wire import registry as reg

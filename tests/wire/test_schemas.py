@@ -18,7 +18,7 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 from avro.schema import parse as parse_avro
 from pydantic import BaseModel
 
-from streams.core.contracts import RECORD_MODELS, Claim, Rejection
+from streams.core.records.contracts import RECORD_MODELS, Claim, Rejection
 from streams.packaged import schema_dir
 from streams.wire.codec import decode, encode, expanded_schema
 

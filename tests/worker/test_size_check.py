@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from streams.core.bounds import MAX_CLAIM_BYTES, RECORD_BYTES
-from streams.core.errors import ClaimstreamError
+from streams.core.records.bounds import MAX_CLAIM_BYTES, RECORD_BYTES
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 from streams.worker.size_check import check_record_limits, sized_topics
 

@@ -9,13 +9,14 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
-from streams.core.contracts import Claim
-from streams.core.engine import arbitrate
-from streams.core.errors import ContractError
-from streams.core.intake import admit
-from streams.core.journal import encode_state
-from streams.core.keystate import KeyState, Limits, add_claim, state_key
-from streams.core.policy import Policy
+from streams.core.admission.intake import admit
+from streams.core.keys.journal import encode_state
+from streams.core.keys.state import KeyState, Limits, state_key
+from streams.core.keys.transitions import add_claim
+from streams.core.records.contracts import Claim
+from streams.core.records.errors import ContractError
+from streams.core.records.policy import Policy
+from streams.core.rules.engine import arbitrate
 from streams.devkit.bench.workload import PAID, SOURCES, payment
 
 

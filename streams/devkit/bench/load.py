@@ -19,8 +19,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
 from streams.devkit.bench.worker import BenchWorker
 from streams.devkit.bench.workload import CODEC, SOURCES, keep_pace, offer, payment
 from streams.pipeline.rekey import partition_of

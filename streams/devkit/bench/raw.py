@@ -13,8 +13,8 @@ from typing import Any
 import fastavro
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.core.contracts import Claim
-from streams.core.errors import RejectedInput
+from streams.core.records.contracts import Claim
+from streams.core.records.errors import RejectedInput
 from streams.devkit.bench.workload import CODEC, Throughput
 from streams.pipeline.rekey import partition_of
 from streams.wire.codec import parsed_schema

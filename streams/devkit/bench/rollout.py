@@ -41,8 +41,8 @@ from typing import Any
 import yaml
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from streams.core.contracts import Decision
-from streams.core.policy import policy_from_text
+from streams.core.records.contracts import Decision
+from streams.core.records.policy import policy_from_text
 from streams.devkit.bench.cores import cpu_seconds
 from streams.devkit.bench.load import latency, percentiles
 from streams.devkit.bench.worker import (

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.build_info import compiled_modules
-from streams.core.policy import Policy, load_policy
+from streams.core.records.policy import Policy, load_policy
 from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import Offered, latency, percentiles, soak

@@ -36,8 +36,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.core.contracts import Claim
-from streams.core.keystate import state_key
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
 from streams.devkit.bench.load import latency, send_batched
 from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.worker import BenchWorker, next_look_s, worker_env

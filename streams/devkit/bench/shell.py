@@ -45,7 +45,7 @@ from streams.arbiter.commit import TaskBatch, journaled
 from streams.arbiter.loop import collect_after_batch
 from streams.arbiter.schedule import Schedule
 from streams.arbiter.sources import SourceLedgers
-from streams.core.policy import load_policy
+from streams.core.records.policy import load_policy
 from streams.devkit.bench.scale import UPDATE_AFTER, lean_claims
 from streams.devkit.bench.workload import CODEC, workload
 from streams.ops.metrics import ADMIT, ARBITRATE, DECODE, ENCODE, JOURNAL, PRODUCE, Metrics

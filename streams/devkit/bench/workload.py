@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.core.contracts import Claim
-from streams.core.errors import ContractError
-from streams.core.intake import parse_claim
-from streams.core.keystate import state_key
+from streams.core.admission.intake import parse_claim
+from streams.core.keys.state import state_key
+from streams.core.records.contracts import Claim
+from streams.core.records.errors import ContractError
 from streams.devkit.synthetic import generate_claims
 from streams.wire.registry import FolderRegistry, WireCodec
 

@@ -1,0 +1,444 @@
+"""A key's transitions: how a KeyState (state.py) changes with a claim, a resolution, the clock
+or a policy put in force.
+
+Where it sits: the stream shell loads a KeyState (journal.py reads it from the changelog), calls
+one transition here (add_claim, add_resolution, advance, adopt_policy), which decides through the
+engine (or its incremental shortcut), stores the new state and sends what the `Transition` says.
+Pure, and only the transitions: how a state is stored is the journal's. A decision is emitted
+only when the belief (its id) changes; a claim delivered again re-emits it unchanged, so a crash
+between storing state and sending can repeat a decision, never lose one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, replace
+from datetime import datetime
+from operator import attrgetter
+from typing import Literal, NamedTuple
+
+from streams.core.admission.intake import AdmittedClaim
+from streams.core.decision.arbitration import Arbitration
+from streams.core.decision.summary import DecisionSummary
+from streams.core.keys import upkeep
+from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.upkeep import (
+    RefusedClaim,
+    evicted,
+    expiry,
+    fits,
+    latest_resolutions,
+    next_check,
+)
+from streams.core.records.contracts import (
+    OPEN_OUTCOMES,
+    Decision,
+    RejectReason,
+    Resolution,
+    instant,
+    micros,
+)
+from streams.core.records.errors import ContractError
+from streams.core.records.policy import FieldRules
+from streams.core.rules.engine import arbitrate
+from streams.core.rules.shortcuts.incremental import Placement, placement
+
+
+@dataclass(slots=True)  # not frozen: one per claim, and a frozen init sets each field by hand
+class Transition:
+    """The new state and what to send: a decision (with its events) and/or an escalation.
+    `arbitration` is what the key decided this time, emitted or not (the belief may not change)."""
+
+    state: KeyState
+    arbitration: Arbitration
+    """After `apply_claim`, possibly the state's own (`KeyState.arbitration`), which its next
+    transition changes: read it (and build what is sent from `emitted`) before that."""
+    emitted: Arbitration | None = None
+    escalation: Decision | None = None
+    refused: ContractError | None = None
+    """The input was refused (a reused claim_id): dead-letter it, and still apply the transition."""
+    opened: KeyState | None = None
+    """The key as it stood before this transition, when its decision was open (a conflict or a
+    quarantine): what a settlement is judged against. A copy, as the state changes in place."""
+
+
+Trigger = Literal["claim", "duplicate", "resolution", "time", "policy"]
+
+
+def add_claim(
+    state: KeyState | None,
+    admitted: AdmittedClaim,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """`apply_claim` on a copy of `state`: the pure transition replay and the properties fold."""
+    copy = _copied(state) if state is not None else None
+    return apply_claim(copy, admitted, rules, policy_version, now, limits)
+
+
+def apply_claim(
+    state: KeyState | None,
+    admitted: AdmittedClaim,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """Add one admitted claim and re-decide, changing `state` in place. All that can fail runs
+    before `state` changes: an attempt that raises leaves it as it was, for its retry.
+
+    A claim_id identifies one claim within its key (subject and field). Seen again with the same
+    normalized content it is a redelivery. Seen with different content, neither version counts:
+    the earlier one leaves the evidence, this one is refused, and so is any later version while
+    the id is among the key's `limits.max_disputed` latest disputed ids, the same final state
+    whatever order the versions arrive in (as `agreement.distinct` in replay)."""
+    claim = admitted.claim
+    state = state or KeyState(subject=claim.subject, field=claim.field)
+    opened = _opened(state)
+    transition = _claimed(state, admitted, rules, policy_version, now, limits)
+    transition.opened = opened
+    return transition
+
+
+def _claimed(
+    state: KeyState,
+    admitted: AdmittedClaim,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits,
+) -> Transition:
+    claim_id = admitted.claim.claim_id
+    if claim_id in state.disputed:
+        transition = _decide(state, rules, policy_version, now, "claim", limits)
+        return replace(transition, refused=_conflicting_duplicate(claim_id))
+    seen = next((s for s in state.claims if s.claim.claim_id == claim_id), None)
+    if seen is None:
+        grown = (*state.claims, admitted)
+        return _decide(state, rules, policy_version, now, "claim", limits, admitted, claims=grown)
+    if seen.same_content(admitted):
+        return _decide(state, rules, policy_version, now, "duplicate", limits)
+    withdrawn = tuple(s for s in state.claims if s is not seen)
+    disputed = (*state.disputed, claim_id)[-limits.max_disputed :]
+    transition = _decide(
+        state, rules, policy_version, now, "claim", limits, claims=withdrawn, disputed=disputed
+    )
+    return replace(transition, refused=_conflicting_duplicate(claim_id))
+
+
+def _copied(state: KeyState) -> KeyState:
+    """A state to change in place with `state` left as it was: the fields are immutable values,
+    so only the arbitration is copied."""
+    arbitration = state.arbitration
+    if arbitration is not None:
+        arbitration = arbitration.owned(arbitration.decided_at, arbitration.supersedes)
+    return _with_arbitration(state, arbitration)
+
+
+def _opened(state: KeyState) -> KeyState | None:
+    """A copy of `state` kept for its transition when its decision is open (the claims, history
+    and resolutions are immutable tuples: shared, not copied)."""
+    current = state.current
+    if current is None or current.outcome not in OPEN_OUTCOMES:
+        return None
+    return _with_arbitration(state, None)
+
+
+_STATE_FIELDS = attrgetter(*[field.name for field in dataclasses.fields(KeyState)])
+
+
+def _with_arbitration(state: KeyState, arbitration: Arbitration | None) -> KeyState:
+    """`replace(state, arbitration=...)` at a sixth of its cost: made on every transition."""
+    copy = KeyState(*_STATE_FIELDS(state))
+    copy.arbitration = arbitration
+    return copy
+
+
+def _conflicting_duplicate(claim_id: str) -> ContractError:
+    return ContractError(
+        RejectReason.CONFLICTING_DUPLICATE,
+        f"claim_id {claim_id!r} is used for claims that say different things; "
+        "no version of it counts as evidence",
+    )
+
+
+def add_resolution(
+    state: KeyState | None,
+    resolution: Resolution,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """Add a person's resolution and re-decide. One made against a decision that is no longer
+    the key's (`resolves_decision_id`: new evidence arrived while the steward looked) is refused,
+    not applied: the steward decided on evidence that has since changed."""
+    opened = _opened(state) if state else None
+    transition = _resolved(state, resolution, rules, policy_version, now, limits)
+    transition.opened = opened
+    return transition
+
+
+def _resolved(
+    state: KeyState | None,
+    resolution: Resolution,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits,
+) -> Transition:
+    state = (
+        _copied(state) if state else KeyState(subject=resolution.subject, field=resolution.field)
+    )
+    if any(r.resolution_id == resolution.resolution_id for r in state.resolutions):
+        return _decide(state, rules, policy_version, now, "duplicate", limits)
+    stale = stale_view(state, resolution, rules, policy_version, now)
+    if stale is not None:
+        transition = _decide(state, rules, policy_version, now, "resolution", limits)
+        return replace(transition, refused=stale)
+    kept = latest_resolutions((*state.resolutions, resolution), limits.max_resolutions)
+    return _decide(state, rules, policy_version, now, "resolution", limits, resolutions=kept)
+
+
+def stale_view(
+    state: KeyState, resolution: Resolution, rules: FieldRules, policy_version: str, now: datetime
+) -> ContractError | None:
+    """Why `resolution` no longer applies, if it names a decision that is not the key's current
+    one: neither the last emitted nor the one time alone reached by `now` (a view can show that
+    before the key's timer fires)."""
+    viewed, last = resolution.resolves_decision_id, state.current
+    if viewed is None or (last is not None and viewed == last.decision_id):
+        return None
+    current = _arbitrate(state, rules, policy_version, now) if state.claims else None
+    if current is not None and viewed == current.decision_id:
+        return None
+    now_is = f"{current.decision_id} ({current.outcome.value})" if current is not None else "none"
+    return ContractError(
+        RejectReason.STALE_DECISION,
+        f"resolution {resolution.resolution_id!r} was made against decision {viewed!r}, but the "
+        f"key's current decision is {now_is}: the evidence changed since; look again and "
+        "resolve the current decision",
+    )
+
+
+def advance(
+    state: KeyState,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """Time alone moved: claims may have gone stale, a conflict may need escalating. On a copy."""
+    return _decide(_copied(state), rules, policy_version, now, "time", limits)
+
+
+def adopt_policy(
+    state: KeyState,
+    claims: tuple[AdmittedClaim, ...],
+    refused: tuple[RefusedClaim, ...],
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+) -> Transition:
+    """The key re-decided under another policy, over its kept claims as that policy admits and
+    refuses them (`rollout.readmitted`). On a copy."""
+    copy = _copied(state)
+    copy.refused = refused[-limits.max_claims :]
+    return _decide(copy, rules, policy_version, now, "policy", limits, claims=claims)
+
+
+def current_decision(
+    state: KeyState, rules: FieldRules, policy_version: str, now: datetime
+) -> Decision:
+    """What the worker believes about this key at `now` (for the web API). When that is the
+    belief last emitted, it names what that decision superseded, not itself."""
+    arbitration = _arbitrate(state, rules, policy_version, now)
+    last = state.current
+    if last is not None and arbitration.decision_id == last.decision_id:
+        arbitration = arbitration.restated(now, last.supersedes)
+    return arbitration.decision
+
+
+def _arbitrate(
+    state: KeyState, rules: FieldRules, policy_version: str, now: datetime
+) -> Arbitration:
+    last = state.current
+    arbitration = arbitrate(
+        state.subject,
+        state.field,
+        state.claims,
+        rules,
+        policy_version,
+        now,
+        state.resolutions,
+        supersedes=last.decision_id if last else None,
+        previous=state.arbitration,
+    )
+    return upkeep.noting_refusals(arbitration, state.refused, policy_version)
+
+
+def _decide(
+    state: KeyState,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    trigger: Trigger,
+    limits: Limits,
+    added: AdmittedClaim | None = None,
+    *,
+    claims: tuple[AdmittedClaim, ...] | None = None,
+    resolutions: tuple[Resolution, ...] | None = None,
+    disputed: tuple[str, ...] | None = None,
+) -> Transition:
+    """Re-decide the key over `claims` and `resolutions` (where given, else the state's own): by
+    the shortcut where it applies, else by the rules; then what to emit, whether to escalate,
+    and when time alone could next change the decision. All of it is worked out first; `state`
+    changes last, by assignments that cannot fail."""
+    claims = state.claims if claims is None else claims
+    resolutions = state.resolutions if resolutions is None else resolutions
+    last = state.current
+    if last is not None and now < last.decided_at:
+        now = last.decided_at  # a key's clock never runs backwards
+    now_us = micros(now)
+    placed = _placement(state, claims, added, rules, policy_version, now, now_us, limits)
+    if placed is not None:
+        assert added is not None
+        assert last is not None
+        return _placed(state, claims, added, placed, last.decision_id, rules, now, now_us)
+    subject, field, previous = state.subject, state.field, state.arbitration
+    supersedes = last.decision_id if last else None
+    arbitration = arbitrate(
+        subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+    )
+    refused, budget = state.refused, limits.max_claim_bytes
+    if not fits(claims, refused, budget):  # decided again without the claims dropped for size
+        claims, refused, dropped = upkeep.fitted(claims, refused, arbitration.roles, budget, added)
+        arbitration = arbitrate(
+            subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
+        )
+        arbitration = upkeep.noting_dropped(arbitration, dropped, budget)
+    arbitration = upkeep.noting_refusals(arbitration, refused, policy_version)
+    emission = _emission(state, arbitration, trigger, now, limits)
+    escalation = _escalation(arbitration, emission, rules, now)
+    escalated = emission.escalated or escalation is not None
+    kept = evicted(claims, arbitration.roles, limits.max_claims)
+    next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now_us)
+    # Kept (for the shortcut, and to lend its id to the next verdict that does not change) as a
+    # copy of its own, without the records built for sending: the evidence records do not stay.
+    owned = arbitration.owned(now, None)
+    state.claims, state.resolutions, state.history = kept, resolutions, emission.history
+    state.conflict_since, state.escalated = emission.conflict_since, escalated
+    state.next_check_at, state.arbitration = next_check_at, owned
+    state.policy_version, state.refused = policy_version, refused
+    if disputed is not None:
+        state.disputed = disputed
+    return Transition(
+        state=state, arbitration=arbitration, emitted=emission.emitted, escalation=escalation
+    )
+
+
+def _placed(
+    state: KeyState,
+    claims: tuple[AdmittedClaim, ...],
+    added: AdmittedClaim,
+    placed: Placement,
+    supersedes: str,
+    rules: FieldRules,
+    now: datetime,
+    now_us: int,
+) -> Transition:
+    """The shortcut's result, placed in the state's own arbitration: nothing the rules look at
+    moved, so the belief, history and timers stand, except the new claim's own expiry."""
+    expires = expiry(added, rules)
+    next_check_at = state.next_check_at
+    if (
+        expires is not None
+        and expires > now_us
+        and (next_check_at is None or expires < micros(next_check_at))
+    ):
+        next_check_at = instant(expires)
+    arbitration = state.arbitration
+    assert arbitration is not None  # `_placement` found one
+    arbitration.place(added, placed.roles, placed.belief, now, supersedes)
+    state.claims, state.next_check_at = claims, next_check_at
+    return Transition(state=state, arbitration=arbitration)
+
+
+class _Emission(NamedTuple):
+    """The history after deciding, with the open-conflict clock, and what to send."""
+
+    history: tuple[DecisionSummary, ...]
+    conflict_since: datetime | None
+    escalated: bool
+    emitted: Arbitration | None
+
+
+def _emission(
+    state: KeyState, arbitration: Arbitration, trigger: Trigger, now: datetime, limits: Limits
+) -> _Emission:
+    """A new belief is emitted and recorded (restarting the open-conflict clock when the key
+    opens); the same input again repeats the decision exactly as first emitted."""
+    last = state.current
+    if last is None or arbitration.decision_id != last.decision_id:
+        was_open = last is not None and last.outcome in OPEN_OUTCOMES
+        is_open = arbitration.outcome in OPEN_OUTCOMES
+        return _Emission(
+            history=(*state.history, arbitration.summarized(now))[-limits.max_history :],
+            conflict_since=(state.conflict_since if was_open else now) if is_open else None,
+            escalated=state.escalated and was_open and is_open,
+            emitted=arbitration,
+        )
+    # The same input again (a redelivery): repeat the decision exactly as first emitted.
+    return _Emission(
+        history=state.history,
+        conflict_since=state.conflict_since,
+        escalated=state.escalated,
+        emitted=arbitration.restated(last.decided_at, last.supersedes)
+        if trigger == "duplicate"
+        else None,
+    )
+
+
+def _escalation(
+    arbitration: Arbitration, emission: _Emission, rules: FieldRules, now: datetime
+) -> Decision | None:
+    """The decision to escalate, once, when the key has been open for `escalate_after`."""
+    since = emission.conflict_since
+    if since is None or emission.escalated or now - since < rules.escalate_after:
+        return None
+    return arbitration.decision
+
+
+def _placement(
+    state: KeyState,
+    claims: tuple[AdmittedClaim, ...],
+    added: AdmittedClaim | None,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    now_us: int,
+    limits: Limits,
+) -> Placement | None:
+    """The incremental path (`shortcuts.incremental.placement`), where its preconditions hold:
+    the last arbitration is at hand and was made under these rules, no timer of the key has come
+    due since (so time alone changed nothing), and the new claim needs no eviction (by count or
+    by size)."""
+    previous, last = state.arbitration, state.current
+    if (
+        added is None
+        or previous is None
+        or previous.belief is None
+        or previous.belief.rules is not rules
+        or previous.belief.policy_version != policy_version
+        or last is None
+        or previous.decision_id != last.decision_id
+        or (state.next_check_at is not None and now >= state.next_check_at)
+        or len(claims) > limits.max_claims
+        or state.refused
+        or not fits(claims, (), limits.max_claim_bytes)
+    ):
+        return None
+    return placement(previous, added, now_us)

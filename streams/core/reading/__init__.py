@@ -1,0 +1,8 @@
+"""Decisions read back, never changed.
+
+- explain: a decision in words.
+- asof: what a key decided at an instant.
+- replay: decisions rebuilt from recorded inputs, with the clock through the timers.
+- policy_preview: what keys would decide were a policy put in force now, beside what they
+  decide now.
+"""

@@ -1,0 +1,45 @@
+"""One error tree for the whole project; the I/O edges translate foreign errors into it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streams.core.records.contracts import RejectReason
+
+
+class ClaimstreamError(Exception):
+    """Base of every error claimstream raises on purpose."""
+
+
+class PolicyError(ClaimstreamError):
+    """An unreadable or invalid policy file; the message names the file, the key and the problem."""
+
+
+class RejectedInput(ClaimstreamError):
+    """Input that cannot be accepted; its reason code goes to the dead-letter topic with it."""
+
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class ContractError(RejectedInput):
+    """A decoded claim or resolution breaks the contract or the policy (type, unit, source...)."""
+
+
+class CodecError(RejectedInput):
+    """Bytes on a topic could not be decoded with a registered schema."""
+
+
+def validation_problems(errors: Iterable[Mapping[str, Any]], origin: str) -> str:
+    """pydantic's `ValidationError.errors()` for people: one `origin: key: problem` line each,
+    without pydantic's type prefixes ("Value error, ") or its validator names in the key."""
+    lines = []
+    for error in errors:
+        key = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+        message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        lines.append(f"{origin}: {key or '(top)'}: {message}")
+    return "\n".join(lines)
