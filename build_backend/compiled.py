@@ -59,6 +59,7 @@ COMPILED: dict[str, str] = {
     "streams.core.admission.intake": f"admit, once per claim: {_CLAIM}",
     "streams.core.keys.state": f"the key state those transitions read and change: {_TRANSITIONS}",
     "streams.core.keys.transitions": f"the key's transitions, once per claim: {_TRANSITIONS}",
+    "streams.core.keys.emission": f"what each of those transitions sends: {_TRANSITIONS}",
     "streams.core.decision.summary": (
         f"the decision summaries those transitions make: {_TRANSITIONS}"
     ),

@@ -36,10 +36,12 @@ from streams.core.reading.policy_preview import render_answer
 from streams.core.reading.replay import ReplayResult, TimedReplay, replay, replay_with_clock
 from streams.core.records.contracts import ClaimStatus, Decision, Resolution
 from streams.core.records.errors import ClaimstreamError
-from streams.core.records.policy import load_policy
+from streams.core.records.policy import Policy, load_policy
 from streams.core.records.policy_schema import policy_schema_text
 from streams.core.sources.suggestions import render, suggest
+from streams.core.timeline.aliases import history_from_lines as alias_history_from_lines
 from streams.core.timeline.policy_history import history_from_lines
+from streams.core.timeline.rollout import PolicyHistory
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
 
@@ -88,15 +90,19 @@ def _final_replay(policy_path: Path, now: datetime, claims: Path) -> ReplayResul
 def _run_replay(args: argparse.Namespace) -> ReplayResult | TimedReplay:
     resolution_lines = _read_lines(args.resolutions) if args.resolutions else []
     origin = str(args.resolutions)
-    if args.policy_history is not None:
-        lines = _read_lines(args.policy_history)
-        history = history_from_lines(lines, str(args.policy_history))
-        return replay_with_clock(
-            _read_lines(args.claims), history, args.now, resolution_lines, origin
-        )
-    policy = load_policy(args.policy)
-    read = replay_with_clock if args.clock else replay
-    return read(_read_lines(args.claims), policy, args.now, resolution_lines, origin)
+    claims = _read_lines(args.claims)
+    if not args.clock:
+        return replay(claims, load_policy(args.policy), args.now, resolution_lines, origin)
+    policies: Policy | PolicyHistory = (
+        history_from_lines(_read_lines(args.policy_history), str(args.policy_history))
+        if args.policy_history is not None
+        else load_policy(args.policy)
+    )
+    aliases = None
+    if args.alias_history is not None:
+        lines = _read_lines(args.alias_history)
+        aliases = alias_history_from_lines(lines, str(args.alias_history))
+    return replay_with_clock(claims, policies, args.now, resolution_lines, origin, aliases=aliases)
 
 
 def _open_for_writing(path: Path) -> TextIO:
@@ -109,10 +115,12 @@ def _open_for_writing(path: Path) -> TextIO:
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.escalations and not args.clock:
         raise ClaimstreamError("--escalations goes with --clock (only the clock escalates)")
-    if args.policy_history is not None and not args.clock:
-        raise ClaimstreamError(
-            "--policy-history goes with --clock (each claim is taken at its own instant)"
-        )
+    histories = {"--policy-history": args.policy_history, "--alias-history": args.alias_history}
+    for flag, given in histories.items():
+        if given is not None and not args.clock:
+            raise ClaimstreamError(
+                f"{flag} goes with --clock (each claim is taken at its own instant)"
+            )
     # Opened first: an unwritable path fails before any decision is printed.
     with (
         _open_for_writing(args.rejected) if args.rejected else nullcontext() as rejected,

@@ -165,6 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay_parser.add_argument(
         "--escalations", type=Path, help="with --clock: write the escalations here (JSON lines)"
     )
+    replay_parser.add_argument(
+        "--alias-history",
+        type=Path,
+        metavar="FILE",
+        help="with --clock: the subject aliases over time, one JSON line per change, "
+        '{"at": RFC 3339 instant, "alias": spelling, "canonical": subject or null to retract, '
+        '"by": steward}; each claim and resolution counts on its subject\'s canonical spelling '
+        "at its instant, and at each change every key's evidence merges or splits back",
+    )
     replay_parser.set_defaults(handler=cmd_replay)
 
     policy_parser = commands.add_parser("policy", help="check or compare policy files")

@@ -12,7 +12,8 @@ Its rooms, in the order a claim flows through them; each imports only the rooms 
   record and its id, and the summary a key keeps of each.
 - rules: the rules as a table, and its shortcuts (second encodings held equal to it).
 - keys: what a key keeps, its transitions, its bounds and next check, and its stored form.
-- timeline: the transitions time alone makes, and the policies in force over time.
+- timeline: the transitions time alone makes, and the policies and subject aliases in force
+  over time.
 - reading: decisions read back: explained, as of an instant, replayed, previewed under a policy.
 - sources: what settled conflicts say of the sources.
 """

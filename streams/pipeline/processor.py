@@ -364,9 +364,11 @@ class Processor:
             return Handled()
         due = datetime.fromisoformat(due_header.decode())
         if self.policies.in_force(due).rules_for(state.field) is None:
-            # The policy no longer has this field: time re-decides nothing here. Its timer is
-            # cleared, or the key would stay due, handed out and read past at every tick.
-            state.next_check_at = None
+            # The policy no longer has this field: time re-decides nothing until one does (the
+            # rollout sweep then moves the key, firing this timer at its instant first). It
+            # waits off the timer index, or the key would be handed out and read past at every
+            # tick.
+            state.timer_waits = True
             return Handled(record.key, state)
         timed = self._caught_up(state, due)
         if not timed:  # a late tick: a record since fired the timer, or moved it

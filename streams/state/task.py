@@ -41,8 +41,10 @@ def open_since(state: KeyState) -> datetime | None:
 
 
 def timer_of(state: KeyState) -> Timer | None:
-    """When the key may next change by time alone, and since when it is an open conflict."""
-    due = micros(state.next_check_at) if state.next_check_at is not None else None
+    """When the key may next change by time alone, and since when it is an open conflict. A
+    timer that waits for a policy deciding the key's field again is not indexed."""
+    check_at = state.next_check_at
+    due = micros(check_at) if check_at is not None and not state.timer_waits else None
     since = open_since(state)
     if since is not None:
         return Timer(due, state.field, micros(since))
@@ -64,6 +66,7 @@ class _Timing(msgspec.Struct):
     history: tuple[_Decided, ...] = ()
     conflict_since: int | None = None
     next_check_at: int | None = None
+    timer_waits: bool = False
 
 
 _TIMING = msgspec.msgpack.Decoder(_Timing)
@@ -87,7 +90,8 @@ def encoded_timer(data: bytes) -> Timer | None:
         timing = _TIMING.decode(data)
     except msgspec.DecodeError:
         return timer_of(decode_state(data))
-    due, since, history = timing.next_check_at, timing.conflict_since, timing.history
+    due = None if timing.timer_waits else timing.next_check_at
+    since, history = timing.conflict_since, timing.history
     if since is not None and history and history[-1].outcome in OPEN_OUTCOMES:
         return Timer(due, timing.field, since)
     return Timer(due) if due is not None else None

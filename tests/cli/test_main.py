@@ -408,6 +408,61 @@ def test_replay_policy_history_misuse_is_an_error(tmp_path: Path) -> None:
     assert "not allowed with argument" in both.stderr
 
 
+def test_replay_with_an_alias_history_merges_and_splits_back_at_each_changes_instant(
+    tmp_path: Path,
+) -> None:
+    """crm's 40 seats of `Acme Corp` and the order form's 25 of `acme` (both systems of record):
+    two beliefs, one conflict while the alias stands (the alias key saying where it went), two
+    beliefs again once it is retracted."""
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text(
+        json.dumps(
+            {**json.loads(_seats(1, "crm", 40, "2026-12-04T12:00:00Z")), "subject": "Acme Corp"}
+        )
+        + "\n"
+        + json.dumps(
+            {**json.loads(_seats(2, "order-form", 25, "2026-12-04T12:00:05Z")), "subject": "acme"}
+        )
+        + "\n"
+    )
+    aliases = tmp_path / "aliases.jsonl"
+    aliases.write_text(
+        '{"at": "2026-12-04T12:00:30Z", "alias": "ACME  corp", "canonical": "acme", "by": "ana"}\n'
+        '{"at": "2026-12-04T12:00:40Z", "alias": "acme corp", "canonical": null, "by": "bo"}\n'
+    )
+    args = ["replay", "--clock", "--now", "2026-12-04T12:01:00Z", claims, "--policy", POLICY]
+    result = claimstream(*args, "--alias-history", aliases)
+    decisions = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [
+        (d["decided_at"][11:19], d["subject"], d["outcome"], d["value"]) for d in decisions
+    ] == [
+        ("12:00:00", "Acme Corp", "resolved", 40),
+        ("12:00:05", "acme", "resolved", 25),
+        ("12:00:30", "Acme Corp", "insufficient", None),
+        ("12:00:30", "acme", "conflict", None),
+        ("12:00:40", "Acme Corp", "resolved", 40),
+        ("12:00:40", "acme", "resolved", 25),
+    ]
+    assert decisions[2]["reason"].endswith("; merged into 'acme'")
+
+    cycle = tmp_path / "cycle.jsonl"
+    cycle.write_text(
+        '{"at": "2026-12-04T12:00:30Z", "alias": "a", "canonical": "b"}\n'
+        '{"at": "2026-12-04T12:00:31Z", "alias": "b", "canonical": "a"}\n'
+    )
+    refused = claimstream(*args, "--alias-history", cycle, check=False)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert f"claimstream: error: {cycle}: alias 'b' -> 'a'" in refused.stderr
+    assert "closes a cycle" in refused.stderr
+    unclocked = claimstream(
+        "replay", "--now", NOW, claims, "--policy", POLICY, "--alias-history", aliases, check=False
+    )
+    assert unclocked.stderr.strip() == (
+        "claimstream: error: --alias-history goes with --clock (each claim is taken at its "
+        "own instant)"
+    )
+
+
 def test_explain_names_the_line_that_is_not_a_decision(tmp_path: Path) -> None:
     replayed = claimstream(
         "replay", "--policy", POLICY, "--now", NOW, REPO / "examples" / "claims.jsonl"

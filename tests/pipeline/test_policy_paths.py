@@ -1,6 +1,7 @@
 """Every path that moves a key to a newer policy moves it alike: a claim after the switch, a tick
 (the rollout sweep's), a late claim stamped before it; each equal to replay with the policy
-history, and no path takes a key back to the older policy."""
+history, and no path takes a key back to the older policy. A timer due while no policy decides
+the key's field waits for one that does, and then fires as replay fires it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from streams.packaged import example_path
 from streams.pipeline import Handled, Incoming, Processor
 from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
+from streams.state.task import timer_of
 from streams.wire.registry import FolderRegistry, WireCodec
 
 SETTINGS = Settings()
@@ -58,9 +60,14 @@ def _claim(n: int, source: str, value: int, at: datetime) -> tuple[Claim, Incomi
     return claim, Incoming(SETTINGS.topics.claims, PARTITION, n, KEY, encoded, (), at.timestamp())
 
 
-def _process(states: dict[bytes, KeyState], record: Incoming, wall: datetime) -> list[Decision]:
+def _process(
+    states: dict[bytes, KeyState],
+    record: Incoming,
+    wall: datetime,
+    history: PolicyHistory = HISTORY,
+) -> list[Decision]:
     processor = Processor(
-        SETTINGS, HISTORY, CODEC, Metrics(HISTORY.latest.policy), wall_clock=wall.timestamp
+        SETTINGS, history, CODEC, Metrics(history.latest.policy), wall_clock=wall.timestamp
     )
     handled: Handled = processor.process(record, states.get, lambda subject: None)
     if handled.key is not None and handled.state is not None:
@@ -69,10 +76,11 @@ def _process(states: dict[bytes, KeyState], record: Incoming, wall: datetime) ->
     return [CODEC.decode(Decision, o.value) for o in handled.outputs if o.topic == topic]
 
 
-def _tick(due: datetime) -> Incoming:
-    processor = Processor(SETTINGS, HISTORY, CODEC, Metrics(HISTORY.latest.policy))
-    tick = processor.tick(KEY, due)
-    return Incoming(tick.topic, PARTITION, 99, tick.key, tick.value, tick.headers)
+def _tick(due: datetime, key: bytes = KEY, history: PolicyHistory = HISTORY) -> Incoming:
+    processor = Processor(SETTINGS, history, CODEC, Metrics(history.latest.policy))
+    tick = processor.tick(key, due)
+    partition = partition_of(key, SETTINGS.partitions)
+    return Incoming(tick.topic, partition, 99, tick.key, tick.value, tick.headers)
 
 
 def test_a_tick_after_the_switch_moves_a_quiet_key_as_replay_does() -> None:
@@ -116,3 +124,66 @@ def test_a_late_claim_stamped_before_the_switch_does_not_take_the_key_back() -> 
         for a in states[KEY].claims
         if a.claim.source == "order-form"
     )
+
+
+STATUS = "order.payment_status"
+INVOICE = state_key("invoice:7", STATUS).encode()
+
+
+def _status_policy(version: str, decided: bool) -> Policy:
+    data = yaml.safe_load(example_path("policy.yaml").read_text())
+    data["version"] = version
+    if not decided:
+        del data["fields"][STATUS]
+    return policy_from_text(yaml.safe_dump(data), version)
+
+
+def test_a_timer_due_while_its_field_is_not_decided_fires_once_it_is_as_replay_fires_it() -> None:
+    """The payment status (fresh for 60 s) is paid at T0; from T0+30 s a policy without the field
+    is in force, from T0+120 s one with it again. The timer due at T0+60 s waits off the index
+    (nothing is sent then); the sweep's tick after the field is back fires it at its instant,
+    then moves the key, as replay does."""
+    history = PolicyHistory(
+        [
+            InForce(T0, _status_policy("A", True)),
+            InForce(T0 + timedelta(seconds=30), _status_policy("without-status", False)),
+            InForce(T0 + timedelta(seconds=120), _status_policy("C", True)),
+        ]
+    )
+    paid = Claim(
+        claim_id="c1",
+        subject="invoice:7",
+        field=STATUS,
+        status="present",
+        value="paid",
+        source="billing-api",
+        observed_at=T0,
+    )
+    record = Incoming(
+        SETTINGS.topics.claims,
+        partition_of(INVOICE, SETTINGS.partitions),
+        1,
+        INVOICE,
+        CODEC.encode(SETTINGS.topics.claims, paid),
+        (),
+        T0.timestamp(),
+    )
+    states: dict[bytes, KeyState] = {}
+    sent = _process(states, record, T0, history)
+    due = states[INVOICE].next_check_at
+    assert due is not None
+    assert _process(states, _tick(due, INVOICE, history), due, history) == []
+    assert (states[INVOICE].next_check_at, states[INVOICE].timer_waits) == (due, True)
+    assert timer_of(states[INVOICE]) is None  # off the index: no tick finds it due again
+    later = T0 + timedelta(seconds=125)
+    sent += _process(states, _tick(T0 + timedelta(seconds=120), INVOICE, history), later, history)
+    replayed = replay_with_clock([paid.model_dump_json()], history, later)
+    assert [(d.decision_id, d.decided_at) for d in sent] == [
+        (e.decision.decision_id, e.decision.decided_at) for e in replayed.emitted
+    ]
+    assert [(d.decided_at - T0, d.policy_version) for d in sent] == [
+        (timedelta(0), "A"),
+        (due - T0, "A"),
+        (timedelta(seconds=120), "C"),
+    ]
+    assert not states[INVOICE].timer_waits

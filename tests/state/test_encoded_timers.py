@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.journal import UnknownStateFormat, decode_state, encode_state
 from streams.core.keys.state import KeyState
+from streams.core.records.contracts import Outcome
 from streams.core.records.instants import EPOCH
 from streams.state import task
 from streams.state.cache import StateCache
@@ -52,6 +54,27 @@ def test_the_current_form_is_timed_without_decoding_the_state(
 
     monkeypatch.setattr(task, "decode_state", undecodable)
     assert encoded_timer(data) == timer_of(state) == Timer(5_000_000)
+
+
+@pytest.mark.parametrize("open_since", [None, EPOCH + timedelta(seconds=2)])
+def test_a_timer_that_waits_for_its_field_to_be_decided_again_is_not_indexed(
+    open_since: datetime | None,
+) -> None:
+    """Kept on the state (and in its record) to fire later, but never due meanwhile; an open
+    conflict stays listed as one."""
+    summary = DecisionSummary("d1", Outcome.CONFLICT, None, None, "authority_conflict", EPOCH, None)
+    state = KeyState(
+        "s",
+        "f",
+        history=(summary,) if open_since else (),
+        conflict_since=open_since,
+        next_check_at=EPOCH + timedelta(seconds=5),
+        timer_waits=True,
+    )
+    data = encode_state(state)
+    assert decode_state(data) == state
+    expected = Timer(None, "f", 2_000_000) if open_since else None
+    assert encoded_timer(data) == timer_of(state) == expected
 
 
 @pytest.mark.parametrize(

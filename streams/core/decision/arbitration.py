@@ -309,13 +309,14 @@ class Arbitration:
             self._supersedes,
         )
 
-    def noting(self, refusals: str) -> Arbitration:
-        """This decision with `refusals` (the kept claims the policy refuses, and why) added to
-        its reason: what it was reached without is part of what was decided (and of its id)."""
+    def noting(self, note: str) -> Arbitration:
+        """This decision with `note` added to its reason (the kept claims the policy refuses and
+        why, those dropped for size, where an alias moved the key's evidence): what it was
+        reached without is part of what was decided (and of its id)."""
         mine = self._verdict
         verdict = Verdict(
             mine.outcome,
-            f"{mine.reason}; {refusals}",
+            f"{mine.reason}; {note}",
             mine.kind,
             mine.status,
             mine.value,

@@ -124,6 +124,7 @@ def encode_state(state: KeyState) -> bytes:
                 StoredRefusal(claim=r.claim.journaled or _journaled(r.claim), reason=r.reason)
                 for r in state.refused
             ),
+            timer_waits=state.timer_waits,
         )
     )
 
@@ -169,6 +170,7 @@ def _state(stored: StoredState, reader: _Reader) -> KeyState:
             RefusedClaim(_read_claim(r.claim, subject, field, reader), r.reason)
             for r in stored.refused
         ),
+        timer_waits=stored.timer_waits,
     )
 
 

@@ -54,6 +54,10 @@ class KeyState:
     refused: tuple[RefusedClaim, ...] = ()
     """Kept claims the policy in force refuses (a later policy may admit them again): no part
     in the decision, which names each with its reason."""
+    timer_waits: bool = False
+    """Its timer came due while no policy in force decided its field: `next_check_at` is kept
+    (it fires, at its own instant, once a policy decides the field again, as `rollout.catch_up`
+    and replay fire it) but the key leaves the timer index until a decision sets a new one."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
     the belief be placed without running the rules again, and a verdict that did not change

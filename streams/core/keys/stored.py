@@ -176,6 +176,8 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     policy_version: str | None = None
     """The policy the key was last decided under (absent: written before it was recorded)."""
     refused: tuple[StoredRefusal, ...] = ()
+    timer_waits: bool = False
+    """`KeyState.timer_waits` (absent, as every state's but a few: false)."""
 
 
 class EarlierSummary(BaseModel):

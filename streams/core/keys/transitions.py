@@ -15,12 +15,12 @@ import dataclasses
 from dataclasses import dataclass, replace
 from datetime import datetime
 from operator import attrgetter
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.arbitration import Arbitration
-from streams.core.decision.summary import DecisionSummary
 from streams.core.keys import upkeep
+from streams.core.keys.emission import emitted_by, escalation_of
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.upkeep import (
     RefusedClaim,
@@ -62,7 +62,7 @@ class Transition:
     quarantine): what a settlement is judged against. A copy, as the state changes in place."""
 
 
-Trigger = Literal["claim", "duplicate", "resolution", "time", "policy"]
+Trigger = Literal["claim", "duplicate", "resolution", "time", "policy", "alias"]
 
 
 def add_claim(
@@ -115,6 +115,8 @@ def _claimed(
         transition = _decide(state, rules, policy_version, now, "claim", limits)
         return replace(transition, refused=_conflicting_duplicate(claim_id))
     seen = next((s for s in state.claims if s.claim.claim_id == claim_id), None)
+    if seen is None and state.refused:
+        return _against_refused(state, admitted, rules, policy_version, now, limits)
     if seen is None:
         grown = (*state.claims, admitted)
         return _decide(state, rules, policy_version, now, "claim", limits, admitted, claims=grown)
@@ -124,6 +126,32 @@ def _claimed(
     disputed = (*state.disputed, claim_id)[-limits.max_disputed :]
     transition = _decide(
         state, rules, policy_version, now, "claim", limits, claims=withdrawn, disputed=disputed
+    )
+    return replace(transition, refused=_conflicting_duplicate(claim_id))
+
+
+def _against_refused(
+    state: KeyState,
+    admitted: AdmittedClaim,
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits,
+) -> Transition:
+    """A claim for a key that keeps claims its policy refuses: one of those with its id is the
+    same claim (a redelivery) or, saying something else, disputes the id as a kept claim would
+    (neither counts, the kept one withdrawn)."""
+    claim_id = admitted.claim_id
+    kept = next((r for r in state.refused if r.claim.claim_id == claim_id), None)
+    if kept is None:
+        grown = (*state.claims, admitted)
+        return _decide(state, rules, policy_version, now, "claim", limits, admitted, claims=grown)
+    if kept.claim.same_content(admitted):
+        return _decide(state, rules, policy_version, now, "duplicate", limits)
+    withdrawn = tuple(r for r in state.refused if r is not kept)
+    disputed = (*state.disputed, claim_id)[-limits.max_disputed :]
+    transition = _decide(
+        state, rules, policy_version, now, "claim", limits, refused=withdrawn, disputed=disputed
     )
     return replace(transition, refused=_conflicting_duplicate(claim_id))
 
@@ -250,6 +278,40 @@ def adopt_policy(
     return _decide(copy, rules, policy_version, now, "policy", limits, claims=claims)
 
 
+def regroup(
+    state: KeyState,
+    claims: tuple[AdmittedClaim, ...],
+    refused: tuple[RefusedClaim, ...],
+    resolutions: tuple[Resolution, ...],
+    rules: FieldRules,
+    policy_version: str,
+    now: datetime,
+    limits: Limits = Limits(),
+    *,
+    disputed: tuple[str, ...] | None = None,
+    note: str | None = None,
+) -> Transition:
+    """The key re-decided over the evidence an alias change leaves it: what stays of its own and
+    what arrives from the keys of its other spellings (`aliases.regrouped`). `note`: what the
+    decision says of the move (a key left with nothing names where its evidence went). On a
+    copy."""
+    copy = _copied(state)
+    copy.refused = refused[-limits.max_claims :]
+    kept = latest_resolutions(resolutions, limits.max_resolutions)
+    return _decide(
+        copy,
+        rules,
+        policy_version,
+        now,
+        "alias",
+        limits,
+        claims=claims,
+        resolutions=kept,
+        disputed=disputed,
+        note=note,
+    )
+
+
 def current_decision(
     state: KeyState, rules: FieldRules, policy_version: str, now: datetime
 ) -> Decision:
@@ -292,11 +354,13 @@ def _decide(
     claims: tuple[AdmittedClaim, ...] | None = None,
     resolutions: tuple[Resolution, ...] | None = None,
     disputed: tuple[str, ...] | None = None,
+    refused: tuple[RefusedClaim, ...] | None = None,
+    note: str | None = None,
 ) -> Transition:
-    """Re-decide the key over `claims` and `resolutions` (where given, else the state's own): by
-    the shortcut where it applies, else by the rules; then what to emit, whether to escalate,
-    and when time alone could next change the decision. All of it is worked out first; `state`
-    changes last, by assignments that cannot fail."""
+    """Re-decide the key over `claims`, `resolutions` and `refused` (where given, else the state's
+    own): by the shortcut where it applies, else by the rules; then what to emit, whether to
+    escalate, and when time alone could next change the decision. `note`: added to the decision's
+    reason. All of it is worked out first; `state` changes last, by assignments that cannot fail."""
     claims = state.claims if claims is None else claims
     resolutions = state.resolutions if resolutions is None else resolutions
     last = state.current
@@ -313,7 +377,8 @@ def _decide(
     arbitration = arbitrate(
         subject, field, claims, rules, policy_version, now, resolutions, supersedes, previous
     )
-    refused, budget = state.refused, limits.max_claim_bytes
+    refused = state.refused if refused is None else refused
+    budget = limits.max_claim_bytes
     if not fits(claims, refused, budget):  # decided again without the claims dropped for size
         claims, refused, dropped = upkeep.fitted(claims, refused, arbitration.roles, budget, added)
         arbitration = arbitrate(
@@ -321,8 +386,10 @@ def _decide(
         )
         arbitration = upkeep.noting_dropped(arbitration, dropped, budget)
     arbitration = upkeep.noting_refusals(arbitration, refused, policy_version)
-    emission = _emission(state, arbitration, trigger, now, limits)
-    escalation = _escalation(arbitration, emission, rules, now)
+    if note is not None:
+        arbitration = arbitration.noting(note)
+    emission = emitted_by(state, arbitration, trigger == "duplicate", now, limits)
+    escalation = escalation_of(arbitration, emission, rules, now)
     escalated = emission.escalated or escalation is not None
     kept = evicted(claims, arbitration.roles, limits.max_claims)
     next_check_at = next_check(kept, emission.conflict_since, escalated, rules, now_us)
@@ -333,6 +400,7 @@ def _decide(
     state.conflict_since, state.escalated = emission.conflict_since, escalated
     state.next_check_at, state.arbitration = next_check_at, owned
     state.policy_version, state.refused = policy_version, refused
+    state.timer_waits = False
     if disputed is not None:
         state.disputed = disputed
     return Transition(
@@ -365,51 +433,6 @@ def _placed(
     arbitration.place(added, placed.roles, placed.belief, now, supersedes)
     state.claims, state.next_check_at = claims, next_check_at
     return Transition(state=state, arbitration=arbitration)
-
-
-class _Emission(NamedTuple):
-    """The history after deciding, with the open-conflict clock, and what to send."""
-
-    history: tuple[DecisionSummary, ...]
-    conflict_since: datetime | None
-    escalated: bool
-    emitted: Arbitration | None
-
-
-def _emission(
-    state: KeyState, arbitration: Arbitration, trigger: Trigger, now: datetime, limits: Limits
-) -> _Emission:
-    """A new belief is emitted and recorded (restarting the open-conflict clock when the key
-    opens); the same input again repeats the decision exactly as first emitted."""
-    last = state.current
-    if last is None or arbitration.decision_id != last.decision_id:
-        was_open = last is not None and last.outcome in OPEN_OUTCOMES
-        is_open = arbitration.outcome in OPEN_OUTCOMES
-        return _Emission(
-            history=(*state.history, arbitration.summarized(now))[-limits.max_history :],
-            conflict_since=(state.conflict_since if was_open else now) if is_open else None,
-            escalated=state.escalated and was_open and is_open,
-            emitted=arbitration,
-        )
-    # The same input again (a redelivery): repeat the decision exactly as first emitted.
-    return _Emission(
-        history=state.history,
-        conflict_since=state.conflict_since,
-        escalated=state.escalated,
-        emitted=arbitration.restated(last.decided_at, last.supersedes)
-        if trigger == "duplicate"
-        else None,
-    )
-
-
-def _escalation(
-    arbitration: Arbitration, emission: _Emission, rules: FieldRules, now: datetime
-) -> Decision | None:
-    """The decision to escalate, once, when the key has been open for `escalate_after`."""
-    since = emission.conflict_since
-    if since is None or emission.escalated or now - since < rules.escalate_after:
-        return None
-    return arbitration.decision
 
 
 def _placement(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,11 +26,12 @@ from pydantic import ValidationError
 from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution, parse_claim
 from streams.core.decision.agreement import distinct
 from streams.core.keys.state import KeyState, Limits
-from streams.core.keys.transitions import Transition, add_claim, add_resolution
+from streams.core.keys.transitions import Transition, add_claim, add_resolution, regroup
 from streams.core.records.contracts import Decision, RejectReason, Resolution
 from streams.core.records.errors import ContractError
 from streams.core.records.policy import Policy
 from streams.core.rules.engine import arbitrate
+from streams.core.timeline.aliases import AliasHistory, Moved, gathered, left_for, regrouped
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 
 
@@ -195,6 +196,7 @@ def replay_with_clock(
     resolution_lines: Iterable[str] = (),
     resolutions_origin: str = "resolutions",
     limits: Limits | None = None,
+    aliases: AliasHistory | None = None,
 ) -> TimedReplay:
     """Every decision and escalation the stream emits for recorded claims and resolutions, each
     taken at its own instant (none later than `now`), and the key's timers fired as they come
@@ -204,72 +206,156 @@ def replay_with_clock(
     `policy` is one policy, or the policies in force over time: then each claim and resolution
     is admitted and applied under the one in force at its instant (one that refuses it rejects
     it), and each key moves to every policy taking effect by `now`, at its `since`, its kept
-    claims admitted afresh (`rollout.catch_up`): a move is a decision like the others."""
+    claims admitted afresh (`rollout.catch_up`): a move is a decision like the others.
+
+    `aliases`, the subject aliases over time: each claim and resolution counts on the key of
+    its subject's canonical spelling at its instant, keeping the subject it was sent with; at
+    each instant an alias takes effect or is retracted, every key's kept evidence regroups
+    (`aliases.regrouped`) and each key that gains or loses some is decided again then; a key
+    left with nothing says where its evidence went."""
     limits = limits or Limits()
     history = policy if isinstance(policy, PolicyHistory) else PolicyHistory.of(policy)
     by_key, rejections = _claims(lines, history, now)
     resolutions, refused = _resolutions(resolution_lines, history, now, resolutions_origin)
-    emitted: list[tuple[datetime, tuple[str, str], int, Emitted]] = []
+    records: list[_Record] = []
     for key in sorted(by_key.keys() | resolutions.keys()):
-        events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]] = [
-            (min(admitted.claim.observed_at, now), n, admitted, data)
-            for n, (admitted, data) in enumerate(by_key.get(key, []))
+        read: list[tuple[datetime, AdmittedClaim | Resolution, Any]] = [
+            (min(admitted.claim.observed_at, now), admitted, data)
+            for admitted, data in by_key.get(key, [])
         ]
-        events += [
-            (min(r.decided_at, now), len(events) + n, r, None)
-            for n, r in enumerate(resolutions.get(key, []))
-        ]
-        events.sort(key=lambda event: (event[0], event[1]))
-        for n, (at, record, transition) in enumerate(
-            _key_timeline(key[1], events, history, now, limits)
-        ):
-            if transition.refused is not None:
-                claim = record if isinstance(record, AdmittedClaim) else None
-                rejections.append(_refused(claim, transition, events))
-            if transition.emitted is not None:
-                emitted.append((at, key, 2 * n, Emitted(at, transition.emitted.decision)))
-            if transition.escalation is not None:
-                emitted.append((at, key, 2 * n + 1, Emitted(at, transition.escalation, True)))
+        read += [(min(r.decided_at, now), r, None) for r in resolutions.get(key, [])]
+        records += [_Record(at, key, n, record, data) for n, (at, record, data) in enumerate(read)]
+    records.sort(key=lambda record: (record.at, record.sent, record.n))
+    timeline = _Timeline(history, aliases or AliasHistory(), now, limits)
+    emitted: list[tuple[datetime, tuple[str, str], int, Emitted]] = []
+    sequence: dict[tuple[str, str], int] = defaultdict(int)
+    for at, key, record, transition in timeline.run(records):
+        n = sequence[key]
+        sequence[key] += 1
+        if transition.refused is not None:
+            assert record is not None
+            rejections.append(_refused(record, transition))
+        if transition.emitted is not None:
+            emitted.append((at, key, 2 * n, Emitted(at, transition.emitted.decision)))
+        if transition.escalation is not None:
+            emitted.append((at, key, 2 * n + 1, Emitted(at, transition.escalation, True)))
     emitted.sort(key=lambda entry: entry[:3])
     rejections.sort(key=lambda r: (r.claim_id or "", r.reason.value, r.to_json()))
     return TimedReplay([entry[3] for entry in emitted], rejections, refused)
 
 
-def _key_timeline(
-    field: str,
-    events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]],
-    history: PolicyHistory,
-    now: datetime,
-    limits: Limits,
-) -> Iterable[tuple[datetime, AdmittedClaim | Resolution | None, Transition]]:
-    """One key's transitions in time order: before each event (and before `now`), the timers
-    that came due and the policies that took effect, each at its own instant (`catch_up`); then
-    the event, under the policy in force at its instant (which admitted it)."""
-    state: KeyState | None = None
-    for at, _, record, _ in [*events, (now, -1, None, None)]:
-        for due, step in catch_up(state, history, at, limits):
-            yield due, None, step
-            state = step.state
-        if record is None:
-            continue
-        policy = history.in_force(at)
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """A recorded claim or resolution at its instant, under the key it was sent about (`sent`:
+    its subject as sent, and field) and its place among that key's records (`n`)."""
+
+    at: datetime
+    sent: tuple[str, str]
+    n: int
+    record: AdmittedClaim | Resolution
+    data: Any
+
+
+class _Timeline:
+    """The keys' transitions in time order, as the stream makes them: before each record (and
+    before `now`), the key's timers that came due and the policies that took effect, each at its
+    own instant (`catch_up`); then the record, on the key its subject names then, under the
+    policy in force at its instant (which admitted it). At each instant the aliases change,
+    every key first caught up to it, then its evidence regrouped."""
+
+    def __init__(
+        self, history: PolicyHistory, aliases: AliasHistory, now: datetime, limits: Limits
+    ) -> None:
+        self.history, self.aliases, self.now, self.limits = history, aliases, now, limits
+        self.states: dict[tuple[str, str], KeyState] = {}
+
+    def run(self, records: list[_Record]) -> Iterator[Step]:
+        changes = self.aliases.instants(None, self.now)
+        pending = 0
+        for record in records:
+            while pending < len(changes) and changes[pending] <= record.at:
+                yield from self._regrouped(changes[pending])
+                pending += 1
+            yield from self._applied(record)
+        for at in changes[pending:]:
+            yield from self._regrouped(at)
+        for key in sorted(self.states):
+            yield from self._caught_up(key, self.now)
+
+    def _caught_up(self, key: tuple[str, str], at: datetime) -> Iterator[Step]:
+        state = self.states.get(key)
+        for due, step in catch_up(state, self.history, at, self.limits):
+            yield due, key, None, step
+            state = self.states[key] = step.state
+
+    def _applied(self, record: _Record) -> Iterator[Step]:
+        at, (subject, field) = record.at, record.sent
+        key = (self.aliases.canonical(subject, at), field)
+        yield from self._caught_up(key, at)
+        state = self.states.get(key) or KeyState(subject=key[0], field=field)
+        policy = self.history.in_force(at)
         rules = policy.rules_for(field)
         assert rules is not None  # admission refused claims and resolutions for unknown fields
-        if isinstance(record, AdmittedClaim):
-            step = add_claim(state, record, rules, policy.version, at, limits)
+        said = record.record
+        if isinstance(said, AdmittedClaim):
+            step = add_claim(state, said, rules, policy.version, at, self.limits)
         else:
-            step = add_resolution(state, record, rules, policy.version, at, limits)
-        yield at, record, step
-        state = step.state
+            step = add_resolution(state, said, rules, policy.version, at, self.limits)
+        yield at, key, record, step
+        self.states[key] = step.state
+
+    def _regrouped(self, at: datetime) -> Iterator[Step]:
+        table = self.aliases.in_force(at)
+        for key in sorted(self.states):
+            yield from self._caught_up(key, at)
+        stays: dict[tuple[str, str], Moved] = {}
+        arriving: dict[tuple[str, str], list[Moved]] = defaultdict(list)
+        notes: dict[tuple[str, str], str] = {}
+        for key, state in sorted(self.states.items()):
+            stay, away = regrouped(state, table)
+            if not away:
+                continue
+            stays[key] = stay
+            if not stay:
+                notes[key] = left_for(away)
+            for subject, moved in away.items():
+                arriving[(subject, key[1])].append(moved)
+        policy = self.history.in_force(at)
+        for key in sorted(stays.keys() | arriving.keys()):
+            state = self.states.get(key) or KeyState(subject=key[0], field=key[1])
+            own = (
+                stays[key]
+                if key in stays
+                else Moved(state.claims, state.refused, state.resolutions)
+            )
+            evidence, disputed = gathered(own, arriving.get(key, []))
+            rules = policy.rules_for(key[1])
+            if rules is None:  # a field no policy in force decides: nothing re-decides it
+                continue
+            step = regroup(
+                state,
+                evidence.claims,
+                evidence.refused,
+                evidence.resolutions,
+                rules,
+                policy.version,
+                at,
+                self.limits,
+                disputed=(*state.disputed, *sorted(disputed - set(state.disputed))),
+                note=notes.get(key),
+            )
+            yield at, key, None, step
+            self.states[key] = step.state
 
 
-def _refused(
-    claim: AdmittedClaim | None,
-    transition: Transition,
-    events: list[tuple[datetime, int, AdmittedClaim | Resolution, Any]],
-) -> ReplayRejection:
+Step = tuple[datetime, tuple[str, str], _Record | None, Transition]
+"""A key's transition: its instant, the key (subject and field), the record it applied (none
+for time, a policy or an alias) and the transition."""
+
+
+def _refused(record: _Record, transition: Transition) -> ReplayRejection:
     refused = transition.refused
     assert refused is not None
-    data = next((d for _, _, record, d in events if record is claim), None)
-    claim_id = claim.claim.claim_id if claim is not None else None
-    return ReplayRejection(claim_id, refused.reason, refused.detail, data)
+    said = record.record
+    claim_id = said.claim.claim_id if isinstance(said, AdmittedClaim) else None
+    return ReplayRejection(claim_id, refused.reason, refused.detail, record.data)

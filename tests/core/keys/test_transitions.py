@@ -18,10 +18,11 @@ from streams.core.decision.arbitration import Arbitration
 from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.journal import decode_state, encode_state, stored_summary
 from streams.core.keys.state import KeyState, Limits, split_key, state_key
-from streams.core.keys.transitions import add_claim, add_resolution, advance
+from streams.core.keys.transitions import add_claim, add_resolution, adopt_policy, advance
 from streams.core.records.contracts import Claim, Money, RejectReason, Resolution
 from streams.core.records.policy import Policy, load_policy, parse_policy
 from streams.core.rules.engine import arbitrate
+from streams.core.timeline.rollout import readmitted
 from tests.support.builders import NOW, REPO, claim, claim_with_every_field
 
 POLICY: Policy = load_policy(REPO / "examples" / "policy.yaml")
@@ -433,3 +434,43 @@ def test_independence_is_counted_again_when_a_claim_joins_two_sources() -> None:
         "resolved/system_of_record_precedence",
         "insufficient/too_few_independent_sources",
     ]
+
+
+def _without_billing_export() -> Policy:
+    raw = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+    raw["version"] = "no-export"
+    del raw["sources"]["billing-export"]
+    return parse_policy(raw)
+
+
+def _with_a_refused_claim() -> tuple[KeyState, Policy]:
+    """invoice:42's status from billing-api (c1) and billing-export (c2), the key then moved to a
+    policy without billing-export: c2 kept, refused."""
+    state, _ = grow(claim(1), claim(2, source="billing-export"))
+    assert state is not None
+    policy = _without_billing_export()
+    claims, refused = readmitted(state, policy)
+    moved = adopt_policy(state, claims, refused, RULES, policy.version, NOW).state
+    assert [r.claim.claim_id for r in moved.refused] == ["c2"]
+    return moved, policy
+
+
+def test_a_claim_reusing_the_id_of_a_refused_kept_claim_disputes_it_as_a_kept_one_would() -> None:
+    state, policy = _with_a_refused_claim()
+    other = admit(claim(2, value="overdue"), policy, NOW)
+    step = add_claim(state, other, RULES, policy.version, NOW)
+    assert step.refused is not None
+    assert step.refused.reason is RejectReason.CONFLICTING_DUPLICATE
+    assert (step.state.refused, step.state.disputed) == ((), ("c2",))
+    assert [a.claim_id for a in step.state.claims] == ["c1"]
+    assert [r.claim.claim_id for r in state.refused] == ["c2"]  # the pure transition copied it
+
+
+def test_the_refused_kept_claim_delivered_again_is_a_redelivery() -> None:
+    state, policy = _with_a_refused_claim()
+    again = state.refused[0].claim
+    step = add_claim(state, again, RULES, policy.version, NOW + timedelta(seconds=1))
+    assert step.refused is None
+    assert step.state.refused == state.refused
+    assert step.state.disputed == ()
+    assert [a.claim_id for a in step.state.claims] == ["c1"]  # not evidence twice over

@@ -1,0 +1,259 @@
+"""Subject aliases over time: which spelling names a subject when, and where a key's evidence
+belongs once an alias takes effect or is retracted.
+
+A steward asserts that one spelling of a subject (`Acme Corp`) names the same thing as another
+(`acme`), or retracts that, at an instant: an `AliasChange`, published ahead as a policy is.
+The changes with their instants (an `AliasHistory`) are what every worker shares and what replay
+is given. Spellings match regardless of case and spacing (`alias_key`: `ACME  Corp` is `acme
+corp`). Chains resolve (`ACME-2231` -> `Acme Corp` -> `acme`: both name `acme`), and a change
+that would close a cycle at any instant is refused where it is added, so every spelling has one
+canonical subject at every instant.
+
+A claim keeps the subject it was sent with; the key it counts on is that subject's canonical
+spelling at the key's clock. `belongs_to` answers it for one spelling and `regrouped` for a
+key's kept claims and resolutions, the one place that says what an alias moves.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from streams.core.admission.intake import AdmittedClaim
+from streams.core.admission.normalize import normalize_string
+from streams.core.decision.agreement import RECENCY, distinct
+from streams.core.keys.state import KeyState
+from streams.core.keys.upkeep import RefusedClaim
+from streams.core.records.contracts import Resolution, parse_instant
+from streams.core.records.errors import PolicyError
+from streams.core.records.policy import StringCase
+
+NO_ALIASES: Mapping[str, str] = MappingProxyType({})
+
+
+def alias_key(subject: str) -> str:
+    """A spelling as aliases match it: case folded, spaces collapsed (`ACME  Corp` -> `acme
+    corp`)."""
+    return normalize_string(subject, StringCase.FOLD)
+
+
+@dataclass(frozen=True, slots=True)
+class AliasChange:
+    """`alias` names `canonical` from `at` on; `canonical` None retracts the alias. `by`: the
+    steward who made the change."""
+
+    alias: str
+    canonical: str | None
+    at: datetime
+    by: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.alias.strip():
+            raise PolicyError("an alias needs a spelling")
+        if self.canonical is not None and not self.canonical.strip():
+            raise PolicyError(f"alias {self.alias!r}: the subject it names is empty")
+        if self.canonical is not None and alias_key(self.canonical) == alias_key(self.alias):
+            raise PolicyError(f"alias {self.alias!r} names itself")
+        if self.at.tzinfo is None:
+            raise PolicyError(f"alias {self.alias!r}: at {self.at.isoformat()} needs a UTC offset")
+
+
+class AliasHistory:
+    """The aliases in force over time. Changes apply in the order of their instants (two at one
+    instant, in the order given); before the first, no alias is in force. Each instant's table
+    (`alias_key` of a spelling -> the spelling it names) is worked out once, when the history is
+    built, and checked for cycles then."""
+
+    __slots__ = ("_instants", "_tables", "changes")
+
+    def __init__(self, changes: Iterable[AliasChange] = ()) -> None:
+        self.changes = tuple(sorted(changes, key=lambda change: change.at))
+        self._instants: list[datetime] = []
+        self._tables: list[Mapping[str, str]] = []
+        table: dict[str, str] = {}
+        for change in self.changes:
+            key = alias_key(change.alias)
+            if change.canonical is None:
+                table.pop(key, None)
+            else:
+                table[key] = change.canonical
+                _refuse_cycle(table, key, change)
+            if self._instants and self._instants[-1] == change.at:
+                self._tables[-1] = MappingProxyType(dict(table))
+            else:
+                self._instants.append(change.at)
+                self._tables.append(MappingProxyType(dict(table)))
+
+    def then(self, change: AliasChange) -> AliasHistory:
+        """This history with `change` added, or PolicyError if it would close a cycle."""
+        return AliasHistory([*self.changes, change])
+
+    def in_force(self, at: datetime) -> Mapping[str, str]:
+        """The aliases in force at `at`: `alias_key` of a spelling -> the spelling it names."""
+        position = bisect_right(self._instants, at) - 1
+        return self._tables[position] if position >= 0 else NO_ALIASES
+
+    def canonical(self, subject: str, at: datetime) -> str:
+        """The subject `subject` names at `at`: itself unless it is an alias, followed through
+        every alias of a chain."""
+        return belongs_to(subject, self.in_force(at))
+
+    def instants(self, after: datetime | None, until: datetime) -> list[datetime]:
+        """The instants a change took effect, after `after` (None: from the first) and by
+        `until`, oldest first."""
+        start = 0 if after is None else bisect_right(self._instants, after)
+        return self._instants[start : bisect_right(self._instants, until)]
+
+    def spellings_of(self, subject: str, at: datetime) -> list[str]:
+        """Every alias (as `alias_key` folds it) that names `subject` at `at`, chains included."""
+        table = self.in_force(at)
+        return sorted(key for key in table if belongs_to(table[key], table) == subject)
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+
+def belongs_to(subject: str, table: Mapping[str, str]) -> str:
+    """The canonical subject of `subject` under `table` (an `AliasHistory.in_force` table)."""
+    if not table:
+        return subject
+    named = table.get(alias_key(subject))
+    while named is not None:
+        subject = named
+        named = table.get(alias_key(subject))
+    return subject
+
+
+def _refuse_cycle(table: Mapping[str, str], start: str, change: AliasChange) -> None:
+    seen = [start]
+    named = table.get(start)
+    while named is not None:
+        key = alias_key(named)
+        if key in seen:
+            path = " -> ".join([change.alias, *(table[k] for k in seen)])
+            raise PolicyError(
+                f"alias {change.alias!r} -> {change.canonical!r} at {change.at.isoformat()} "
+                f"closes a cycle ({path}): retract one of its aliases first"
+            )
+        seen.append(key)
+        named = table.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """What leaves a key for another when the aliases change: its claims and resolutions that
+    now belong there (their subjects as sent)."""
+
+    claims: tuple[AdmittedClaim, ...] = ()
+    refused: tuple[RefusedClaim, ...] = ()
+    resolutions: tuple[Resolution, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.refused or self.resolutions)
+
+
+def regrouped(state: KeyState, table: Mapping[str, str]) -> tuple[Moved, dict[str, Moved]]:
+    """A key's kept claims and resolutions split by the subject each belongs to under `table`:
+    what stays (about `state.subject`) and what goes, by canonical subject. Pure: the state is
+    not changed."""
+    here = state.subject
+    stay_claims: list[AdmittedClaim] = []
+    stay_refused: list[RefusedClaim] = []
+    stay_resolutions: list[Resolution] = []
+    away: dict[str, tuple[list[AdmittedClaim], list[RefusedClaim], list[Resolution]]] = {}
+
+    def bucket(subject: str) -> tuple[list[AdmittedClaim], list[RefusedClaim], list[Resolution]]:
+        return away.setdefault(subject, ([], [], []))
+
+    for admitted in state.claims:
+        target = belongs_to(admitted.claim.subject, table)
+        (stay_claims if target == here else bucket(target)[0]).append(admitted)
+    for refused in state.refused:
+        target = belongs_to(refused.claim.claim.subject, table)
+        (stay_refused if target == here else bucket(target)[1]).append(refused)
+    for resolution in state.resolutions:
+        target = belongs_to(resolution.subject, table)
+        (stay_resolutions if target == here else bucket(target)[2]).append(resolution)
+    stays = Moved(tuple(stay_claims), tuple(stay_refused), tuple(stay_resolutions))
+    return stays, {
+        subject: Moved(tuple(claims), tuple(refused), tuple(resolutions))
+        for subject, (claims, refused, resolutions) in sorted(away.items())
+    }
+
+
+def gathered(stays: Moved, arriving: Iterable[Moved]) -> tuple[Moved, frozenset[str]]:
+    """A key's evidence once its other spellings' arrives: claims once each by id (oldest
+    first; an id used for claims that say different things counts in no version, as in any key),
+    refused claims oldest first, resolutions once each by id, in the order the engine weighs
+    them. Returns the evidence and the ids found disputed. The same whatever order the moves
+    come in."""
+    moves = [stays, *arriving]
+    claims, disputed = distinct([claim for move in moves for claim in move.claims])
+    refused = sorted((r for move in moves for r in move.refused), key=lambda r: RECENCY(r.claim))
+    resolutions = {r.resolution_id: r for move in moves for r in move.resolutions}
+    ordered = sorted(resolutions.values(), key=lambda r: (r.decided_at, r.resolution_id))
+    return Moved(tuple(claims), tuple(refused), tuple(ordered)), disputed
+
+
+def left_for(away: Mapping[str, Moved]) -> str:
+    """What the decision of a key whose evidence all went elsewhere says of it."""
+    return "merged into " + ", ".join(repr(subject) for subject in sorted(away))
+
+
+# --- The history as JSON lines -------------------------------------------------------------
+
+
+def change_line(change: AliasChange) -> str:
+    """One change as the line the aliases history file holds:
+    `{"at": "2026-12-01T00:00:00Z", "alias": "Acme Corp", "canonical": "acme", "by": "ana"}`,
+    `"canonical": null` for a retraction."""
+    moment = change.at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return json.dumps(
+        {"at": moment, "alias": change.alias, "canonical": change.canonical, "by": change.by},
+        ensure_ascii=False,
+    )
+
+
+def history_from_lines(lines: Iterable[str], origin: str = "alias history") -> AliasHistory:
+    """The history the lines record (blank lines skipped; two changes at one instant apply in the
+    order of their lines, others in any order), or PolicyError naming `origin`, the line number and
+    the problem: a line that is not such a JSON object, an `at` that is not an RFC 3339 instant with
+    an offset, a change that closes a cycle."""
+    changes = [
+        _change(line, f"{origin}:{number}")
+        for number, line in enumerate(lines, start=1)
+        if line.strip()
+    ]
+    try:
+        return AliasHistory(changes)
+    except PolicyError as exc:
+        raise PolicyError(f"{origin}: {exc}") from exc
+
+
+def _change(line: str, where: str) -> AliasChange:
+    try:
+        data: Any = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(f"{where}: not JSON: {exc.msg}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(f"{where}: a line is a JSON object with `at`, `alias` and `canonical`")
+    at, alias, canonical, by = (data.get(k) for k in ("at", "alias", "canonical", "by"))
+    if not isinstance(at, str):
+        raise PolicyError(f"{where}: at: give the RFC 3339 instant the change takes effect")
+    if not isinstance(alias, str):
+        raise PolicyError(f"{where}: alias: give the spelling, as a string")
+    if canonical is not None and not isinstance(canonical, str):
+        raise PolicyError(f"{where}: canonical: the subject it names, or null to retract it")
+    try:
+        moment = parse_instant(at)
+    except ValueError as exc:
+        raise PolicyError(f"{where}: at: {at!r} is not an RFC 3339 instant: {exc}") from exc
+    try:
+        return AliasChange(alias, canonical, moment, by if isinstance(by, str) else "")
+    except PolicyError as exc:
+        raise PolicyError(f"{where}: {exc}") from exc
