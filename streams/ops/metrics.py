@@ -188,7 +188,8 @@ class Metrics:
         self.stage_seconds = Counter(
             "claimstream_stage_seconds_total",
             "Time the arbiter spent in each stage of the hot path: decode, admit (authenticate, "
-            "alias, policy), arbitrate, encode (outputs), produce (send until acknowledged), "
+            "alias, policy), arbitrate (the key's state read, caught up and decided), encode "
+            "(outputs), produce (send until acknowledged), "
             "journal (key state encoded for the changelog), commit (offsets or transaction).",
             ["stage"],
             registry=r,

@@ -243,6 +243,8 @@ class Processor:
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
             self.stages.charge(DECODE, started, decoded)
             return forwarded
+        # The key's state, its catch-up and its transition are the arbitration's share.
+        admitted_at = perf_counter()
         stored = state_of(key)
         timed = self._caught_up(stored, now)
         current = timed[-1][1].state if timed else stored
@@ -252,7 +254,6 @@ class Processor:
             admitted = admit_micros(claim, own, wall_us, rekeying.source_class(record))
         rules = policy.rules_for(claim.field)
         assert rules is not None  # admit() refused unknown fields
-        admitted_at = perf_counter()
         step = apply_claim(current, admitted, rules, policy.version, now, self.limits)
         clocks = (started, decoded, admitted_at, perf_counter())
         return _Decided(key, step, step.state is stored, claim, wall_s, clocks, timed)

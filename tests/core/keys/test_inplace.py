@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.build_info import compiled_modules
 from streams.core.admission.intake import admit, admit_resolution
 from streams.core.keys import transitions
 from streams.core.keys.journal import encode_state
@@ -156,6 +157,11 @@ def _arbitration_of(state: KeyState) -> tuple[object, ...] | None:
     return (kept.decision_id, dict(kept.roles), ids, kept.decided_at, kept.supersedes)
 
 
+@pytest.mark.skipif(
+    "streams.core.keys.upkeep" in compiled_modules(),
+    reason="compiled, a module calls another's functions directly, past any patch: held on the"
+    " interpreted modules, in the same run of scripts/test.sh (CLAIMSTREAM_INTERPRETED=1)",
+)
 @pytest.mark.parametrize("failing", ["next_check", "expiry"])
 def test_an_attempt_that_fails_before_its_end_leaves_the_state_as_it_was(
     failing: str, monkeypatch: pytest.MonkeyPatch
