@@ -32,7 +32,7 @@ from urllib.request import Request, urlopen
 from pydantic import ValidationError
 
 from streams.core.reading.explain import explain
-from streams.core.reading.policy_preview import render_answer
+from streams.core.reading.preview_report import render_answer
 from streams.core.reading.replay import ReplayResult, TimedReplay, replay, replay_with_clock
 from streams.core.records.contracts import ClaimStatus, Decision, Resolution
 from streams.core.records.errors import ClaimstreamError

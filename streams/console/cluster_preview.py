@@ -28,7 +28,8 @@ from streams.arbiter.routing import Ownership
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.core.keys.journal import decode_state
 from streams.core.keys.state import split_key
-from streams.core.reading.policy_preview import Preview, Previewer, Tally, merged
+from streams.core.reading.policy_preview import Previewer
+from streams.core.reading.preview_report import Preview, Tally, merged
 from streams.core.records.errors import ClaimstreamError
 from streams.state.task import TaskStore
 

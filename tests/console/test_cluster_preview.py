@@ -27,7 +27,8 @@ from streams.console.cluster_preview import (
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.core.keys.journal import encode_state
 from streams.core.keys.state import KeyState
-from streams.core.reading.policy_preview import Preview, Previewer, preview
+from streams.core.reading.policy_preview import Previewer, preview
+from streams.core.reading.preview_report import Preview
 from streams.core.timeline.rollout import PolicyHistory
 from streams.state.cache import StateCache
 from streams.state.task import TaskStore

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams.cli.main import main
 from streams.core.keys.state import state_key
-from streams.core.reading.policy_preview import Gist
+from streams.core.reading.preview_report import Gist
 from streams.core.reading.replay import replay_with_clock
 from streams.core.records.contracts import Claim, Decision
 from streams.core.records.policy import load_policy

@@ -295,19 +295,17 @@ def regroup(
     what arrives from the keys of its other spellings (`aliases.regrouped`). `note`: what the
     decision says of the move (a key left with nothing names where its evidence went). On a
     copy."""
-    copy = _copied(state)
-    copy.refused = refused[-limits.max_claims :]
-    kept = latest_resolutions(resolutions, limits.max_resolutions)
     return _decide(
-        copy,
+        _copied(state),
         rules,
         policy_version,
         now,
         "alias",
         limits,
         claims=claims,
-        resolutions=kept,
+        resolutions=latest_resolutions(resolutions, limits.max_resolutions),
         disputed=disputed,
+        refused=refused[-limits.max_claims :],
         note=note,
     )
 

@@ -4,5 +4,5 @@
 - asof: what a key decided at an instant.
 - replay: decisions rebuilt from recorded inputs, with the clock through the timers.
 - policy_preview: what keys would decide were a policy put in force now, beside what they
-  decide now.
+  decide now; preview_report: what such a preview says, per key and field, merged and printed.
 """

@@ -20,15 +20,14 @@ from streams.core.admission.intake import admit, admit_resolution
 from streams.core.keys.journal import encode_state
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.transitions import add_claim, add_resolution, current_decision
-from streams.core.reading.policy_preview import (
+from streams.core.reading.policy_preview import Previewer, preview
+from streams.core.reading.preview_report import (
     MAX_EXAMPLES,
     NO_DECISION,
     Gist,
     Preview,
-    Previewer,
     Tally,
     merged,
-    preview,
     render_answer,
 )
 from streams.core.records.contracts import Claim, Outcome, Resolution, SourceClass
