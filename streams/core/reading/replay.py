@@ -270,7 +270,7 @@ class _Timeline:
         self.states: dict[tuple[str, str], KeyState] = {}
 
     def run(self, records: list[_Record]) -> Iterator[Step]:
-        changes = self.aliases.instants(None, self.now)
+        changes = self.aliases.instants(self.now)
         pending = 0
         for record in records:
             while pending < len(changes) and changes[pending] <= record.at:

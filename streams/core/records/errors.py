@@ -17,6 +17,11 @@ class PolicyError(ClaimstreamError):
     """An unreadable or invalid policy file; the message names the file, the key and the problem."""
 
 
+class AliasError(ClaimstreamError):
+    """An alias change that cannot be (no spelling, one naming itself, an instant without an
+    offset, a cycle) or an unreadable alias history; the message names the line and the problem."""
+
+
 class RejectedInput(ClaimstreamError):
     """Input that cannot be accepted; its reason code goes to the dead-letter topic with it."""
 

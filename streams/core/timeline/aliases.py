@@ -30,7 +30,7 @@ from streams.core.decision.agreement import RECENCY, distinct
 from streams.core.keys.state import KeyState
 from streams.core.keys.upkeep import RefusedClaim
 from streams.core.records.contracts import Resolution, parse_instant
-from streams.core.records.errors import PolicyError
+from streams.core.records.errors import AliasError
 from streams.core.records.policy import StringCase
 
 NO_ALIASES: Mapping[str, str] = MappingProxyType({})
@@ -54,13 +54,13 @@ class AliasChange:
 
     def __post_init__(self) -> None:
         if not self.alias.strip():
-            raise PolicyError("an alias needs a spelling")
+            raise AliasError("an alias needs a spelling")
         if self.canonical is not None and not self.canonical.strip():
-            raise PolicyError(f"alias {self.alias!r}: the subject it names is empty")
+            raise AliasError(f"alias {self.alias!r}: the subject it names is empty")
         if self.canonical is not None and alias_key(self.canonical) == alias_key(self.alias):
-            raise PolicyError(f"alias {self.alias!r} names itself")
+            raise AliasError(f"alias {self.alias!r} names itself")
         if self.at.tzinfo is None:
-            raise PolicyError(f"alias {self.alias!r}: at {self.at.isoformat()} needs a UTC offset")
+            raise AliasError(f"alias {self.alias!r}: at {self.at.isoformat()} needs a UTC offset")
 
 
 class AliasHistory:
@@ -89,10 +89,6 @@ class AliasHistory:
                 self._instants.append(change.at)
                 self._tables.append(MappingProxyType(dict(table)))
 
-    def then(self, change: AliasChange) -> AliasHistory:
-        """This history with `change` added, or PolicyError if it would close a cycle."""
-        return AliasHistory([*self.changes, change])
-
     def in_force(self, at: datetime) -> Mapping[str, str]:
         """The aliases in force at `at`: `alias_key` of a spelling -> the spelling it names."""
         position = bisect_right(self._instants, at) - 1
@@ -103,19 +99,9 @@ class AliasHistory:
         every alias of a chain."""
         return belongs_to(subject, self.in_force(at))
 
-    def instants(self, after: datetime | None, until: datetime) -> list[datetime]:
-        """The instants a change took effect, after `after` (None: from the first) and by
-        `until`, oldest first."""
-        start = 0 if after is None else bisect_right(self._instants, after)
-        return self._instants[start : bisect_right(self._instants, until)]
-
-    def spellings_of(self, subject: str, at: datetime) -> list[str]:
-        """Every alias (as `alias_key` folds it) that names `subject` at `at`, chains included."""
-        table = self.in_force(at)
-        return sorted(key for key in table if belongs_to(table[key], table) == subject)
-
-    def __len__(self) -> int:
-        return len(self.changes)
+    def instants(self, until: datetime) -> list[datetime]:
+        """The instants a change took effect by `until`, oldest first."""
+        return self._instants[: bisect_right(self._instants, until)]
 
 
 def belongs_to(subject: str, table: Mapping[str, str]) -> str:
@@ -136,7 +122,7 @@ def _refuse_cycle(table: Mapping[str, str], start: str, change: AliasChange) -> 
         key = alias_key(named)
         if key in seen:
             path = " -> ".join([change.alias, *(table[k] for k in seen)])
-            raise PolicyError(
+            raise AliasError(
                 f"alias {change.alias!r} -> {change.canonical!r} at {change.at.isoformat()} "
                 f"closes a cycle ({path}): retract one of its aliases first"
             )
@@ -221,7 +207,7 @@ def change_line(change: AliasChange) -> str:
 
 def history_from_lines(lines: Iterable[str], origin: str = "alias history") -> AliasHistory:
     """The history the lines record (blank lines skipped; two changes at one instant apply in the
-    order of their lines, others in any order), or PolicyError naming `origin`, the line number and
+    order of their lines, others in any order), or AliasError naming `origin`, the line number and
     the problem: a line that is not such a JSON object, an `at` that is not an RFC 3339 instant with
     an offset, a change that closes a cycle."""
     changes = [
@@ -231,29 +217,29 @@ def history_from_lines(lines: Iterable[str], origin: str = "alias history") -> A
     ]
     try:
         return AliasHistory(changes)
-    except PolicyError as exc:
-        raise PolicyError(f"{origin}: {exc}") from exc
+    except AliasError as exc:
+        raise AliasError(f"{origin}: {exc}") from exc
 
 
 def _change(line: str, where: str) -> AliasChange:
     try:
         data: Any = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise PolicyError(f"{where}: not JSON: {exc.msg}") from exc
+        raise AliasError(f"{where}: not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
-        raise PolicyError(f"{where}: a line is a JSON object with `at`, `alias` and `canonical`")
+        raise AliasError(f"{where}: a line is a JSON object with `at`, `alias` and `canonical`")
     at, alias, canonical, by = (data.get(k) for k in ("at", "alias", "canonical", "by"))
     if not isinstance(at, str):
-        raise PolicyError(f"{where}: at: give the RFC 3339 instant the change takes effect")
+        raise AliasError(f"{where}: at: give the RFC 3339 instant the change takes effect")
     if not isinstance(alias, str):
-        raise PolicyError(f"{where}: alias: give the spelling, as a string")
+        raise AliasError(f"{where}: alias: give the spelling, as a string")
     if canonical is not None and not isinstance(canonical, str):
-        raise PolicyError(f"{where}: canonical: the subject it names, or null to retract it")
+        raise AliasError(f"{where}: canonical: the subject it names, or null to retract it")
     try:
         moment = parse_instant(at)
     except ValueError as exc:
-        raise PolicyError(f"{where}: at: {at!r} is not an RFC 3339 instant: {exc}") from exc
+        raise AliasError(f"{where}: at: {at!r} is not an RFC 3339 instant: {exc}") from exc
     try:
         return AliasChange(alias, canonical, moment, by if isinstance(by, str) else "")
-    except PolicyError as exc:
-        raise PolicyError(f"{where}: {exc}") from exc
+    except AliasError as exc:
+        raise AliasError(f"{where}: {exc}") from exc

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from streams.core.reading.replay import TimedReplay, replay_with_clock
 from streams.core.records.contracts import Decision, Outcome
-from streams.core.records.errors import PolicyError
+from streams.core.records.errors import AliasError
 from streams.core.timeline.aliases import AliasChange, AliasHistory
 from tests.support.builders import POLICY, WIDE
 
@@ -136,7 +136,7 @@ def _aliases(draw: st.DrawFn) -> list[AliasChange]:
         change = AliasChange(alias, draw(st.sampled_from([canonical, None])), at, "ana")
         try:
             AliasHistory([*changes, change])
-        except PolicyError:
+        except AliasError:
             continue  # it would close a cycle
         changes.append(change)
     return changes
@@ -194,7 +194,7 @@ def test_aliases_in_force_from_the_start_are_claims_sent_under_the_canonical_sub
     start = T0 - timedelta(seconds=1)
     try:
         aliases = AliasHistory([AliasChange(c.alias, c.canonical, start) for c in changes])
-    except PolicyError:
+    except AliasError:
         assume(False)  # at one instant, in the order drawn, they close a cycle
     renamed = []
     for line in lines:
