@@ -28,7 +28,6 @@ T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 SWITCH = T0 + timedelta(seconds=10)
 SEATS = "contract.seats"
 KEY = state_key("contract:7", SEATS).encode()
-PARTITION = partition_of(KEY, SETTINGS.partitions)
 
 
 def _policy(version: str, crm: str, order_form: str) -> Policy:
@@ -46,18 +45,27 @@ HISTORY = PolicyHistory(
 )
 
 
-def _claim(n: int, source: str, value: int, at: datetime) -> tuple[Claim, Incoming]:
+def _claim(
+    n: int,
+    source: str,
+    value: object,
+    at: datetime,
+    subject: str = "contract:7",
+    field: str = SEATS,
+) -> tuple[Claim, Incoming]:
     claim = Claim(
         claim_id=f"c{n}",
-        subject="contract:7",
-        field=SEATS,
+        subject=subject,
+        field=field,
         status="present",
         value=value,
         source=source,
         observed_at=at,
     )
+    key = state_key(subject, field).encode()
     encoded = CODEC.encode(SETTINGS.topics.claims, claim)
-    return claim, Incoming(SETTINGS.topics.claims, PARTITION, n, KEY, encoded, (), at.timestamp())
+    partition = partition_of(key, SETTINGS.partitions)
+    return claim, Incoming(SETTINGS.topics.claims, partition, n, key, encoded, (), at.timestamp())
 
 
 def _process(
@@ -150,24 +158,7 @@ def test_a_timer_due_while_its_field_is_not_decided_fires_once_it_is_as_replay_f
             InForce(T0 + timedelta(seconds=120), _status_policy("C", True)),
         ]
     )
-    paid = Claim(
-        claim_id="c1",
-        subject="invoice:7",
-        field=STATUS,
-        status="present",
-        value="paid",
-        source="billing-api",
-        observed_at=T0,
-    )
-    record = Incoming(
-        SETTINGS.topics.claims,
-        partition_of(INVOICE, SETTINGS.partitions),
-        1,
-        INVOICE,
-        CODEC.encode(SETTINGS.topics.claims, paid),
-        (),
-        T0.timestamp(),
-    )
+    paid, record = _claim(1, "billing-api", "paid", T0, "invoice:7", STATUS)
     states: dict[bytes, KeyState] = {}
     sent = _process(states, record, T0, history)
     due = states[INVOICE].next_check_at

@@ -116,7 +116,9 @@ def _claimed(
         return replace(transition, refused=_conflicting_duplicate(claim_id))
     seen = next((s for s in state.claims if s.claim.claim_id == claim_id), None)
     if seen is None and state.refused:
-        return _against_refused(state, admitted, rules, policy_version, now, limits)
+        kept = next((r for r in state.refused if r.claim.claim_id == claim_id), None)
+        if kept is not None:
+            return _against_refused(state, kept, admitted, rules, policy_version, now, limits)
     if seen is None:
         grown = (*state.claims, admitted)
         return _decide(state, rules, policy_version, now, "claim", limits, admitted, claims=grown)
@@ -132,20 +134,17 @@ def _claimed(
 
 def _against_refused(
     state: KeyState,
+    kept: RefusedClaim,
     admitted: AdmittedClaim,
     rules: FieldRules,
     policy_version: str,
     now: datetime,
     limits: Limits,
 ) -> Transition:
-    """A claim for a key that keeps claims its policy refuses: one of those with its id is the
-    same claim (a redelivery) or, saying something else, disputes the id as a kept claim would
+    """A claim with the id of a kept claim the policy refuses (`kept`): the same claim (a
+    redelivery) or, saying something else, a dispute of the id as a kept claim's reuse is
     (neither counts, the kept one withdrawn)."""
     claim_id = admitted.claim_id
-    kept = next((r for r in state.refused if r.claim.claim_id == claim_id), None)
-    if kept is None:
-        grown = (*state.claims, admitted)
-        return _decide(state, rules, policy_version, now, "claim", limits, admitted, claims=grown)
     if kept.claim.same_content(admitted):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
     withdrawn = tuple(r for r in state.refused if r is not kept)
