@@ -17,7 +17,7 @@ import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -38,7 +38,8 @@ from streams.core.records.contracts import (
 )
 from streams.core.records.errors import ClaimstreamError, RejectedInput, validation_problems
 from streams.core.records.policy import Policy
-from streams.pipeline.authentication import STEWARD_HEADER, alias_payload
+from streams.core.timeline.aliases import AliasChange
+from streams.pipeline.alias_records import alias_record
 from streams.settings import Settings
 from streams.wire.kafka import client_options
 from streams.wire.registry import WireCodec, registry_for
@@ -106,15 +107,19 @@ class ClaimPublisher:
         await self._producer.send_and_wait(topic, value, key=key, headers=headers)
 
     async def alias(
-        self, alias: str, subject: str, signer: Signer | None = None, steward: str = ""
+        self,
+        alias: str,
+        subject: str | None,
+        signer: Signer | None = None,
+        steward: str = "",
+        at: datetime | None = None,
     ) -> None:
-        """`signer` and `steward`: where stewards sign, the steward it signs as."""
-        headers = None
-        if signer is not None:
-            payload = alias_payload(alias.encode(), subject.encode())
-            headers = [*signer(payload), (STEWARD_HEADER, steward.encode())]
+        """`alias` names `subject` from `at` (default: now) on; `subject` None retracts it then.
+        `signer` and `steward`: where stewards sign, the steward it signs as."""
+        change = AliasChange(alias, subject, at or datetime.now(UTC), steward)
+        key, value, headers = alias_record(change, signer)
         await self._producer.send_and_wait(
-            self.settings.topics.aliases, subject.encode(), key=alias.encode(), headers=headers
+            self.settings.topics.aliases, value, key=key, headers=headers
         )
 
 

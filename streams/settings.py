@@ -71,7 +71,7 @@ class Topics(BaseModel):
     resolutions: str = "claims.resolutions"
     """stewards' resolutions"""
     aliases: str = "claims.subject-aliases"
-    """subject aliases (alias -> canonical subject), a global table"""
+    """subject aliases (alias -> canonical subject) and the instant each takes effect"""
     decisions: str = "claims.decisions"
     """the decisions, compacted by subject|field"""
     dead_letters: str = "claims.dead-letters"
@@ -275,7 +275,8 @@ class Settings(Connection):
     policy_poll_s: float = Field(
         default=1.0,
         gt=0,
-        description="how often a worker reads the policy topic for a newly published policy",
+        description="how often a worker reads the policy and aliases topics for a newly "
+        "published policy or alias",
     )
     expiry_interval_s: float = Field(
         default=1.0,

@@ -157,5 +157,7 @@ def _appended(batch: Any, record: Outgoing) -> bool:
     """Whether the record fit in the producer batch (aiokafka returns None when it is full)."""
     # aiokafka's batch builder takes a list only.
     headers = list(record.headers) if record.headers else []
-    appended = batch.append(key=record.key, value=record.value, timestamp=None, headers=headers)
+    appended = batch.append(
+        key=record.key, value=record.value, timestamp=record.timestamp_ms, headers=headers
+    )
     return appended is not None

@@ -16,7 +16,7 @@ import gc
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -87,7 +87,6 @@ class Arbiter(Service):
         settings: Settings,
         processor: Processor,
         metrics: Metrics,
-        alias_of: Callable[[str], str | None],
         inputs: Sequence[str],
         pulse: Pulse,
         **kwargs: Any,
@@ -96,7 +95,6 @@ class Arbiter(Service):
         self.settings = settings
         self.processor = processor
         self.metrics = metrics
-        self.alias_of = alias_of
         self.inputs = list(inputs)
         self._input_rank = {topic: rank for rank, topic in enumerate(self.inputs)}
         self.pulse = pulse
@@ -252,7 +250,7 @@ class Arbiter(Service):
                 for message in _in_time_order(parts):
                     tick_began = perf_counter() if message.value is None else 0.0
                     record = incoming(message)
-                    handled = self.processor.process(record, task.states.get, self.alias_of)
+                    handled = self.processor.process(record, task.states.get)
                     received = record.timestamp or 0.0
                     self.bookkeeping.apply(partition, task.states, batch, handled, received)
                     if tick_began and message.topic == rekeyed:  # a tick: no value
@@ -312,7 +310,8 @@ class Arbiter(Service):
         timers, sweep = self.pacing.budgets(live)
         now_at = datetime.now(UTC)
         due = self.schedule.take_due(now_at, timers)
-        moving = self.schedule.sweep.take(self.processor.policy, sweep)
+        processor = self.processor
+        moving = self.schedule.sweep.take(processor.policy, processor.aliases, now_at, sweep)
         self.pacing.swept(len(moving))
         if due or moving:
             self.metrics.expiry_ticks.inc(len(due))

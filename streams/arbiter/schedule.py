@@ -72,6 +72,7 @@ class Schedule:
         lag_s = (now - earliest).total_seconds() if earliest is not None else 0.0
         metrics.timers.set(waiting, lag_s)
         metrics.policies.sweep_remaining.set(self.sweep.remaining)
+        metrics.aliases.pending.set(self.sweep.regroups_pending)
 
     def note(self, partition: int, key: bytes, state: KeyState) -> None:
         """The key's new state, as the loop applies it."""

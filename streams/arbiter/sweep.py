@@ -1,11 +1,15 @@
-"""The rollout sweep: every owned key moved to the policy in force, quiet ones included.
+"""The rollout sweep: every owned key moved to the policy in force and grouped by the aliases
+in force, quiet ones included.
 
 A key moves to a newer policy when anything next applies to it (`core.rollout.catch_up`, before
 a claim, a resolution or a tick); a quiet key would wait for its next claim. So when the policy
 in force is not the one its keys were last decided under, the sweep walks each open task's keys
 and sends a tick to each key still on another policy: its owner moves it, at the instant the
 policy took effect, through the same path as any record (its decision, state and offsets commit
-together, under either guarantee). The sweep only looks; the key's state is the truth:
+together, under either guarantee). An alias taking effect or retracted walks them too, for the
+keys whose evidence it moves (`AliasHistory.regroupings`), not yet regrouped at its instant:
+the tick regroups them, the evidence it moves goes out with the key's decision. The sweep only
+looks; the key's state is the truth:
 
 - a key whose tick is lost (a crash, a rebalance) is found again: a task's walk starts over
   whenever it is installed, and a walk that found keys to move is followed by another, until a
@@ -24,9 +28,12 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from streams.core.keys.state import split_key
+from streams.core.records.instants import instant, micros
 from streams.core.records.policy import Policy
+from streams.core.timeline.aliases import AliasHistory
 from streams.state.task import TaskStore
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,8 @@ class _Walk:
     """Keys not yet looked at (an estimate on disk)."""
     found: int = 0
     """Keys this pass sent a tick to."""
+    regroups: int = 0
+    """Keys this pass found to regroup by an alias change."""
     passes: int = 1
     not_before: float = 0.0
     """The monotonic instant this pass may start."""
@@ -62,6 +71,7 @@ class RolloutSweep:
         self._stores: dict[int, TaskStore] = {}
         self._walks: dict[int, _Walk] = {}
         self._version: str | None = None  # the policy the walks move keys to
+        self._aliases_at: datetime | None = None  # the alias change the walks regroup keys at
 
     def attach(self, partition: int, store: TaskStore) -> None:
         """A task installed: its keys are walked (again) from the first."""
@@ -77,18 +87,29 @@ class RolloutSweep:
         """Keys the sweep has yet to look at, or found and not yet sent a tick."""
         return sum(walk.left + len(walk.pending) for walk in self._walks.values())
 
-    def take(self, policy: Policy, budget: int) -> list[bytes]:
-        """Up to `budget` keys to tick, found on a policy other than `policy` (the one in force)
-        where it decides their field. A new version in force walks every task again."""
-        version = policy.version
-        if version != self._version:
+    @property
+    def regroups_pending(self) -> int:
+        """Keys the walks under way found to regroup by an alias change."""
+        return sum(walk.regroups for walk in self._walks.values())
+
+    def take(
+        self, policy: Policy, aliases: AliasHistory, now: datetime, budget: int
+    ) -> list[bytes]:
+        """Up to `budget` keys to tick, where `policy` (the one in force) decides their field:
+        found on another policy, or holding evidence an alias change by `now` moves. A new
+        version in force, or a new alias change, walks every task again."""
+        version, regrouped_at = policy.version, aliases.last_by(now)
+        if version != self._version or regrouped_at != self._aliases_at:
             if self._version is not None:
                 log.info(
-                    "policy %s in force (was %s): moving every owned key", version, self._version
+                    "policy %s, aliases of %s in force: moving every owned key",
+                    version,
+                    regrouped_at.isoformat() if regrouped_at else "none",
                 )
-            self._version = version
+            self._version, self._aliases_at = version, regrouped_at
             for partition, store in self._stores.items():
                 self.attach(partition, store)
+        regrouped_us = None if regrouped_at is None else micros(regrouped_at)
         taken: list[bytes] = []
         clock = time.monotonic()
         for partition, walk in list(self._walks.items()):
@@ -102,10 +123,21 @@ class RolloutSweep:
                     break
                 scanned += 1
                 walk.left = max(0, walk.left - 1)
-                if store.policy_version_of(key) != version and policy.rules_for(
-                    split_key(key.decode())[1]
+                policy_version, aliases_us = store.marks_of(key)
+                if policy_version == version and (
+                    regrouped_us is None or (aliases_us is not None and aliases_us >= regrouped_us)
+                ):
+                    continue
+                subject, field_name = split_key(key.decode())
+                if not policy.rules_for(field_name):
+                    continue
+                if policy_version != version:
+                    walk.pending.append(key)
+                elif aliases.regroupings(
+                    subject, None if aliases_us is None else instant(aliases_us), now
                 ):
                     walk.pending.append(key)
+                    walk.regroups += 1
             given = walk.pending[: budget - len(taken)]
             del walk.pending[: len(given)]
             walk.found += len(given)

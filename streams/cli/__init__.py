@@ -3,6 +3,7 @@
 - `main`: the argument table (`build_parser`) and the dispatch (`main`, the console script).
 - `commands`: one handler per subcommand.
 - `agents`: the agents' subcommands, `mcp` and `get`.
+- `aliases`: `alias add|remove|list|history`, the subject aliases on their topic.
 - `dead_letters`: `replay-dead-letters`, refused records sent back to their topics.
 
 `python -m streams.cli` runs it as the console script does.

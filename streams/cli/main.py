@@ -14,6 +14,7 @@ from pathlib import Path
 from streams import __version__
 from streams.build_info import describe
 from streams.cli.agents import add_agent_commands
+from streams.cli.aliases import add_alias_commands
 from streams.cli.commands import (
     cmd_explain,
     cmd_init,
@@ -85,6 +86,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         Guarantee(args.guarantee),
         scale,
         args.pin_cores,
+        merge_pairs=args.merge_pairs or 0,
     )
 
 
@@ -380,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(for replay --policy-history)",
     )
     history_parser.set_defaults(handler=cmd_policy_history)
+    add_alias_commands(commands, connection, _instant_argument)
 
     redrive_parser = commands.add_parser(
         "replay-dead-letters",
@@ -469,6 +472,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the latency phases with the worker on one core, the broker and the load on "
         "the others (Linux; the JSON's pinned_cores says which)",
+    )
+    bench_parser.add_argument(
+        "--merge-pairs",
+        type=int,
+        nargs="?",
+        const=10_000,
+        default=None,
+        metavar="N",
+        help="then the merge phase: N alias keys (default 10000) merged into their canonical "
+        "keys by aliases under live load: merges/s, time, live p99; off unless given",
     )
     bench_parser.set_defaults(handler=cmd_bench)
     add_agent_commands(commands, connection)

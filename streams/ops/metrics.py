@@ -121,6 +121,7 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+        self.aliases = AliasGauges(r)
 
     def _freshness_families(self, r: CollectorRegistry) -> None:
         """How current the decisions are: open conflicts, latency, lag, last activity."""
@@ -403,6 +404,24 @@ class PolicyGauges:
             self.info.remove(self._version)
             self._version = version
             self.info.labels(version).set(1)
+
+
+class AliasGauges:
+    """What alias changes moved, and what the sweep has still to regroup."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.moves = Counter(
+            "claimstream_alias_moves_total",
+            "Evidence sent from one key to another's owner because an alias took effect or was "
+            "retracted (one per key it went to).",
+            registry=r,
+        )
+        self.pending = Gauge(
+            "claimstream_alias_regroups_pending",
+            "Owned keys the sweep found whose evidence an alias change moves, not yet regrouped "
+            "(0 once every owned key is grouped by the aliases in force).",
+            registry=r,
+        )
 
 
 class StageClock:

@@ -7,12 +7,16 @@ Nothing is silently skipped, and the worker never stops on bad input.
 
 The rooms, in the order a record goes through them:
 - `records`: `Incoming`, `Outgoing`, `Handled`, the shapes in and out;
-- `processor`: `Processor`, retry and dispatch by kind (claim, resolution, timer tick), decoding,
-  admission and the key's transition;
+- `processor`: `Processor`, retry and dispatch by kind (claim, resolution, timer tick, evidence
+  an alias moved), decoding, admission and the key's transition;
+- `key_clock`: the key brought to a record's instant first (its timers, the policies and the
+  subject aliases that took effect since, each at its own instant), and the key a record about
+  a subject counts on as the aliases change;
 - `authentication`: the declared source proven by principal topic and/or signature;
   `principal_topics`, the per-principal input topics;
-- `rekey`: the canonical subject, the key's partition (`partition_of`) and the hop through the
-  rekeyed topic when a record landed elsewhere; the `claimstream.*` record headers;
+- `rekey`: the key's partition (`partition_of`) and the hop through the rekeyed topic when a
+  record landed elsewhere; the `claimstream.*` record headers;
+- `alias_records`: an alias change as a record of the aliases topic;
 - `outputs`: decision, escalation and outcome records, and dead letters.
 
 This package's face is what the arbiter drives: `Processor`, the three record shapes, and

@@ -93,20 +93,25 @@ class Authentication:
     def check_alias(self, record: Incoming, now: datetime) -> None:
         """Raise `ContractError(UNAUTHENTICATED)` unless an alias record (key: the alias; value:
         the canonical subject, none to remove it) is proven as a steward's, the steward named in
-        its `claimstream.steward` header; the signature covers the alias and the subject both,
-        so a signed value cannot be moved to another alias."""
+        its `claimstream.steward` header; the signature covers the alias, the subject and the
+        instant it takes effect, so a signed change cannot be moved to another alias or time."""
         steward = (record.header(STEWARD_HEADER) or b"").decode("utf-8", "replace")
-        payload = alias_payload(record.key or b"", record.value or b"")
+        at = record.header(EFFECTIVE_AT_HEADER) or b""
+        payload = alias_payload(record.key or b"", record.value or b"", at)
         self.check_steward(payload, record.headers, steward, now)
 
 
 STEWARD_HEADER = "claimstream.steward"
+EFFECTIVE_AT_HEADER = "claimstream.effective_at"
+"""An alias record's instant of effect (RFC 3339); without it, the record's timestamp."""
 
 
-def alias_payload(alias: bytes, subject: bytes) -> bytes:
-    """What an alias record's signature covers: both parts, length-prefixed (no two different
-    pairs serialise alike)."""
-    return len(alias).to_bytes(4, "big") + alias + subject
+def alias_payload(alias: bytes, subject: bytes, at: bytes = b"") -> bytes:
+    """What an alias record's signature covers: the alias and the subject, length-prefixed (no
+    two different pairs serialise alike), then the instant it takes effect where it names one."""
+    if not at:
+        return len(alias).to_bytes(4, "big") + alias + subject
+    return len(alias).to_bytes(4, "big") + alias + len(subject).to_bytes(4, "big") + subject + at
 
 
 def signing_keys(signing: Signing, env: Mapping[str, str] | None = None) -> dict[str, SourceKey]:

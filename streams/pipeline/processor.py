@@ -29,19 +29,23 @@ from streams.core.records.contracts import (
 )
 from streams.core.records.errors import RejectedInput
 from streams.core.records.policy import Policy
-from streams.core.timeline.rollout import PolicyHistory, catch_up
+from streams.core.timeline.aliases import (
+    AliasHistory,
+)
+from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
+from streams.pipeline.key_clock import CaughtUp, KeyClock
 from streams.pipeline.outputs import Outputs
 from streams.pipeline.records import Handled, Incoming, Outgoing
 from streams.pipeline.rekey import (
     HEADER_DUE,
     HEADER_KIND,
     KIND_CLAIM,
+    KIND_MOVED,
     KIND_RESOLUTION,
     KIND_TICK,
     Rekeying,
-    canonical,
 )
 from streams.settings import Settings
 from streams.wire.registry import WireCodec
@@ -50,7 +54,6 @@ from streams.wire.registry import WireCodec
 log = logging.getLogger(__package__)
 
 StateOf = Callable[[bytes], KeyState | None]
-AliasOf = Callable[[str], str | None]
 Position = tuple[str, int, int]  # an input record's topic, partition and offset
 
 
@@ -86,12 +89,13 @@ class _Decided:
         claim: LeanClaim | None = None,
         wall_s: float = 0.0,
         clocks: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
-        timed: list[tuple[datetime, Transition]] | None = None,
+        timed: CaughtUp | None = None,
     ) -> None:
         self.key = key
         self.step = step
         # The key's re-decisions before the record's instant (its timers as they came due, its
-        # move to a policy that took effect since), made first (`catch_up`).
+        # move to a policy that took effect since, its evidence regrouped by an alias change),
+        # made first.
         self.timed = timed
         # The key's stored state is the transition's: it changed, and deciding again would find
         # the record already applied (a redelivery), sending nothing it did not send.
@@ -117,7 +121,6 @@ class Processor:
         self.topics = settings.topics
         if isinstance(policies, Policy):  # one policy, in force from the first instant
             policies = PolicyHistory.of(policies)
-        self.policies = policies
         policy = policies.latest.policy
         self.codec = codec
         self.metrics = metrics
@@ -129,9 +132,19 @@ class Processor:
         # Who may publish is the newest policy's to say, from the moment it is known.
         self.authentication = Authentication(settings, policy, env)
         self.rekeying = Rekeying(settings, metrics)
+        # The policies and aliases by which each key is brought to a record's instant.
+        self.clock = KeyClock(settings, policies, metrics, self.rekeying)
         self.outputs = Outputs(settings, codec, metrics, group, wall_clock)
         # Records that failed after changing their key's state, until read again (`_unapplied`).
         self._unbuildable: dict[Position, tuple[Exception, int]] = {}
+
+    @property
+    def policies(self) -> PolicyHistory:
+        return self.clock.policies
+
+    @property
+    def aliases(self) -> AliasHistory:
+        return self.clock.aliases
 
     @property
     def policy(self) -> Policy:
@@ -140,12 +153,17 @@ class Processor:
 
     def adopt(self, policies: PolicyHistory) -> None:
         """A policy history that grew (one more version published): decide by it from now."""
-        self.policies = policies
+        self.clock.policies = policies
         latest = policies.latest.policy
         self._skew_us = skew_us(latest.defaults)
         self.authentication = Authentication(self.settings, latest, self._env)
 
-    def process(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled:
+    def adopt_aliases(self, aliases: AliasHistory) -> None:
+        """An alias history that grew: each key's evidence regroups at the instants of its
+        changes, by the key's clock (`KeyClock.caught_up`)."""
+        self.clock.aliases = aliases
+
+    def process(self, record: Incoming, state_of: StateOf) -> Handled:
         """Handle one record: retried on unexpected failure, dead-lettered when it cannot be.
         A record once decided is retried from its transition (`_Decided`)."""
         if self._unbuildable:
@@ -158,7 +176,7 @@ class Processor:
         for attempt in range(1, attempts + 1):
             try:
                 if decided is None:
-                    handled = self._handle(record, state_of, alias_of)
+                    handled = self._handle(record, state_of)
                     if isinstance(handled, Handled):
                         return handled
                     decided, decided_in = handled, attempt
@@ -208,23 +226,23 @@ class Processor:
             ((HEADER_KIND, KIND_TICK), (HEADER_DUE, due.isoformat().encode())),
         )
 
-    def _handle(self, record: Incoming, state_of: StateOf, alias_of: AliasOf) -> Handled | _Decided:
+    def _handle(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         topic = record.topic
         if topic == self.topics.rekeyed:  # written by workers only: its kind header is theirs
             kind = record.header(HEADER_KIND)
             if kind == KIND_TICK:
                 return self._on_tick(record, state_of)
             if kind == KIND_RESOLUTION:
-                return self._on_resolution(record, state_of, alias_of)
+                return self._on_resolution(record, state_of)
+            if kind == KIND_MOVED:
+                return self._on_moved(record, state_of)
         elif topic == self.topics.resolutions:
-            return self._on_resolution(record, state_of, alias_of)
+            return self._on_resolution(record, state_of)
         # On a claims topic, a kind header is the producer's: a resolution posing as a claim's
         # record is refused as a claim, never applied (stewards write the resolutions topic).
-        return self._on_claim(record, state_of, alias_of)
+        return self._on_claim(record, state_of)
 
-    def _on_claim(
-        self, record: Incoming, state_of: StateOf, alias_of: AliasOf
-    ) -> Handled | _Decided:
+    def _on_claim(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         # Counted (metrics, stage clocks) only once nothing is left that can fail: an attempt
         # that raises is retried, and must leave no count behind.
         started = perf_counter()
@@ -233,12 +251,14 @@ class Processor:
         wall_s = self.wall_clock()
         wall_us = micros_from_seconds(wall_s)
         self.authentication.check(record, claim.source, wall_us)
-        claim = canonical(claim, alias_of)
         now = instant(self._now_us(record, wall_us))
         policy = self.policies.in_force(now)
         rekeying = self.rekeying
         admitted = admit_micros(claim, policy, wall_us, rekeying.source_class(record))
-        key = state_key(claim.subject, claim.field).encode()
+        # Keyed by its subject's canonical spelling; the claim keeps the subject it was sent about.
+        clock = self.clock
+        subject = clock.subject_of(record, claim.subject, now)
+        key = state_key(subject, claim.field).encode()
         if rekeying.misrouted(record, key):
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
             self.stages.charge(DECODE, started, decoded)
@@ -246,9 +266,15 @@ class Processor:
         # The key's state, its catch-up and its transition are the arbitration's share.
         admitted_at = perf_counter()
         stored = state_of(key)
-        timed = self._caught_up(stored, now)
-        current = timed[-1][1].state if timed else stored
-        own = self._policy_of(current, policy, now)
+        if stored is not None and clock.aliases.changes:
+            later = clock.sent_on_late(record, stored, claim.subject, now, KIND_CLAIM)
+            if later is not None:
+                return later
+        timed = clock.caught_up(stored, now)
+        current = timed.state if timed else stored
+        if current is None and clock.aliases.changes:
+            current = clock.new_key(subject, claim.field, now)
+        own = clock.policy_of(current, policy, now)
         if own is not policy:  # a late record, for a key already on a later policy
             policy = own
             admitted = admit_micros(claim, own, wall_us, rekeying.source_class(record))
@@ -258,41 +284,16 @@ class Processor:
         clocks = (started, decoded, admitted_at, perf_counter())
         return _Decided(key, step, step.state is stored, claim, wall_s, clocks, timed)
 
-    def _policy_of(self, state: KeyState | None, policy: Policy, now: datetime) -> Policy:
-        """The policy a record at `now` is decided under: the one in force then (`policy`), or
-        for a key whose clock is past `now` (a late record) the one in force at the key's clock:
-        a key's clock never runs backwards (`transitions._decide`), nor does its policy."""
-        last = state.current if state is not None else None
-        if last is None or last.decided_at <= now:
-            return policy
-        return self.policies.in_force(last.decided_at)
-
-    def _caught_up(
-        self, state: KeyState | None, now: datetime
-    ) -> list[tuple[datetime, Transition]] | None:
-        """The key's re-decisions due by `now`, each at its own instant, made before the record
-        applies: its timers that came due (a tick that went out late, a catch-up, a restart must
-        not let a later record decide first) and its move to a policy that took effect since
-        (`catch_up`). None (most records): none is due."""
-        if state is None:
-            return None
-        latest = self.policies.latest
-        if (
-            state.policy_version == latest.policy.version
-            and now >= latest.since
-            and (state.next_check_at is None or state.next_check_at > now)
-        ):
-            return None
-        return catch_up(state, self.policies, now, self.limits) or None
-
     def _emitted(self, record: Incoming, decided: _Decided, counts_decision: bool) -> Handled:
         """The records `decided` sends; a claim's counts. `counts_decision`: the attempt that
         builds them also decided the claim (a failed attempt's time is not charged)."""
         emitting = perf_counter()
         step = decided.step
         handled = self.outputs.emit(decided.key, step, record)
-        if decided.timed:
-            self._emit_timed_first(handled, decided.key, decided.timed, record)
+        timed = decided.timed
+        if timed is not None:
+            self._emit_timed_first(handled, decided.key, timed.steps, record)
+            handled.outputs += timed.moves
         claim = decided.claim
         if claim is None:
             return handled
@@ -326,9 +327,7 @@ class Processor:
         handled.outputs[:0] = [out for each in earlier for out in each.outputs]
         handled.emitted[:0] = [arbitration for each in earlier for arbitration in each.emitted]
 
-    def _on_resolution(
-        self, record: Incoming, state_of: StateOf, alias_of: AliasOf
-    ) -> Handled | _Decided:
+    def _on_resolution(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         wall_us = micros_from_seconds(self.wall_clock())
         wall = instant(wall_us)
         decoded = self.codec.decode(Resolution, record.value)
@@ -338,17 +337,24 @@ class Processor:
         now = instant(self._now_us(record, wall_us))
         policy = self.policies.in_force(now)
         resolution = admit_resolution(decoded, policy, wall)
-        resolution = canonical(resolution, alias_of)
-        key = state_key(resolution.subject, resolution.field).encode()
+        clock = self.clock
+        subject = clock.subject_of(record, resolution.subject, now)
+        key = state_key(subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
         stored = state_of(key)
-        timed = self._caught_up(stored, now)
-        current = timed[-1][1].state if timed else stored
-        own = self._policy_of(current, policy, now)
+        if stored is not None and clock.aliases.changes:
+            later = clock.sent_on_late(record, stored, resolution.subject, now, KIND_RESOLUTION)
+            if later is not None:
+                return later
+        timed = clock.caught_up(stored, now)
+        current = timed.state if timed else stored
+        if current is None and clock.aliases.changes:
+            current = clock.new_key(subject, resolution.field, now)
+        own = clock.policy_of(current, policy, now)
         if own is not policy:  # a late record, for a key already on a later policy
             policy = own
-            resolution = canonical(admit_resolution(decoded, own, wall), alias_of)
+            resolution = admit_resolution(decoded, own, wall)
         rules = policy.rules_for(resolution.field)
         assert rules is not None
         step = add_resolution(current, resolution, rules, policy.version, now, self.limits)
@@ -371,11 +377,27 @@ class Processor:
             # tick.
             state.timer_waits = True
             return Handled(record.key, state)
-        timed = self._caught_up(state, due)
-        if not timed:  # a late tick: a record since fired the timer, or moved it
+        timed = self.clock.caught_up(state, due)
+        if timed is None:  # a late tick: a record since fired the timer, or moved it
             return Handled()
-        *earlier, (_, step) = timed
-        return _Decided(record.key, step, step.state is state, timed=earlier)
+        if not timed.steps:  # its evidence regrouped at an alias change and nothing moved
+            return Handled(record.key, timed.state, timed.moves)
+        (_, step) = timed.steps.pop()
+        return _Decided(record.key, step, step.state is state, timed=timed)
+
+    def _on_moved(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
+        """Evidence an alias change moved here from the key of another spelling, due at the
+        change's instant (`KeyClock.moved_in`)."""
+        due_header = record.header(HEADER_DUE)
+        if record.key is None or record.value is None or due_header is None:
+            return Handled()
+        stored = state_of(record.key)
+        due = datetime.fromisoformat(due_header.decode())
+        moved = self.clock.moved_in(record.key, stored, record.value, due)
+        if moved is None:
+            return Handled()
+        step, timed = moved
+        return _Decided(record.key, step, step.state is stored, timed=timed)
 
     def _now_us(self, record: Incoming, wall_us: int) -> int:
         """Decide as of the record's own timestamp, so a redelivered record decides the same."""

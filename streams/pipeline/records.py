@@ -59,6 +59,9 @@ class Outgoing:
     headers: Headers
     partition: int | None
     """None: the key's partition under the default partitioner."""
+    timestamp_ms: int | None
+    """None: when it is sent. A record forwarded keeps its input's, so its key's owner decides it
+    at the same instant."""
 
     def __init__(
         self,
@@ -67,12 +70,14 @@ class Outgoing:
         value: bytes | None,
         headers: Headers = (),
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         self.topic = topic
         self.key = key
         self.value = value
         self.headers = headers
         self.partition = partition
+        self.timestamp_ms = timestamp_ms
 
 
 @dataclass(init=False, slots=True)

@@ -73,11 +73,12 @@ _TIMING = msgspec.msgpack.Decoder(_Timing)
 
 
 class _Versioned(msgspec.Struct):
-    """The field of a stored state (journal version 4) that names the policy it was decided
-    under; the rest of the record is skipped unread."""
+    """The fields of a stored state (journal version 4) that name the policy it was decided
+    under and the last alias change it was regrouped at; the rest is skipped unread."""
 
     version: Literal[4]
     policy_version: str | None = None
+    aliases_at: int | None = None
 
 
 _VERSIONED = msgspec.msgpack.Decoder(_Versioned)
@@ -140,19 +141,23 @@ class TaskStore:
             self._handed_timers[key] = timer_of(state) if state is not None else None
         return state
 
-    def policy_version_of(self, key: bytes) -> str | None:
-        """The policy the key was last decided under, read without decoding (or caching) its
-        state where it is not decoded already: what the rollout sweep asks of every key."""
+    def marks_of(self, key: bytes) -> tuple[str | None, int | None]:
+        """The policy the key was last decided under and the instant (in microseconds) of the
+        last alias change it was regrouped at, read without decoding (or caching) its state
+        where it is not decoded already: what the rollout sweep asks of every key."""
         state = self._unjournaled.get(key) or self._decoded.get(key) or self.cache.peek(key)
-        if state is not None:
-            return state.policy_version
-        data = self._encoded_peek(key)
-        if data is None:
-            return None
-        try:
-            return _VERSIONED.decode(data).policy_version
-        except msgspec.DecodeError:
-            return decode_state(data).policy_version  # an earlier journal version
+        if state is None:
+            data = self._encoded_peek(key)
+            if data is None:
+                return None, None
+            try:
+                marks = _VERSIONED.decode(data)
+            except msgspec.DecodeError:
+                state = decode_state(data)  # an earlier journal version
+            else:
+                return marks.policy_version, marks.aliases_at
+        regrouped_at = state.aliases_at
+        return state.policy_version, None if regrouped_at is None else micros(regrouped_at)
 
     def _encoded_peek(self, key: bytes) -> bytes | None:
         for changes in reversed(self._pending):

@@ -124,16 +124,17 @@ class DecisionWriter:
         if claims:
             out += long_bytes(len(claims))
             for admitted in claims:
-                out += admitted.evidence_avro or self._claim_part(admitted)
+                out += admitted.evidence_avro or self._claim_part(admitted, a.subject)
                 out += role_bytes[roles[admitted.claim.claim_id]]
         out += b"\x00"
         self._decided_at(out, a.decided_at)
         self._supersedes(out, a.supersedes)
         return bytes(out)
 
-    def _claim_part(self, admitted: AdmittedClaim) -> bytes:
-        """The claim's Evidence before its role, written and kept on the claim."""
-        datum = evidence_fields(admitted, EvidenceRole.WINNER)
+    def _claim_part(self, admitted: AdmittedClaim, subject: str) -> bytes:
+        """The claim's Evidence before its role in a decision about `subject`, written and kept
+        on the claim (one moved to another key's arrives as a claim of its own: `aliases`)."""
+        datum = evidence_fields(admitted, EvidenceRole.WINNER, subject)
         datum["value"] = _avro_value(datum["value"])
         # The instants as the microseconds the claim holds them in: what the writer would
         # compute from the datetimes, at 2 µs a time.

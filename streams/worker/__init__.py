@@ -7,4 +7,6 @@
 - `size_check`: whether the topics the worker sends its largest records to take them.
 - `policy_log`: the cluster's policy history on the policy topic: read before a worker decides,
   followed after, published to by `claimstream policy publish` and by a worker's new policy file.
+- `alias_log`: the cluster's alias history on the aliases topic: read before a worker decides,
+  followed after, published to by `claimstream alias`.
 """

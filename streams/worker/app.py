@@ -3,14 +3,16 @@
 The arbiter (`streams.arbiter`) is the hot path: a batched loop over the input topics that owns
 per-key state, its changelog, the input offsets and the keys' timers (its loop sends their ticks),
 and calls the core through `Processor`. Faust keeps what it is good at: the subject-alias
-GlobalTable, the windowed outcome counts, the web API and the worker's lifecycle. Faust's own
-parts run at least once whatever the configured guarantee: aliases are idempotent and outcome
-counts are statistics; the guarantee that matters, decisions and state committed with their
-input, belongs to the arbiter.
+windowed outcome counts, the web API and the worker's lifecycle. Faust's own parts run at least
+once whatever the configured guarantee: outcome counts are statistics; the guarantee that
+matters, decisions and state committed with their input, belongs to the arbiter. The policy and
+alias histories are followed from their topics (`policy_log`, `alias_log`), read to their ends
+before the arbiter starts.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,17 +20,16 @@ from typing import Any
 
 import faust
 from faust.sensors.prometheus import setup_prometheus_sensors
-from faust.types import TP, StreamT
+from faust.types import StreamT
 from faust.web import Request, Response, View
 
 from streams.arbiter.loop import Arbiter
 from streams.arbiter.routing import Ownership
 from streams.console.api import Console
 from streams.console.web import register_console
-from streams.core.admission.normalize import normalize_string
-from streams.core.records.contracts import ConflictKind, Outcome
-from streams.core.records.errors import RejectedInput
-from streams.core.records.policy import Policy, StringCase, load_policy
+from streams.core.records.contracts import ConflictKind, Outcome, parse_instant
+from streams.core.records.policy import Policy, load_policy
+from streams.core.timeline.aliases import belongs_to, change_line
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.health import LagProbe, Pulse, report_health
 from streams.ops.metrics import Metrics
@@ -36,82 +37,14 @@ from streams.ops.stall_watch import StallWatch, stall_view
 from streams.ops.stalls import LoopLagProbe, StallCollector
 from streams.pipeline import Processor
 from streams.pipeline.authentication import principal_topics
-from streams.pipeline.records import Incoming
-from streams.pipeline.rekey import partition_of
 from streams.settings import Settings
 from streams.wire.registry import WireCodec, registry_for
+from streams.worker.alias_log import AliasFollower, AliasLog
 from streams.worker.policy_log import PolicyFollower
 from streams.worker.retention import topic_configs
 from streams.worker.topics import OUTCOMES_KEPT
 
 OUTCOME_WINDOW = timedelta(minutes=1)
-
-
-def alias_key(subject: str) -> str:
-    """Aliases match regardless of case and spacing: `ACME  Corp` finds `acme corp`."""
-    return normalize_string(subject, StringCase.FOLD)
-
-
-class AliasTable(faust.GlobalTable):
-    """The subject-alias table, mirrored whole in memory. The arbiter looks up every claim's
-    subject, and a Faust table read runs its sensors and a store read (about as much as
-    admitting the claim); with more subjects than any memo holds, every claim would pay it.
-    Aliases are declared by stewards, so they are few: the mirror holds them all. It is read
-    from the table at the first lookup after the table's partitions were assigned or a changelog
-    batch was applied (a restore), and kept in step with each local write.
-
-    One alias arrives under any spelling (`ACME  Corp`, `acme corp`), and spellings fall on
-    different partitions of the aliases topic. A Faust table journals a write to the changelog
-    partition of the record that caused it, and on RocksDB keeps it in that partition's
-    database: one alias would sit in several partitions, and a restarted worker, which reads
-    partitions in no set order, could take an earlier value for the latest. So an alias is
-    journaled to the partition of its own (normalized) key, where its records keep their order,
-    and the table is held in memory whatever the worker's store: RocksDB would still file a
-    write under the record's partition. A restart reads the changelog in full; compacted, it
-    holds one record per alias."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._mirror: dict[str, str] | None = None
-
-    def _new_store(self) -> Any:
-        return self._new_store_by_url("memory://")
-
-    def partition_for_key(self, key: Any) -> int:
-        partitions = self.partitions
-        assert partitions, "the alias table is declared with its partition count"
-        return partition_of(str(key).encode(), partitions)
-
-    def canonical(self, subject: str) -> str | None:
-        """The canonical subject `subject` is an alias of, if any."""
-        mirror = self._mirror
-        if mirror is None:
-            mirror = self._mirror = dict(self.data.items())
-        return mirror.get(alias_key(subject)) if mirror else None
-
-    def on_key_set(self, key: Any, value: Any) -> None:
-        super().on_key_set(key, value)
-        if self._mirror is not None:
-            self._mirror[key] = value
-
-    def on_key_del(self, key: Any) -> None:
-        super().on_key_del(key)
-        if self._mirror is not None:
-            self._mirror.pop(key, None)
-
-    def apply_changelog_batch(self, batch: Any) -> None:
-        super().apply_changelog_batch(batch)
-        self._mirror = None
-
-    async def on_rebalance(
-        self,
-        assigned: set[TP],
-        revoked: set[TP],
-        newly_assigned: set[TP],
-        generation_id: int = 0,
-    ) -> None:
-        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
-        self._mirror = None
 
 
 @dataclass
@@ -150,7 +83,6 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "value_serializer": "raw",
         "table_standby_replicas": 0,
         "web_access_log": None,
-        "GlobalTable": AliasTable,
     }
     credentials = broker_credentials(settings)
     if credentials is not None:
@@ -204,8 +136,12 @@ def build(
             config=configs[name],  # as ensure_topics creates it, should Faust declare it first
         )
 
-    aliases, outcome_counts = _tables(app, settings)
-    alias_of = aliases.canonical
+    outcome_counts = _outcome_counts(app, settings)
+
+    def alias_of(subject: str) -> str | None:
+        """The canonical subject `subject` names now, where it is an alias."""
+        named = processor.aliases.canonical(subject, datetime.now(UTC))
+        return named if named != subject else None
 
     pulse = Pulse(
         metrics,
@@ -217,27 +153,11 @@ def build(
         settings,
         processor,
         metrics,
-        alias_of,
         [*topics.inputs(), *principal_topics(policy, settings)],
         pulse,
         loop=app.loop,
         beacon=app.beacon,
     )
-
-    dead_letters = topic(topics.dead_letters)
-
-    @app.agent(topic(topics.aliases), name="alias-feed")
-    async def alias_feed(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            if not isinstance(event.key, bytes):
-                continue
-            if not await _alias_proven(processor, dead_letters, event.message):
-                continue
-            alias = alias_key(event.key.decode("utf-8", "replace"))
-            if event.value:
-                aliases[alias] = event.value.decode("utf-8", "replace").strip()
-            else:
-                aliases.pop(alias, None)
 
     @app.agent(topic(topics.outcomes), name="field-stats")
     async def field_stats(stream: StreamT[bytes]) -> None:
@@ -245,7 +165,9 @@ def build(
             if isinstance(event.key, bytes) and isinstance(event.value, bytes):
                 outcome_counts[event.key.decode()] += int(event.value)
 
-    services = [arbiter, *_probes(app, settings, metrics, arbiter, pulse)]
+    # The aliases first: read to the topic's end before the arbiter decides anything.
+    aliases = AliasFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
+    services = [aliases, arbiter, *_probes(app, settings, metrics, arbiter, pulse)]
     if history is not None:
         services.append(
             PolicyFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
@@ -256,7 +178,7 @@ def build(
         for service in services:
             await app.add_runtime_dependency(service)
 
-    register_views(app, pulse, arbiter.ownership, processor, outcome_counts)
+    register_views(app, pulse, arbiter.ownership, processor, outcome_counts, aliases.alias_log)
     console = register_console(
         app, arbiter.ownership, alias_of, lambda: processor.policies, settings, metrics
     )
@@ -279,48 +201,16 @@ def _probes(
     ]
 
 
-def _tables(app: faust.App, settings: Settings) -> tuple[AliasTable, Any]:
-    """The Faust tables: subject aliases (global), and the decisions per field, outcome and
-    kind in one-minute windows (the conflict rates)."""
-    aliases = app.GlobalTable(
-        "subject-aliases",
-        partitions=settings.partitions,
-        help="Alias (normalized) -> canonical subject.",
-    )
+def _outcome_counts(app: faust.App, settings: Settings) -> Any:
+    """The Faust table of decisions per field, outcome and kind in one-minute windows (the
+    conflict rates)."""
     field_outcomes = app.Table(
         "field-outcomes",
         default=int,
         partitions=settings.partitions,
         help="Decisions per field|outcome|kind in one-minute windows: conflict rates.",
     )
-    assert isinstance(aliases, AliasTable)
-    return aliases, field_outcomes.tumbling(OUTCOME_WINDOW, expires=OUTCOMES_KEPT)
-
-
-async def _alias_proven(processor: Processor, dead_letters: Any, message: Any) -> bool:
-    """An alias redirects a subject's claims: a record not proven a steward's is dead-lettered,
-    as a resolution would be."""
-    record = Incoming(
-        message.topic,
-        message.partition,
-        message.offset,
-        message.key,
-        message.value,
-        tuple((k, bytes(v or b"")) for k, v in _header_pairs(message.headers)),
-        message.timestamp,
-    )
-    try:
-        processor.authentication.check_alias(record, datetime.now(UTC))
-    except RejectedInput as exc:
-        letter = processor.outputs.dead_letter(record, exc, 1)
-        await dead_letters.send(key=letter.key, value=letter.value, headers=letter.headers)
-        return False
-    return True
-
-
-def _header_pairs(headers: Any) -> list[tuple[str, Any]]:
-    """Faust hands a message's headers over as a list of pairs or as a mapping."""
-    return list(headers.items()) if isinstance(headers, dict) else list(headers or ())
+    return field_outcomes.tumbling(OUTCOME_WINDOW, expires=OUTCOMES_KEPT)
 
 
 ENDPOINTS = {
@@ -351,6 +241,12 @@ ENDPOINTS = {
     "token>), 202 once published: 401 without a token, 403 with a wrong one or when writes are "
     "off, 400 for a body that is no resolution, 409 stale_decision when resolves_decision_id is "
     "no longer the key's current decision",
+    "GET /api/aliases[?subject=S&at=RFC3339]": "the subject aliases this worker follows: each "
+    "change with its instant and steward, oldest first, and the aliases in force at `at` "
+    "(default now), each spelling with the subject it names after following chains; with "
+    "`subject`, only the changes that moved evidence into or out of its key (its merge "
+    "history); and the records passed over (not proven a steward's, unreadable, closing a "
+    "cycle), with why",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
     "GET /api/fields/{field}/outcomes": "decisions per outcome in the current and the previous "
     "one-minute window (one to two minutes of decisions; keys this worker owns)",
@@ -369,6 +265,7 @@ def register_views(
     ownership: Ownership,
     processor: Processor,
     outcome_counts: Any,
+    alias_log: AliasLog,
 ) -> None:
     async def endpoints_view(web: View, request: Request) -> Response:
         return web.json({"service": "claimstream", "endpoints": ENDPOINTS})
@@ -385,6 +282,26 @@ def register_views(
             "policy_since": in_force.since.isoformat(),
         }
         return web.json(body, status=200 if verdict.ok else 503)
+
+    @app.page("/api/aliases")
+    async def aliases_view(web: View, request: Request) -> Response:
+        aliases = processor.aliases
+        try:
+            at = parse_instant(request.query["at"]) if "at" in request.query else None
+        except ValueError as exc:
+            return web.json({"error": f"at: not an RFC 3339 instant: {exc}"}, status=400)
+        now = at or datetime.now(UTC)
+        subject = request.query.get("subject")
+        changes = aliases.changes if subject is None else aliases.involving(subject)
+        table = aliases.in_force(now)
+        return web.json(
+            {
+                "at": now.isoformat(),
+                "changes": [json.loads(change_line(change)) for change in changes],
+                "in_force": {alias: belongs_to(alias, table) for alias in sorted(table)},
+                "passed_over": alias_log.passed_over,
+            }
+        )
 
     @app.page("/readyz")
     async def readiness_view(web: View, request: Request) -> Response:

@@ -7,8 +7,9 @@ ones that already existed; `streams.worker.app` declares the same configs on the
 it reads.
 "Every claim can be found on the input topic" holds for `Settings.audit_retention_days`: input
 topics, dead letters and the event topics keep every record that long; decisions, the key-state
-changelog and aliases are compacted (the latest record per key, forever); resolutions are kept
-forever (a key's past resolutions still decide it, and they are the stewards' audit trail).
+changelog are compacted (the latest record per key, forever); resolutions, policies and aliases
+are kept forever (a key's past resolutions still decide it, and they are the stewards' audit
+trail; every policy and alias change with its instant is what replay is given).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def audit_retention_ms(settings: Settings) -> int:
 def topic_configs(settings: Settings, extra: Iterable[str] = ()) -> dict[str, dict[str, str]]:
     """Each topic the worker creates -> its configs; `extra`: more input topics (principals')."""
     topics = settings.topics
-    configs = dict.fromkeys((settings.changelog_topic, topics.decisions, topics.aliases), COMPACTED)
+    configs = dict.fromkeys((settings.changelog_topic, topics.decisions), COMPACTED)
     for name, kept_ms in retention_wanted(settings, extra).items():
         configs[name] = {
             "cleanup.policy": "delete",
@@ -65,6 +66,7 @@ def retention_wanted(settings: Settings, extra: Iterable[str] = ()) -> dict[str,
     return {
         topics.resolutions: -1,
         topics.policies: -1,  # every version with its instant: what replay is given
+        topics.aliases: -1,  # every change with its instant: likewise
         **dict.fromkeys(audited, audit_retention_ms(settings)),
         topics.rekeyed: INTERNAL_RETENTION_MS,
         topics.outcomes: INTERNAL_RETENTION_MS,

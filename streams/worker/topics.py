@@ -14,7 +14,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 from streams.wire.kafka import client_options
-from streams.worker.retention import COMPACTED, topic_configs, warn_short_retention
+from streams.worker.retention import topic_configs, warn_short_retention
 from streams.worker.size_check import check_record_limits
 
 OUTCOMES_KEPT = timedelta(hours=2)
@@ -27,7 +27,6 @@ def table_changelogs(settings: Settings) -> dict[str, dict[str, str]]:
     crashed the counting agent (`PartitionsMismatch`, a changelog of 0 partitions)."""
     kept_ms = str(int(OUTCOMES_KEPT.total_seconds() * 1000))
     return {
-        f"{settings.app_id}-subject-aliases-changelog": COMPACTED,
         f"{settings.app_id}-field-outcomes-changelog": {
             "cleanup.policy": "compact,delete",
             "retention.ms": kept_ms,
@@ -70,8 +69,8 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
                     [
                         NewTopic(
                             name,
-                            # The policy topic: one partition, its versions in published order.
-                            1 if name == topics.policies else settings.partitions,
+                            # The policy and aliases topics: one partition, in published order.
+                            1 if name in (topics.policies, topics.aliases) else settings.partitions,
                             settings.replication_factor,
                             topic_configs={**durability, **configs.get(name, {})},
                         )

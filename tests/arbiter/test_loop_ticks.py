@@ -38,7 +38,7 @@ def arbiter(data_dir: Path, producer: Producer, due_keys: int = 0, **settings: A
     metrics = Metrics(policy, CollectorRegistry())
     pulse = Pulse(metrics, chosen.liveness_timeout_s, chosen.restore_timeout_s)
     processor = Processor(chosen, policy, CODEC, metrics)
-    loop = Arbiter(chosen, processor, metrics, lambda subject: None, chosen.topics.inputs(), pulse)
+    loop = Arbiter(chosen, processor, metrics, chosen.topics.inputs(), pulse)
     loop.collector.attach(producer)  # type: ignore[arg-type]
     task = TaskStore(StateCache(10))
     task.store.write(Changes(timers={b"k%d" % n: Timer(micros(DUE)) for n in range(due_keys)}))

@@ -77,7 +77,7 @@ class Worker:
 
     def process(self, record: Incoming) -> Handled:
         self.clock[0] = record.timestamp or self.clock[0]
-        handled = self.processor.process(record, self.states.get, lambda subject: None)
+        handled = self.processor.process(record, self.states.get)
         if handled.key is not None and handled.state is not None:
             self.states[handled.key] = handled.state
         return handled

@@ -77,7 +77,7 @@ def _process(
     processor = Processor(
         SETTINGS, history, CODEC, Metrics(history.latest.policy), wall_clock=wall.timestamp
     )
-    handled: Handled = processor.process(record, states.get, lambda subject: None)
+    handled: Handled = processor.process(record, states.get)
     if handled.key is not None and handled.state is not None:
         states[handled.key] = handled.state
     topic = SETTINGS.topics.decisions

@@ -189,7 +189,6 @@ def test_fuzzed_claims_are_decided_or_dead_lettered_never_raised(claim: Claim, r
     handled = PLAIN.process(
         Incoming("claims.tools", owner(key), 0, key, value, (), NOW.timestamp()),
         {}.get,
-        lambda subject: None,
     )
     _exactly_one_outcome(handled)
 
@@ -200,7 +199,7 @@ def test_fuzzed_bytes_are_dead_lettered(data: bytes, cut: int) -> None:
     valid = CODEC.encode("claims.tools", claim())
     for value in (data, valid[:cut] + data[: len(valid) - cut]):
         handled = PLAIN.process(
-            Incoming("claims.tools", 0, 0, b"k", value, (), NOW.timestamp()), {}.get, lambda s: None
+            Incoming("claims.tools", 0, 0, b"k", value, (), NOW.timestamp()), {}.get
         )
         _exactly_one_outcome(handled)
 
@@ -219,7 +218,7 @@ def test_a_late_claim_that_loses_counts_as_a_loss_even_when_the_decision_stands(
         key = state_key(arriving.subject, arriving.field).encode()
         value = CODEC.encode("claims.tools", arriving)
         incoming = Incoming("claims.tools", owner(key), n, key, value, (), NOW.timestamp())
-        handled = processor.process(incoming, states.get, lambda subject: None)
+        handled = processor.process(incoming, states.get)
         assert handled.key is not None
         assert handled.state is not None
         states[handled.key] = handled.state
@@ -316,7 +315,7 @@ def test_state_is_only_ever_kept_on_the_keys_own_partition(
     value = CODEC.encode(topic, arriving)
     sent_key = key if keyed_right else b"producer-own-key"
     handled = PLAIN.process(
-        Incoming(topic, landed, 0, sent_key, value, (), NOW.timestamp()), {}.get, lambda s: None
+        Incoming(topic, landed, 0, sent_key, value, (), NOW.timestamp()), {}.get
     )
     if handled.state is not None:
         assert landed == owner(key)

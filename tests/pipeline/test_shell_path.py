@@ -19,7 +19,9 @@ def test_records_compare_by_value_and_read_their_headers() -> None:
     assert Incoming("t", 0, 0, None, None).header("a") is None
     sent = Outgoing("t", b"k", b"v", partition=4)
     assert sent == Outgoing("t", b"k", b"v", (), 4)
-    assert repr(sent) == "Outgoing(topic='t', key=b'k', value=b'v', headers=(), partition=4)"
+    assert repr(sent) == (
+        "Outgoing(topic='t', key=b'k', value=b'v', headers=(), partition=4, timestamp_ms=None)"
+    )
     first, second = Handled(), Handled()
     first.outputs.append(sent)
     assert second.outputs == []  # each its own lists

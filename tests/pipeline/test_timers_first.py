@@ -39,7 +39,7 @@ def _claim(n: int, at: datetime) -> Incoming:
 
 def _process(states: dict[bytes, KeyState], record: Incoming, at: datetime) -> Handled:
     processor = Processor(SETTINGS, POLICY, CODEC, Metrics(POLICY), wall_clock=at.timestamp)
-    handled = processor.process(record, states.get, lambda subject: None)
+    handled = processor.process(record, states.get)
     if handled.key is not None and handled.state is not None:
         states[handled.key] = handled.state
     return handled

@@ -74,7 +74,7 @@ def _batch(store: TaskStore, processor: Processor, records: list[Incoming]) -> N
     """One batch as the arbiter runs it, its changelog acknowledged at once."""
     store.read_ahead(r.key for r in records if r.key is not None)
     for record in records:
-        handled = processor.process(record, store.get, lambda subject: None)
+        handled = processor.process(record, store.get)
         if handled.key is not None and handled.state is not None:
             store.put(handled.key, handled.state)
     store.journal()

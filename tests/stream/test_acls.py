@@ -70,7 +70,7 @@ ROWS = (
         STEWARD,
         WORKER,
     ),
-    _row("claims.subject-aliases", "stewards", "workers (a global table)", STEWARD, WORKER),
+    _row("claims.subject-aliases", "stewards (`claimstream alias`)", "workers", STEWARD, WORKER),
     _row(
         "claims.policies",
         "stewards (`claimstream policy publish`), workers (their policy file's new version)",
@@ -91,8 +91,7 @@ ROWS = (
     _row("claimstream-outcomes", "workers only", "workers", WORKER, WORKER),
     _row("<app_id>-key-state-changelog", "workers only", "workers", WORKER, WORKER),
     _row(
-        "<app_id>-subject-aliases-changelog <app_id>-field-outcomes-changelog"
-        " <app_id>-__assignor-__leader",
+        "<app_id>-field-outcomes-changelog <app_id>-__assignor-__leader",
         "workers only",
         "workers",
         WORKER,

@@ -105,9 +105,7 @@ async def test_liveness_follows_the_loop_and_lag_keeps_counting_while_it_is_bloc
     processor = Processor(settings, policy, CODEC, metrics, group=f"{settings.app_id}-arbiter")
     clock = FakeClock()
     pulse = Pulse(metrics, settings.liveness_timeout_s, settings.restore_timeout_s, clock=clock)
-    arbiter = Arbiter(
-        settings, processor, metrics, lambda subject: None, settings.topics.inputs(), pulse
-    )
+    arbiter = Arbiter(settings, processor, metrics, settings.topics.inputs(), pulse)
     open_tasks = arbiter.ownership.open_tasks
     report_health(metrics, pulse, open_tasks)
     probe = LagProbe(settings, metrics, arbiter.group, arbiter.inputs, lambda: pulse.owned)

@@ -1,6 +1,7 @@
 """On a real worker and broker: where the policy's `stewards` section requires signatures, an
-unsigned resolution and an unsigned alias record are dead-lettered `unauthenticated`, and the
-steward's signed ones are applied (the resolution, the alias)."""
+unsigned resolution is dead-lettered `unauthenticated` and an unsigned alias record passed over
+(the aliases topic is a history every worker reads whole), and the steward's signed ones are
+applied (the resolution, the alias)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def signer(value: bytes) -> list[tuple[str, bytes]]:
     return sign(value, "ann-1", "hmac-sha256", SECRET.encode(), datetime.now(UTC))
 
 
-def test_unsigned_steward_records_are_dead_lettered_and_signed_ones_applied(
+def test_unsigned_steward_records_are_refused_and_signed_ones_applied(
     kafka: Any, tmp_path: Path
 ) -> None:
     deployment = Deployment(
@@ -64,7 +65,7 @@ def test_unsigned_steward_records_are_dead_lettered_and_signed_ones_applied(
         async def feed() -> None:
             async with ClaimPublisher(settings) as publisher:
                 await publisher.publish_many(claims)
-                await publisher.alias("INV-77", subject)  # unsigned: refused
+                await publisher.alias("INV-77", subject)  # unsigned: passed over
 
         asyncio.run(feed())
         deadline = time.monotonic() + 60
@@ -85,10 +86,13 @@ def test_unsigned_steward_records_are_dead_lettered_and_signed_ones_applied(
             (m.topic, dict(m.headers)["claimstream.error.reason"].decode(), m.key) for m in dead
         )
         assert [(reason, k) for _, reason, k in refused] == [
-            ("unauthenticated", b"INV-77"),
             ("unauthenticated", key.encode()),
             ("unauthenticated", key.encode()),
         ], refused
+        # The aliases topic is a history every worker reads whole: an unproven change is passed
+        # over by each alike (as a policy's is), not dead-lettered, and the worker says why.
+        (passed,) = worker.get("/api/aliases")["passed_over"]
+        assert (passed["alias"], "unsigned" in passed["error"]) == ("INV-77", True), passed
         assert worker.get(path)["decision"]["outcome"] == "conflict"
 
         async def steward() -> None:

@@ -24,7 +24,7 @@ def owner(key: bytes) -> int:
 
 def run(processor: Processor, incoming: Incoming) -> Handled:
     states: dict[bytes, KeyState] = {}
-    return processor.process(incoming, states.get, lambda subject: None)
+    return processor.process(incoming, states.get)
 
 
 def reason(handled: Handled) -> str | None:

@@ -118,7 +118,11 @@ def test_claim_bytes_bounds_its_stored_form_and_its_evidence(data: dict[str, Any
     state = KeyState(subject=admitted.claim.subject, field=admitted.claim.field, claims=(admitted,))
     alone = len(encode_state(KeyState(subject=state.subject, field=state.field)))
     stored = len(encode_state(state)) - alone
-    evidence = len(codec.encode(Evidence(**evidence_fields(admitted, EvidenceRole.CONTESTED))))
+    evidence = len(
+        codec.encode(
+            Evidence(**evidence_fields(admitted, EvidenceRole.CONTESTED, "another subject"))
+        )
+    )
     assert max(stored, evidence) <= held_bytes(admitted)
 
 

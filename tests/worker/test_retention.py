@@ -16,8 +16,12 @@ def test_every_topic_the_worker_creates_has_explicit_configs() -> None:
     compacted = {"cleanup.policy": "compact"}
     assert configs[settings.changelog_topic] == compacted
     assert configs[topics.decisions] == compacted
-    assert configs[topics.aliases] == compacted
-    assert configs[topics.resolutions]["retention.ms"] == "-1"  # kept forever
+    for history in (topics.resolutions, topics.policies, topics.aliases):  # kept forever
+        assert configs[history] == {
+            "cleanup.policy": "delete",
+            "retention.ms": "-1",
+            "retention.bytes": "-1",
+        }, history
     audited = [topics.claims, topics.user_claims, "claims.from.alice", topics.dead_letters]
     for name in [*audited, topics.epoch_changes, topics.reobserve, topics.escalations]:
         assert configs[name] == {

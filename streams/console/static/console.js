@@ -183,9 +183,11 @@ function queueView(params) {
 
 function evidenceTable(evidence, id, records) {
   // `records` (source -> its row of /api/sources for the key's field): under each source, its
-  // record on the field.
-  const sourceCell = (item) => el("td", {}, item.source, records ? el("div", { class: "record" },
-    el("a", { href: "#/sources", title: recordTitle(records.get(item.source)) }, record(records.get(item.source)))) : null);
+  // record on the field; and the spelling a claim was sent about, where an alias put it here.
+  const sourceCell = (item) => el("td", {}, item.source,
+    item.sent_about ? el("div", { class: "muted sent-about" }, `sent about ${item.sent_about}`) : null,
+    records ? el("div", { class: "record" },
+      el("a", { href: "#/sources", title: recordTitle(records.get(item.source)) }, record(records.get(item.source)))) : null);
   return el("table", { id },
     el("thead", {}, el("tr", {}, ["Role", "Said", "Authority", "Source", "Replica", "Lineage", "Epoch", "Observed", "Valid from", "Valid to"].map((h) => el("th", {}, h)))),
     el("tbody", {}, evidence.map((item) => el("tr", { class: `role-${item.role}` },
@@ -329,10 +331,11 @@ function keyView(key, asOf) {
   }
 
   async function refresh(live) {
-    const [now, history, known] = await Promise.all([
+    const [now, history, known, spellings] = await Promise.all([
       api(`/api/decisions/${encodeURIComponent(key)}`),
       api(`/api/decisions/${encodeURIComponent(key)}/history`),
       records,
+      api(`/api/aliases?subject=${encodeURIComponent(key.slice(0, key.lastIndexOf("|")))}`),
     ]);
     if (!now.ok || !history.ok) { render(el("h1", {}, key), el("p", { class: "warn" }, (now.ok ? history : now).body.error)); return; }
     const current = now.body.decision;
@@ -368,6 +371,12 @@ function keyView(key, asOf) {
               el("td", { class: "value" }, showValue(d.value)),
               el("td", {}, d.reason),
               el("td", { class: "muted" }, d.decision_id))))),
+          spellings.ok && spellings.body.changes.length ? [
+            el("h2", {}, "Merges and splits"),
+            el("p", { class: "muted" }, "The alias changes that moved evidence into or out of this key."),
+            el("table", { id: "merges" }, el("tbody", {}, spellings.body.changes.map((c) => el("tr", {},
+              el("td", {}, instant(c.at)), el("td", {}, c.alias),
+              el("td", {}, c.canonical === null ? "retracted" : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null,
           history.body.resolutions.length ? [
             el("h2", {}, "Resolutions"),
             el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},

@@ -287,7 +287,7 @@ class Arbitration:
                 "tiebreak": verdict.tiebreak,
                 "resolution_id": verdict.resolution_id,
                 "evidence": tuple(
-                    constructed(Evidence, evidence_fields(a, roles[a.claim_id]))
+                    constructed(Evidence, evidence_fields(a, roles[a.claim_id], self.subject))
                     for a in self._claims
                 ),
                 "decided_at": self._decided_at,

@@ -29,9 +29,11 @@ class EpochShift:
     claim_ids: list[str]
 
 
-def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, object]:
-    """The fields of the claim's Evidence, as weighed in a decision in the role it played."""
+def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole, subject: str) -> dict[str, object]:
+    """The fields of the claim's Evidence, as weighed in a decision about `subject` in the role
+    it played."""
     claim = admitted.claim
+    sent_about = claim.subject
     return {
         "claim_id": claim.claim_id,
         "source": claim.source,
@@ -47,6 +49,7 @@ def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole) -> dict[str, ob
         # As compared (normalized): one claim sent twice with its scope spelled two ways is
         # the same claim, and its evidence must not depend on which spelling arrived first.
         "scope": admitted.scope_key,
+        "sent_about": None if sent_about == subject else sent_about,
         "role": role,
     }
 

@@ -107,24 +107,28 @@ def encode_state(state: KeyState) -> bytes:
     """The state's MessagePack for the changelog, written by msgspec in one call: the claims and
     decisions in it are stored forms encoded once and kept (`AdmittedClaim.journaled`,
     `stored_summary`), which it copies."""
+    subject = state.subject
     return _ENCODER.encode(
         StoredState(
             version=_VERSION,
-            subject=state.subject,
+            subject=subject,
             field=state.field,
-            resolutions=tuple(map(_stored_resolution, state.resolutions)),
+            resolutions=tuple(_stored_resolution(r, subject) for r in state.resolutions),
             history=tuple(map(stored_summary, state.history)),
             conflict_since=_micros_or_none(state.conflict_since),
             escalated=state.escalated,
             next_check_at=_micros_or_none(state.next_check_at),
             disputed=tuple(state.disputed),
-            claims=tuple([a.journaled or _journaled(a) for a in state.claims]),
+            claims=tuple([a.journaled or _journaled(a, subject) for a in state.claims]),
             policy_version=state.policy_version,
             refused=tuple(
-                StoredRefusal(claim=r.claim.journaled or _journaled(r.claim), reason=r.reason)
+                StoredRefusal(
+                    claim=r.claim.journaled or _journaled(r.claim, subject), reason=r.reason
+                )
                 for r in state.refused
             ),
             timer_waits=state.timer_waits,
+            aliases_at=_micros_or_none(state.aliases_at),
         )
     )
 
@@ -171,6 +175,7 @@ def _state(stored: StoredState, reader: _Reader) -> KeyState:
             for r in stored.refused
         ),
         timer_waits=stored.timer_waits,
+        aliases_at=_time(stored.aliases_at),
     )
 
 
@@ -193,8 +198,9 @@ def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
     return kept
 
 
-def _journaled(admitted: AdmittedClaim) -> msgspec.Raw:
-    """A claim's stored form (its bytes), made and kept on it (its first journal)."""
+def _journaled(admitted: AdmittedClaim, key_subject: str) -> msgspec.Raw:
+    """A claim's stored form (its bytes) on the key of `key_subject`, made and kept on it (its
+    first journal); a claim that moves to another key drops it (`without_journal`)."""
     claim = admitted.claim
     value, said, lineage = admitted.value, claim.value, claim.lineage
     confidence = claim.confidence
@@ -224,13 +230,15 @@ def _journaled(admitted: AdmittedClaim) -> msgspec.Raw:
             else admitted.lineage
         ),
         channel=admitted.channel,
+        sent_about=None if claim.subject == key_subject else claim.subject,
     )
     kept = msgspec.Raw(_ENCODER.encode(stored))
     admitted.journaled = kept
     return kept
 
 
-def _stored_resolution(resolution: Resolution) -> StoredResolution:
+def _stored_resolution(resolution: Resolution, key_subject: str) -> StoredResolution:
+    subject = resolution.subject
     return StoredResolution(
         resolution_id=resolution.resolution_id,
         status=resolution.status,
@@ -240,6 +248,7 @@ def _stored_resolution(resolution: Resolution) -> StoredResolution:
         note=resolution.note,
         decided_at=_micros(resolution.decided_at),
         resolves_decision_id=resolution.resolves_decision_id,
+        sent_about=None if subject == key_subject else subject,
     )
 
 
@@ -308,7 +317,7 @@ def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
     lineage) are interned: held once in memory, not once per decoded claim."""
     claim: LeanClaim = LeanClaim.__new__(LeanClaim)
     claim.claim_id = stored.claim_id
-    claim.subject = subject
+    claim.subject = stored.sent_about or subject
     claim.field = field
     claim.status = stored.status
     claim.value = _value(stored.value)
@@ -338,7 +347,7 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
         Resolution,
         {
             "resolution_id": stored.resolution_id,
-            "subject": subject,
+            "subject": stored.sent_about or subject,
             "field": field,
             "status": stored.status,
             "value": _value(stored.value),

@@ -58,6 +58,11 @@ class KeyState:
     """Its timer came due while no policy in force decided its field: `next_check_at` is kept
     (it fires, at its own instant, once a policy decides the field again, as `rollout.catch_up`
     and replay fire it) but the key leaves the timer index until a decision sets a new one."""
+    aliases_at: datetime | None = None
+    """The instant of the last alias change the key's evidence was regrouped at (or that was in
+    force when the key began): changes after it are still to apply (`AliasHistory.regroupings`).
+    Its claims and resolutions keep the subject each was sent about; those sent about another
+    spelling than the key's are an alias's."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
     the belief be placed without running the rules again, and a verdict that did not change

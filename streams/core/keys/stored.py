@@ -69,12 +69,14 @@ class StoredClaim(
         "admitted_value": "V",
         "admitted_lineage": "L",
         "channel": "C",
+        "sent_about": "s",
     },
 ):
     """A claim as admitted: the claim's fields, then what admission gave it under capitals
     (A: authority; V: the normalized value when it differs from the claim's own; L: the
     lineage when not the claim's default; C: the class of the topic it arrived on, where that
-    overrode its own)."""
+    overrode its own; s: the subject it was sent about, where an alias put it on the key of
+    another spelling)."""
 
     claim_id: str
     status: ClaimStatus = ClaimStatus.PRESENT
@@ -97,6 +99,7 @@ class StoredClaim(
     admitted_value: StoredValue | msgspec.UnsetType = msgspec.UNSET
     admitted_lineage: str | msgspec.UnsetType = msgspec.UNSET
     channel: SourceClass | None = None
+    sent_about: str | None = None
 
 
 class StoredRefusal(msgspec.Struct, kw_only=True, rename={"claim": "c", "reason": "r"}):
@@ -120,8 +123,12 @@ class StoredResolution(
         "note": "n",
         "decided_at": "at",
         "resolves_decision_id": "dec",
+        "sent_about": "s",
     },
 ):
+    """A resolution; `sent_about`, the subject it named, where an alias put it on the key of
+    another spelling."""
+
     resolution_id: str
     status: ClaimStatus = ClaimStatus.PRESENT
     value: StoredValue = None
@@ -130,6 +137,7 @@ class StoredResolution(
     note: str = ""
     decided_at: int
     resolves_decision_id: str | None = None
+    sent_about: str | None = None
 
 
 class StoredSummary(
@@ -178,6 +186,8 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     refused: tuple[StoredRefusal, ...] = ()
     timer_waits: bool = False
     """`KeyState.timer_waits` (absent, as every state's but a few: false)."""
+    aliases_at: int | None = None
+    """`KeyState.aliases_at` (absent where no alias change reached the key)."""
 
 
 class EarlierSummary(BaseModel):

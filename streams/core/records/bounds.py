@@ -161,6 +161,7 @@ def claim_bytes(claim: ClaimFields, value: Value, lineage: str, scope_key: str |
     total = _CLAIM_OVERHEAD + value_bytes(claim.value) + value_bytes(value)
     for text in (
         claim.claim_id,
+        claim.subject,  # kept and shown with the claim where an alias moves it to another key
         claim.unit,
         claim.source,
         claim.replica,

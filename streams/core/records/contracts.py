@@ -351,6 +351,9 @@ class Evidence(_Record):
     epoch: int | None = None
     lineage: str | None = None
     scope: str | None = None
+    sent_about: str | None = None
+    """The subject the claim was sent about, where an alias counts it on the key of another
+    spelling (None: the decision's subject)."""
     role: EvidenceRole
 
 

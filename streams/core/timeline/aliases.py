@@ -20,13 +20,14 @@ import json
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
 from streams.core.admission.intake import AdmittedClaim
 from streams.core.admission.normalize import normalize_string
 from streams.core.decision.agreement import RECENCY, distinct
+from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState
 from streams.core.keys.upkeep import RefusedClaim
 from streams.core.records.contracts import Resolution, parse_instant
@@ -34,6 +35,7 @@ from streams.core.records.errors import AliasError
 from streams.core.records.policy import StringCase
 
 NO_ALIASES: Mapping[str, str] = MappingProxyType({})
+_JUST_BEFORE = timedelta(microseconds=1)  # instants are whole microseconds
 
 
 def alias_key(subject: str) -> str:
@@ -67,27 +69,58 @@ class AliasHistory:
     """The aliases in force over time. Changes apply in the order of their instants (two at one
     instant, in the order given); before the first, no alias is in force. Each instant's table
     (`alias_key` of a spelling -> the spelling it names) is worked out once, when the history is
-    built, and checked for cycles then."""
+    built, and checked for cycles then, with the spellings whose subject it changed (`touched`).
+    """
 
-    __slots__ = ("_instants", "_tables", "changes")
+    __slots__ = ("_instants", "_tables", "_touched", "changes")
 
     def __init__(self, changes: Iterable[AliasChange] = ()) -> None:
-        self.changes = tuple(sorted(changes, key=lambda change: change.at))
+        self.changes: tuple[AliasChange, ...] = ()
         self._instants: list[datetime] = []
         self._tables: list[Mapping[str, str]] = []
-        table: dict[str, str] = {}
-        for change in self.changes:
-            key = alias_key(change.alias)
-            if change.canonical is None:
-                table.pop(key, None)
-            else:
-                table[key] = change.canonical
-                _refuse_cycle(table, key, change)
-            if self._instants and self._instants[-1] == change.at:
-                self._tables[-1] = MappingProxyType(dict(table))
-            else:
-                self._instants.append(change.at)
-                self._tables.append(MappingProxyType(dict(table)))
+        self._touched: list[frozenset[str]] = []
+        for change in sorted(changes, key=lambda change: change.at):
+            self._add(change)
+
+    @classmethod
+    def accepting(
+        cls, changes: Iterable[AliasChange]
+    ) -> tuple[AliasHistory, list[tuple[AliasChange, AliasError]]]:
+        """The history of the changes that can be added, in the order given (which must be the
+        order of their instants), and those refused with why: what a worker makes of the aliases
+        topic, where a change that would close a cycle is passed over, not applied."""
+        history = cls()
+        refused: list[tuple[AliasChange, AliasError]] = []
+        for change in changes:
+            try:
+                history._add(change)
+            except AliasError as exc:
+                refused.append((change, exc))
+        return history, refused
+
+    def _add(self, change: AliasChange) -> None:
+        if self._instants and change.at < self._instants[-1]:
+            raise AliasError(
+                f"alias {change.alias!r} at {change.at.isoformat()}: changes are added in the "
+                "order of their instants"
+            )
+        before = self._tables[-1] if self._tables else NO_ALIASES
+        table = dict(before)
+        key = alias_key(change.alias)
+        if change.canonical is None:
+            table.pop(key, None)
+        else:
+            table[key] = change.canonical
+            _refuse_cycle(table, key, change)
+        touched = _touched(before, table)
+        self.changes = (*self.changes, change)
+        if self._instants and self._instants[-1] == change.at:
+            self._tables[-1] = MappingProxyType(table)
+            self._touched[-1] |= touched
+        else:
+            self._instants.append(change.at)
+            self._tables.append(MappingProxyType(table))
+            self._touched.append(touched)
 
     def in_force(self, at: datetime) -> Mapping[str, str]:
         """The aliases in force at `at`: `alias_key` of a spelling -> the spelling it names."""
@@ -102,6 +135,51 @@ class AliasHistory:
     def instants(self, until: datetime) -> list[datetime]:
         """The instants a change took effect by `until`, oldest first."""
         return self._instants[: bisect_right(self._instants, until)]
+
+    @property
+    def latest(self) -> datetime | None:
+        """The instant of the last change, if any."""
+        return self._instants[-1] if self._instants else None
+
+    def last_by(self, at: datetime) -> datetime | None:
+        """The instant of the last change in force at `at`, if any."""
+        position = bisect_right(self._instants, at) - 1
+        return self._instants[position] if position >= 0 else None
+
+    def involving(self, subject: str) -> tuple[AliasChange, ...]:
+        """The changes that moved evidence into or out of the key of `subject`: its merges and
+        splits, oldest first."""
+        spelling = alias_key(subject)
+        found = []
+        for change in self.changes:
+            after = self.in_force(change.at)
+            before = self.in_force(change.at - _JUST_BEFORE)
+            ends = {belongs_to(change.alias, before), belongs_to(change.alias, after)}
+            if spelling in {alias_key(change.alias), *map(alias_key, ends)}:
+                found.append(change)
+        return tuple(found)
+
+    def regroupings(self, subject: str, since: datetime | None, until: datetime) -> list[datetime]:
+        """The instants after `since` and by `until` whose change can move evidence into or out
+        of the key of `subject` (its spelling, or one whose subject it was or became): where its
+        evidence regroups. Others leave its evidence where it is."""
+        start = 0 if since is None else bisect_right(self._instants, since)
+        end = bisect_right(self._instants, until)
+        if start >= end:
+            return []
+        spelling = alias_key(subject)
+        return [self._instants[i] for i in range(start, end) if spelling in self._touched[i]]
+
+
+def _touched(before: Mapping[str, str], after: Mapping[str, str]) -> frozenset[str]:
+    """The spellings (as `alias_key`s) whose evidence a change from `before` to `after` can
+    move: each spelling whose subject changed, and its subject before and after."""
+    touched: set[str] = set()
+    for spelling in before.keys() | after.keys():
+        was, now = belongs_to(spelling, before), belongs_to(spelling, after)
+        if alias_key(was) != alias_key(now):
+            touched.update((spelling, alias_key(was), alias_key(now)))
+    return frozenset(touched)
 
 
 def belongs_to(subject: str, table: Mapping[str, str]) -> str:
@@ -243,3 +321,31 @@ def _change(line: str, where: str) -> AliasChange:
         return AliasChange(alias, canonical, moment, by if isinstance(by, str) else "")
     except AliasError as exc:
         raise AliasError(f"{where}: {exc}") from exc
+
+
+# --- Evidence on its way between keys -------------------------------------------------------
+
+
+def moved_record(subject: str, field: str, moved: Moved) -> bytes:
+    """What leaves the key of `subject` for another, as its changelog record would hold it: the
+    stream sends it to the other key's owner (`moved_from`)."""
+    return encode_state(
+        KeyState(
+            subject=subject,
+            field=field,
+            claims=moved.claims,
+            refused=moved.refused,
+            resolutions=moved.resolutions,
+        )
+    )
+
+
+def moved_from(data: bytes, subject: str) -> Moved:
+    """The evidence `moved_record` sent, arriving at the key of `subject`. A claim's stored form
+    is kept on it as read, written for the key it left: one sent about another spelling than
+    `subject` drops it, to be written again naming the subject it was sent about."""
+    sent = decode_state(data)
+    for admitted in (*sent.claims, *(refused.claim for refused in sent.refused)):
+        if admitted.claim.subject != subject:
+            admitted.journaled = None
+    return Moved(sent.claims, sent.refused, sent.resolutions)

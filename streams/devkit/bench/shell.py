@@ -148,7 +148,6 @@ class Shell:
         topic, outcomes = settings.topics.claims, settings.topics.outcomes
         loop = asyncio.new_event_loop()
         seconds = dict.fromkeys(SHOWN, 0.0)
-        alias_of = _no_alias
         misses = self.cache.misses
         gc_started = sum(COLLECTOR_HOOKS.seconds)
         cpu_started, thread_started = time.process_time(), time.thread_time()
@@ -165,7 +164,7 @@ class Shell:
             work: dict[int, TaskBatch] = {}
             for record in chunk:
                 store = tasks.open[record.partition].states
-                handled = processor.process(record, store.get, alias_of)
+                handled = processor.process(record, store.get)
                 applying = clock()
                 batch = work.get(record.partition) or work.setdefault(record.partition, TaskBatch())
                 bookkeeping.apply(record.partition, store, batch, handled, record.timestamp or 0.0)
@@ -240,10 +239,6 @@ def at_size(
         for store in stores.values():
             store.store.close()
     return {"keys": keys, "fill_cpu_us": fill["cpu_us"], **figures}
-
-
-def _no_alias(subject: str) -> str | None:
-    return None
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -201,6 +202,23 @@ def test_aliases_in_force_from_the_start_are_claims_sent_under_the_canonical_sub
         data = json.loads(line)
         data["subject"] = aliases.canonical(data["subject"], start)
         renamed.append(json.dumps(data))
-    assert replay_with_clock(lines, POLICY, NOW, aliases=aliases, limits=WIDE) == (
-        replay_with_clock(renamed, POLICY, NOW, limits=WIDE)
-    )
+    aliased = replay_with_clock(lines, POLICY, NOW, aliases=aliases, limits=WIDE)
+    assert _unspelled(aliased) == replay_with_clock(renamed, POLICY, NOW, limits=WIDE)
+
+
+def _unspelled(replayed: TimedReplay) -> TimedReplay:
+    """The replay without the spelling each claim was sent under (what renaming forgets)."""
+    emitted = [
+        replace(
+            each,
+            decision=each.decision.model_copy(
+                update={
+                    "evidence": tuple(
+                        e.model_copy(update={"sent_about": None}) for e in each.decision.evidence
+                    )
+                }
+            ),
+        )
+        for each in replayed.emitted
+    ]
+    return replace(replayed, emitted=emitted)

@@ -1,0 +1,213 @@
+"""The cluster's alias history, on its topic: every worker regroups the same keys' evidence at
+the same instants, whichever worker owns them, and replay is given the same history.
+
+The aliases topic (`claims.subject-aliases`, kept for ever) holds one record a change
+(`pipeline.alias_records`). `claimstream alias add` and `remove` publish one, taking effect a
+lead time later (`policy_lead_s`, as a policy does) so every worker has read it before its
+instant. Where the policy in force has a `stewards` section that asks for it, a record must be
+signed by a steward key.
+
+A worker reads the topic to its end before it decides anything (`AliasFollower.on_start`) and
+follows it after, between batches. The history is the records in the order of their instants
+(ties: partition, then offset, so every reader orders them alike); a record that is not proven,
+or whose change would close a cycle, is logged and passed over, never applied (the command
+refuses a cycle before publishing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from mode import Service
+
+from streams.core.records.errors import ClaimstreamError, RejectedInput
+from streams.core.timeline.aliases import AliasChange, AliasHistory
+from streams.pipeline.alias_records import Signer, alias_record, change_of
+from streams.pipeline.processor import Processor
+from streams.pipeline.records import Incoming
+from streams.settings import Settings
+from streams.wire.kafka import client_options
+
+log = logging.getLogger(__name__)
+
+Proof = Callable[[Incoming, datetime], None]
+"""Raises `RejectedInput` unless an alias record is proven a steward's (`check_alias`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedChange:
+    """An alias change as the topic holds it, and where."""
+
+    change: AliasChange
+    partition: int
+    offset: int
+
+
+class AliasLog:
+    """The aliases topic read from its start, every partition, and the history its records make.
+    With `proof`, a record not proven a steward's is passed over (its signature's age counts to
+    when it was written)."""
+
+    def __init__(self, settings: Settings, proof: Proof | None = None) -> None:
+        self.settings = settings
+        self.topic = settings.topics.aliases
+        self.published: list[PublishedChange] = []
+        self.unread: list[dict[str, str]] = []
+        """Each record not applied for itself (unreadable, not proven): where, its key, why."""
+        self.closing_cycles: list[dict[str, str]] = []
+        """Each change not applied as it closes a cycle (`history`): where, its key, and why."""
+        self._proof = proof
+        self._consumer: AIOKafkaConsumer | None = None
+        self._partitions: list[TopicPartition] = []
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
+        try:
+            await consumer.start()
+            await consumer.topics()  # the cluster's metadata, which names the topic's partitions
+            found = consumer.partitions_for_topic(self.topic) or {0}
+            self._partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
+            consumer.assign(self._partitions)
+            await consumer.seek_to_beginning(*self._partitions)
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._consumer = consumer
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    async def read(self) -> bool:
+        """Read on to the topic's end; whether a new change holds."""
+        consumer = self._consumer
+        assert consumer is not None, "start() first"
+        ends = await consumer.end_offsets(self._partitions)
+        grew = False
+        for partition in self._partitions:
+            while await consumer.position(partition) < ends[partition]:
+                fetched = await consumer.getmany(partition, timeout_ms=1000)
+                for record in fetched.get(partition, []):
+                    published = self._published(record)
+                    if published is not None:
+                        self.published.append(published)
+                        grew = True
+        return grew
+
+    def _published(self, record: Any) -> PublishedChange | None:
+        where = f"{self.topic}[{record.partition}]@{record.offset}"
+        try:
+            change = change_of(record.key, record.value, record.headers, record.timestamp)
+            if self._proof is not None:
+                incoming = Incoming(
+                    self.topic,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    tuple((k, bytes(v or b"")) for k, v in record.headers or ()),
+                    record.timestamp / 1000,
+                )
+                self._proof(incoming, datetime.fromtimestamp(record.timestamp / 1000, UTC))
+        except (ClaimstreamError, RejectedInput) as exc:
+            log.error("aliases topic: %s passed over, not applied: %s", where, exc)
+            alias = (record.key or b"").decode("utf-8", "replace")
+            self.unread.append({"record": where, "alias": alias, "error": str(exc)})
+            return None
+        return PublishedChange(change, record.partition, record.offset)
+
+    @property
+    def passed_over(self) -> list[dict[str, str]]:
+        """Every record read and not applied, with why."""
+        return [*self.unread, *self.closing_cycles]
+
+    def history(self) -> AliasHistory:
+        """The changes read, in the order of their instants, each one that closes a cycle passed
+        over (and logged)."""
+        ordered = sorted(self.published, key=lambda p: (p.change.at, p.partition, p.offset))
+        history, refused = AliasHistory.accepting(p.change for p in ordered)
+        for change, exc in refused:
+            log.error("aliases topic: %s passed over: %s", change.alias, exc)
+        where = {id(p.change): f"{self.topic}[{p.partition}]@{p.offset}" for p in ordered}
+        self.closing_cycles = [
+            {"record": where[id(change)], "alias": change.alias, "error": str(exc)}
+            for change, exc in refused
+        ]
+        return history
+
+
+async def publish_alias(
+    settings: Settings, change: AliasChange, signer: Signer | None = None
+) -> None:
+    """Publish `change` to the aliases topic (signed by `signer` where given)."""
+    key, value, headers = alias_record(change, signer)
+    producer = AIOKafkaProducer(**client_options(settings), acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.topics.aliases, value, key=key, headers=headers)
+    finally:
+        await producer.stop()
+
+
+async def published_history(settings: Settings) -> AliasLog:
+    """The aliases topic as published (signatures not checked), read to its end."""
+    alias_log = AliasLog(settings)
+    await alias_log.start()
+    try:
+        await alias_log.read()
+    finally:
+        await alias_log.stop()
+    return alias_log
+
+
+class AliasFollower(Service):
+    """Reads the aliases topic to its end as the worker starts, before the arbiter decides
+    anything, then follows it: each new history goes to the processor (`adopt_aliases`),
+    between batches (`turn`: the arbiter's)."""
+
+    def __init__(
+        self, settings: Settings, processor: Processor, turn: asyncio.Lock, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.processor = processor
+        # The processor's proof, as the policy in force when each record is read asks.
+        self.alias_log = AliasLog(
+            settings, lambda record, now: processor.authentication.check_alias(record, now)
+        )
+        self.turn = turn
+
+    async def on_start(self) -> None:
+        await self.alias_log.start()
+        await self.alias_log.read()
+        self.processor.adopt_aliases(self.alias_log.history())
+
+    async def on_stop(self) -> None:
+        await self.alias_log.stop()
+
+    @Service.task
+    async def _follow(self) -> None:
+        while not self.should_stop:
+            await self.sleep(self.settings.policy_poll_s)
+            try:
+                grew = await self.alias_log.read()
+            except Exception as exc:  # a broker hiccup: read on next time
+                log.warning("aliases topic: reading failed (%s); reading again", exc)
+                continue
+            if grew:
+                history = self.alias_log.history()
+                async with self.turn:
+                    self.processor.adopt_aliases(history)
+                latest = history.latest
+                log.info(
+                    "aliases: %d changes, the last in force from %s",
+                    len(history.changes),
+                    latest.isoformat() if latest else "-",
+                )
