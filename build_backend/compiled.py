@@ -80,6 +80,7 @@ COMPILED: dict[str, str] = {
     # (the per-claim path without a broker) measured in instructions a claim under valgrind.
     "streams.pipeline.processor": f"the dispatcher, once per record: {_SHELL}",
     "streams.pipeline.records": f"Incoming, Outgoing, Handled, built per record: {_SHELL}",
+    "streams.pipeline.key_clock": f"a key brought to each record's instant first: {_SHELL}",
     "streams.wire.decision_bytes": f"each decision record: {_SHELL}",
     "streams.wire.avro_writer": f"the field writers of every record sent: {_SHELL}",
     "streams.ops.metrics": f"the per-claim tallies and stage clocks: {_SHELL}",

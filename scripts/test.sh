@@ -28,5 +28,6 @@ if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
         tests/core tests/test_compiled.py tests/wire/test_claim_reader.py \
         tests/wire/test_partitioner.py tests/wire/test_decision_bytes.py \
         tests/wire/test_avro_writer.py tests/pipeline/test_processor.py \
-        tests/pipeline/test_emit_retry.py tests/pipeline/test_shell_path.py
+        tests/pipeline/test_emit_retry.py tests/pipeline/test_shell_path.py \
+        tests/pipeline/test_alias_paths.py
 fi

@@ -478,10 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         nargs="?",
         const=10_000,
-        default=None,
         metavar="N",
-        help="then the merge phase: N alias keys (default 10000) merged into their canonical "
-        "keys by aliases under live load: merges/s, time, live p99; off unless given",
+        help="then the merge phase: N alias keys (10000) merged by aliases under live load",
     )
     bench_parser.set_defaults(handler=cmd_bench)
     add_agent_commands(commands, connection)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,10 +20,10 @@ from streams.devkit.bench.rollout import RolloutWatch, rollout_phase, rollout_po
 from streams.devkit.bench.scale import FIELD, lean_claims, publish
 from streams.devkit.bench.worker import BenchWorker, worker_env
 from streams.devkit.bench.workload import CODEC, PAID
-from streams.devkit.brokers import KafkaBroker, free_port
+from streams.devkit.brokers import KafkaBroker
 from streams.packaged import example_path
-from streams.settings import Settings, Topics
 from streams.worker.topics import ensure_topics
+from tests.support.bench import bench_settings
 
 KEYS = 300
 
@@ -79,26 +77,12 @@ def test_the_watch_is_done_once_every_key_has_a_decision_under_b() -> None:
     assert watch.checked == 1  # the first decision under B is decoded
 
 
-@pytest.fixture(scope="module")
-def kafka() -> Iterator[KafkaBroker]:
-    with KafkaBroker(partitions=2) as broker:
-        yield broker
-
-
 @pytest.mark.integration
 def test_a_worker_restarted_on_policy_b_reports_every_key_moved(
-    kafka: KafkaBroker, tmp_path: Path
+    bench_kafka: KafkaBroker, tmp_path: Path
 ) -> None:
-    name = f"rollout{uuid.uuid4().hex[:6]}"
-    settings = Settings(
-        app_id=name,
-        broker=f"kafka://{kafka.bootstrap}",
-        partitions=2,
-        topics=Topics(**{k: f"{name}.{v}" for k, v in Topics().model_dump().items()}),
-        web_port=free_port(),
-        data_dir=tmp_path / "state",
-        log_level="info",
-    )
+    kafka = bench_kafka
+    settings = bench_settings(kafka, tmp_path, "rollout")
     asyncio.run(ensure_topics(settings))
     observed_at = datetime.now(UTC) - timedelta(minutes=1)
     claims = lean_claims(settings.topics.claims, 0, range(1, KEYS + 1), observed_at)

@@ -72,15 +72,16 @@ class AliasHistory:
     built, and checked for cycles then, with the spellings whose subject it changed (`touched`).
     """
 
-    __slots__ = ("_instants", "_tables", "_touched", "changes")
+    __slots__ = ("_instants", "_named_by", "_tables", "_touched", "changes")
 
     def __init__(self, changes: Iterable[AliasChange] = ()) -> None:
-        self.changes: tuple[AliasChange, ...] = ()
         self._instants: list[datetime] = []
-        self._tables: list[Mapping[str, str]] = []
-        self._touched: list[frozenset[str]] = []
-        for change in sorted(changes, key=lambda change: change.at):
-            self._add(change)
+        self._tables: list[dict[str, str]] = []
+        self._touched: list[set[str]] = []
+        self._named_by: dict[str, set[str]] = {}
+        """The latest table read backwards: `alias_key` of a subject -> the spellings naming it."""
+        added = [self._add(change) for change in sorted(changes, key=lambda change: change.at)]
+        self.changes: tuple[AliasChange, ...] = tuple(added)
 
     @classmethod
     def accepting(
@@ -90,40 +91,70 @@ class AliasHistory:
         order of their instants), and those refused with why: what a worker makes of the aliases
         topic, where a change that would close a cycle is passed over, not applied."""
         history = cls()
+        added: list[AliasChange] = []
         refused: list[tuple[AliasChange, AliasError]] = []
         for change in changes:
             try:
-                history._add(change)
+                added.append(history._add(change))
             except AliasError as exc:
                 refused.append((change, exc))
+        history.changes = tuple(added)
         return history, refused
 
-    def _add(self, change: AliasChange) -> None:
-        if self._instants and change.at < self._instants[-1]:
+    def _add(self, change: AliasChange) -> AliasChange:
+        """Apply `change` on the table of its instant (a copy of the one before, for a new
+        instant), or raise AliasError leaving the history as it was. Costs the change's chain
+        and the spellings that name it, not the table (a table is copied once per instant)."""
+        at, key = change.at, alias_key(change.alias)
+        same_instant = bool(self._instants) and self._instants[-1] == at
+        if self._instants and at < self._instants[-1]:
             raise AliasError(
-                f"alias {change.alias!r} at {change.at.isoformat()}: changes are added in the "
-                "order of their instants"
+                f"alias {change.alias!r} at {at.isoformat()}: changes are added in the order "
+                "of their instants"
             )
-        before = self._tables[-1] if self._tables else NO_ALIASES
-        table = dict(before)
-        key = alias_key(change.alias)
+        table = self._tables[-1] if same_instant else dict(self._tables[-1] if self._tables else {})
+        was_end = alias_key(belongs_to(change.alias, table))
+        previous = table.get(key)
         if change.canonical is None:
             table.pop(key, None)
         else:
             table[key] = change.canonical
-            _refuse_cycle(table, key, change)
-        touched = _touched(before, table)
-        self.changes = (*self.changes, change)
-        if self._instants and self._instants[-1] == change.at:
-            self._tables[-1] = MappingProxyType(table)
+            try:
+                _refuse_cycle(table, key, change)
+            except AliasError:
+                if previous is None:
+                    table.pop(key)
+                else:
+                    table[key] = previous
+                raise
+        if previous is not None:
+            self._named_by.get(alias_key(previous), set()).discard(key)
+        if change.canonical is not None:
+            self._named_by.setdefault(alias_key(change.canonical), set()).add(key)
+        # Whose subject changed: the spelling and those whose chain runs through it; and the
+        # subjects they named before and name now.
+        touched = {*self._naming(key), was_end, alias_key(belongs_to(change.alias, table))}
+        if same_instant:
             self._touched[-1] |= touched
         else:
-            self._instants.append(change.at)
-            self._tables.append(MappingProxyType(table))
+            self._instants.append(at)
+            self._tables.append(table)
             self._touched.append(touched)
+        return change
+
+    def _naming(self, key: str) -> set[str]:
+        """`key` and every spelling whose chain runs through it, in the latest table."""
+        found, frontier = {key}, [key]
+        while frontier:
+            for spelling in self._named_by.get(frontier.pop(), ()):
+                if spelling not in found:
+                    found.add(spelling)
+                    frontier.append(spelling)
+        return found
 
     def in_force(self, at: datetime) -> Mapping[str, str]:
-        """The aliases in force at `at`: `alias_key` of a spelling -> the spelling it names."""
+        """The aliases in force at `at`: `alias_key` of a spelling -> the spelling it names
+        (read only: a history's tables never change once it is built)."""
         position = bisect_right(self._instants, at) - 1
         return self._tables[position] if position >= 0 else NO_ALIASES
 
@@ -169,17 +200,6 @@ class AliasHistory:
             return []
         spelling = alias_key(subject)
         return [self._instants[i] for i in range(start, end) if spelling in self._touched[i]]
-
-
-def _touched(before: Mapping[str, str], after: Mapping[str, str]) -> frozenset[str]:
-    """The spellings (as `alias_key`s) whose evidence a change from `before` to `after` can
-    move: each spelling whose subject changed, and its subject before and after."""
-    touched: set[str] = set()
-    for spelling in before.keys() | after.keys():
-        was, now = belongs_to(spelling, before), belongs_to(spelling, after)
-        if alias_key(was) != alias_key(now):
-            touched.update((spelling, alias_key(was), alias_key(now)))
-    return frozenset(touched)
 
 
 def belongs_to(subject: str, table: Mapping[str, str]) -> str:

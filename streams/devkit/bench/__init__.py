@@ -15,10 +15,9 @@ aiokafka limits), `worker` (the worker process under test), `cores` (the CPU tim
 worker, the broker and the bench, and with `--pin-cores` the cores each may run on), `load`
 (latency and soak under an offered rate), `merge` (aliases taking effect: the evidence of
 `<prefix>-alias-<n>` moved to `<prefix>-<n>`; only when asked), `rollout` (the restart on policy
-B and its sweep, and the helpers both share: the live load beside its baseline, the decisions
-watched, the sweep's gauges read to 0),
-`inprocess` (engine and state size without a broker), `scale` (a worker holding N keys: its
-memory, disk, restarts and rollout; only when asked), and `run`, which runs the phases in that
-order and reports. Apart from a run: `shell` (`python -m
+B and its sweep, and what both share: the live load beside its baseline, the decisions watched,
+the sweep's gauges read to 0), `inprocess` (engine and state size without a broker), `scale` (a
+worker holding N keys: its memory, disk, restarts and rollout; only when asked), and `run`,
+which runs the phases in that order and reports. Apart from a run: `shell` (`python -m
 streams.devkit.bench.shell`), the worker's per-claim path without a broker.
 """

@@ -23,37 +23,35 @@ reason the offered claims are seat counts, a field that never goes stale.
 
 Figures: `rollout_keys`, `rollout_keys_per_s`, `rollout_s` (readiness to the last key's
 decision under B), `rollout_live_p50_ms`/`rollout_live_p99_ms` (the fresh claims offered
-meanwhile) beside `rollout_baseline_p50_ms`/`rollout_baseline_p99_ms`, and the sweep's own
-signs.
+meanwhile) beside `rollout_baseline_p50_ms`/`rollout_baseline_p99_ms` (`rollout_p99_ratio`),
+and the sweep's own signs.
+
+The merge phase (`merge`) measures aliases taking effect the same way, with the helpers here:
+`earlier_timers_fired`, `LiveLoad` and `live_figures`, `decisions_reader` and `watch_decisions`
+(any `Awaited` keys), `until_every_key` and `settled` (a sweep gauge read to 0).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from streams.core.records.contracts import Decision
 from streams.core.records.policy import policy_from_text
-from streams.devkit.bench.cores import cpu_seconds
-from streams.devkit.bench.load import latency, percentiles
-from streams.devkit.bench.worker import (
-    BenchWorker,
-    StallCounts,
-    gc_pauses_between,
-    stalls_between,
-    worker_env,
-)
+from streams.devkit.bench.load import Offered, latency, percentiles
+from streams.devkit.bench.worker import BenchWorker, Signs, worker_env
 from streams.devkit.bench.workload import CODEC, PAID, SEATS, seats
-from streams.settings import Settings
+from streams.settings import Settings, Topics
 
 SWAPS: dict[str, tuple[str, str]] = {
     PAID: ("billing-api", "reporting-replica"),  # the default phases' and the latency phase's
@@ -177,6 +175,9 @@ class RolloutWatch:
         if not remaining:
             self.done_at = self.done_at or now
 
+    def awaiting(self) -> str:
+        return f"re-decided under {self.version}"
+
 
 def rollout_phase(
     bootstrap: str,
@@ -193,7 +194,7 @@ def rollout_phase(
     this returns. `stale_in_s`: when the claims offered so far are all stale (`payments_stale_in_s`
     after payment statuses), waited for first with the worker's due timers."""
     settings = worker.settings
-    waited_s = _earlier_timers_fired(worker, log, stale_in_s)
+    waited_s = earlier_timers_fired(worker, stale_in_s)
     if waited_s >= 1:
         print(f"bench: rollout waited {waited_s:.0f} s for the earlier phases' keys to go stale")
     worker.stop()
@@ -229,12 +230,13 @@ def payments_stale_in_s(settings: Settings) -> float:
     return freshness.total_seconds() if freshness is not None else 0.0
 
 
-def _earlier_timers_fired(worker: BenchWorker, log: Path | None, stale_in_s: float) -> float:
-    """Seconds waited until `stale_in_s` passed and no timer of the worker is due."""
+def earlier_timers_fired(worker: BenchWorker, stale_in_s: float) -> float:
+    """Seconds waited until `stale_in_s` passed and no timer of the worker is due: what a phase
+    measures then is its own work, not a wave of the earlier phases' keys going stale."""
     began = time.monotonic()
     stale_at = began + stale_in_s
     while time.monotonic() < stale_at or worker.timers_due() > 0:
-        _alive(worker, log, "the earlier phases' timers")
+        worker.alive("the earlier phases' timers")
         if time.monotonic() > stale_at + SETTLE_S:
             raise TimeoutError(f"timers still due {SETTLE_S:.0f} s after the keys went stale")
         time.sleep(0.5)
@@ -253,44 +255,31 @@ async def _rollout(
     broker_pid: int | None,
 ) -> dict[str, Any]:
     """Start the worker on B, then watch its decisions and sweep with the live load on."""
-    consumer = await _reader(bootstrap, ends)
-    ready, swept = asyncio.Event(), asyncio.Event()
-    topics = settings.topics
-    live = asyncio.create_task(
-        latency(bootstrap, topics, rate, int(rate * 86_400), ready, swept, LIVE_MIN_S, seats)
-    )
-    watching = asyncio.create_task(_watch(consumer, watch))
+    consumer = await decisions_reader(bootstrap, ends)
+    load = LiveLoad(bootstrap, settings.topics, rate)
+    watching = asyncio.create_task(watch_decisions(consumer, watch))
     worker: BenchWorker | None = None
     try:
         started = time.perf_counter()
         worker = BenchWorker(settings, env, log)
         while not await asyncio.to_thread(worker.ready):
-            _alive(worker, log, "ready")
+            worker.alive("ready")
             if time.perf_counter() - started > 600:
                 raise TimeoutError("the worker on policy B was not ready after 600 s")
             await asyncio.sleep(0.05)
         ready_at = time.perf_counter()
-        ready.set()
+        load.begin.set()
         before_ready = len(watch.keys) - len(watch.remaining)
-        pids = {"worker": worker.proc.pid, "load": os.getpid()}
-        if broker_pid is not None:
-            pids["broker"] = broker_pid
-        shown = await asyncio.to_thread(_Signs.of, worker, pids)
-        most, ended = await _until_every_key(
-            worker, watch, watching, log, swept, ready_at + LIVE_MAX_S
+        shown = await asyncio.to_thread(Signs.of, worker, phase_pids(worker, broker_pid))
+        most, ended = await until_every_key(
+            worker, watch, watching, load.end, ready_at + LIVE_MAX_S, SWEEP_METRIC
         )
-        swept.set()
+        load.end.set()  # the live load ends with the last key, not the gauge's 0
         signs = await asyncio.to_thread(shown.since, worker)
-        settled_at = await _sweep_settled(worker, log)
-        offered = await live
-        baseline = await latency(
-            bootstrap, topics, rate, max(2, int(rate * baseline_s)), make=seats
-        )
+        settled_at = await settled(worker, BenchWorker.sweep_remaining, SWEEP_METRIC)
+        offered, baseline = await load.measured(baseline_s)
     finally:
-        for task in (live, watching):
-            task.cancel()
-        await asyncio.gather(live, watching, return_exceptions=True)
-        await consumer.stop()
+        await wound_down(load, watching, consumer)
         if worker is not None:
             worker.stop()
     # From readiness, or the first decision under B if the worker moved keys before /readyz
@@ -314,52 +303,88 @@ async def _rollout(
         "rollout_sweep_done_s": round(settled_at - ready_at, 1),
         "rollout_sweep_remaining_max": most,
         "rollout_old_policy_decisions": watch.others,
-        "rollout_offered_per_s": round(rate),
-        "rollout_live_s": round(offered.offered_s, 1),
-        "rollout_live_samples": len(offered.latencies),
-        **percentiles("rollout_live_", offered.latencies),
-        **percentiles("rollout_live_worker_", offered.in_worker),
-        "rollout_baseline_samples": len(baseline.latencies),
-        **percentiles("rollout_baseline_", baseline.latencies),
+        **live_figures("rollout_", rate, offered, baseline),
         "rollout_stalls": signs,
     }
 
 
-@dataclass(frozen=True)
-class _Signs:
-    """What a worker shows at one instant of the sweep: compared with a later one, what
-    stalled it, what it ran, and the CPU it, the load (and the broker) took."""
+class Awaited(Protocol):
+    """Keys waited for on the decisions topic (`RolloutWatch`, the merge phase's watch): those
+    not seen done yet, and when the last was."""
 
-    at: float
-    stalls: StallCounts
-    ticks: int
-    staged: dict[str, float]
-    cpu: dict[str, tuple[int, float]]  # role -> (pid, CPU seconds)
+    keys: set[bytes]
+    remaining: set[bytes]
+    done_at: float
 
-    @classmethod
-    def of(cls, worker: BenchWorker, pids: Mapping[str, int]) -> _Signs:
-        cpu = {role: (pid, cpu_seconds(pid)) for role, pid in pids.items()}
-        ticks, staged = worker.expiry_ticks(), worker.stage_seconds()
-        return cls(time.perf_counter(), worker.stall_counts(), ticks, staged, cpu)
+    def see(self, messages: Iterable[ConsumerRecord[bytes, bytes]], now: float) -> None: ...
 
-    def since(self, worker: BenchWorker) -> dict[str, Any]:
-        """The figures from this instant to now: the longest loop lag, the collector's pauses,
-        the keys decoded, the timers' ticks (the sweep's own not counted), the worker's loop by
-        stage (ms a second) and each process's CPU (% of a core)."""
-        later = _Signs.of(worker, {role: pid for role, (pid, _) in self.cpu.items()})
-        wall = max(later.at - self.at, 1e-6)
-        staged = {s: (v - self.staged.get(s, 0.0)) / wall * 1000 for s, v in later.staged.items()}
-        cpu = {role: (s - self.cpu[role][1]) / wall * 100 for role, (_, s) in later.cpu.items()}
-        return {
-            **stalls_between(self.stalls, later.stalls),
-            **gc_pauses_between(self.stalls, later.stalls),
-            "expiry_ticks": later.ticks - self.ticks,
-            "stage_ms_per_s": {stage: round(ms, 1) for stage, ms in staged.items()},
-            "cpu_pct": {role: round(pct, 1) for role, pct in cpu.items()},
-        }
+    def awaiting(self) -> str:
+        """What a key left is waiting for, for a failure's message."""
+        ...
 
 
-async def _reader(bootstrap: str, ends: Mapping[TopicPartition, int]) -> AIOKafkaConsumer:
+class LiveLoad:
+    """Fresh seat counts (a field that never goes stale) offered at `rate` from `begin` until
+    `end` is set (at least `LIVE_MIN_S`), then the same load with nothing else under way: the
+    baseline. Made inside the running event loop; its clients start at once."""
+
+    def __init__(self, bootstrap: str, topics: Topics, rate: float) -> None:
+        self.bootstrap, self.topics, self.rate = bootstrap, topics, rate
+        self.begin, self.end = asyncio.Event(), asyncio.Event()
+        self.task = asyncio.create_task(
+            latency(
+                bootstrap, topics, rate, int(rate * 86_400), self.begin, self.end, LIVE_MIN_S, seats
+            )
+        )
+
+    async def measured(self, baseline_s: float) -> tuple[Offered, Offered]:
+        """Ends the live load: what it measured, then the baseline's `baseline_s`."""
+        self.end.set()
+        offered = await self.task
+        total = max(2, int(self.rate * baseline_s))
+        return offered, await latency(self.bootstrap, self.topics, self.rate, total, make=seats)
+
+    async def cancel(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def wound_down(load: LiveLoad, watching: asyncio.Task[Any], consumer: Any) -> None:
+    """A phase's live load, its watch of the decisions and the watch's consumer, stopped."""
+    await load.cancel()
+    watching.cancel()
+    await asyncio.gather(watching, return_exceptions=True)
+    await consumer.stop()
+
+
+def live_figures(prefix: str, rate: float, offered: Offered, baseline: Offered) -> dict[str, Any]:
+    """The live load's figures beside its baseline's, each named after `prefix`."""
+    live, base = (
+        percentiles(f"{prefix}live_", offered.latencies),
+        percentiles(f"{prefix}baseline_", baseline.latencies),
+    )
+    ratio = live[f"{prefix}live_p99_ms"] / base[f"{prefix}baseline_p99_ms"]
+    return {
+        f"{prefix}offered_per_s": round(rate),
+        f"{prefix}live_s": round(offered.offered_s, 1),
+        f"{prefix}live_samples": len(offered.latencies),
+        **live,
+        **percentiles(f"{prefix}live_worker_", offered.in_worker),
+        f"{prefix}baseline_samples": len(baseline.latencies),
+        **base,
+        f"{prefix}p99_ratio": round(ratio, 2) if math.isfinite(ratio) else None,
+    }
+
+
+def phase_pids(worker: BenchWorker, broker_pid: int | None) -> dict[str, int]:
+    """The processes whose CPU a phase reports: the worker, this one (the load), the broker."""
+    pids = {"worker": worker.proc.pid, "load": os.getpid()}
+    if broker_pid is not None:
+        pids["broker"] = broker_pid
+    return pids
+
+
+async def decisions_reader(bootstrap: str, ends: Mapping[TopicPartition, int]) -> AIOKafkaConsumer:
     """A started consumer of the decisions from `ends` on (read committed)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -374,7 +399,7 @@ async def _reader(bootstrap: str, ends: Mapping[TopicPartition, int]) -> AIOKafk
     return consumer
 
 
-async def _watch(consumer: AIOKafkaConsumer, watch: RolloutWatch) -> None:
+async def watch_decisions(consumer: AIOKafkaConsumer, watch: Awaited) -> None:
     while not watch.done_at:
         batch = await consumer.getmany(timeout_ms=200, max_records=20_000)
         now = time.perf_counter()
@@ -383,18 +408,19 @@ async def _watch(consumer: AIOKafkaConsumer, watch: RolloutWatch) -> None:
         watch.see((), now)  # no key at all: done at once
 
 
-async def _until_every_key(
+async def until_every_key(
     worker: BenchWorker,
-    watch: RolloutWatch,
+    watch: Awaited,
     watching: asyncio.Task[None],
-    log: Path | None,
     live: asyncio.Event,
     live_until: float,
+    gauge: str,
+    stuck_s: float = STUCK_S,
 ) -> tuple[int, tuple[float, int] | None]:
-    """Wait for every key's decision under B, reading the sweep's gauge meanwhile; `live` is set
+    """Wait for every key `watch` awaits, reading the worker's `gauge` meanwhile; `live` is set
     (the offered load ends) at `live_until` if the keys take longer. The gauge's largest value
-    seen, and when `live` was set with how many keys were moved by then (None: not set). Fails
-    when the worker exits or re-decides no key for `STUCK_S`."""
+    seen, and when `live` was set with how many keys were done by then (None: not set). Fails
+    when the worker exits or no key is done for `stuck_s`."""
     most, left, progressed = 0, len(watch.remaining), time.monotonic()
     ended: tuple[float, int] | None = None
     while not watching.done():
@@ -402,44 +428,37 @@ async def _until_every_key(
         if ended is None and time.perf_counter() >= live_until and watch.remaining:
             live.set()
             ended = (time.perf_counter(), len(watch.keys) - len(watch.remaining))
-        _alive(worker, log, "every key moved")
-        shown = await asyncio.to_thread(worker.sweep_remaining)
+        worker.alive("every key done")
+        shown = await asyncio.to_thread(worker.gauge, gauge)
         most = max(most, shown or 0)
         if len(watch.remaining) < left:
             left, progressed = len(watch.remaining), time.monotonic()
-        elif time.monotonic() - progressed > STUCK_S:
+        elif time.monotonic() - progressed > stuck_s:
             due = await asyncio.to_thread(worker.timers_due)
             raise TimeoutError(
-                f"{left:,} of {len(watch.keys):,} keys not re-decided under {watch.version} "
-                f"in {STUCK_S:.0f} s (e.g. {sorted(watch.remaining)[:3]}); {SWEEP_METRIC} "
-                f"{shown}, claimstream_timers_due {due}"
+                f"{left:,} of {len(watch.keys):,} keys not {watch.awaiting()} in {stuck_s:.0f} s "
+                f"(e.g. {sorted(watch.remaining)[:3]}); {gauge} {shown}, "
+                f"claimstream_timers_due {due}"
             )
     watching.result()  # its failure, if it failed
     return most, ended
 
 
-async def _sweep_settled(worker: BenchWorker, log: Path | None) -> float:
-    """When the worker's sweep gauge first read 0 (its walks over, every key on B), called once
-    every key has a decision under B. The gauge is refreshed at most every `expiry_interval_s`:
-    a 0 read sooner may be from before the sweep began. Till the last pass it shows more than 0
-    (each pass that sent ticks is followed, after a pause, by another over every key)."""
+async def settled(
+    worker: BenchWorker, left: Callable[[BenchWorker], int | None], what: str
+) -> float:
+    """When `left` (a gauge of the worker's sweep) first read 0, called once every key awaited
+    is done. The sweep's gauges are refreshed at most every `expiry_interval_s`: a 0 read sooner
+    may be from before the sweep began. Till the last pass it shows more than 0 (each pass that
+    sent ticks is followed, after a pause, by another over every key)."""
     fresh_from = time.perf_counter() + worker.settings.expiry_interval_s + 0.5
     deadline = time.monotonic() + SETTLE_S
     while True:
         looked = time.perf_counter()
-        left = await asyncio.to_thread(worker.sweep_remaining)
-        if left == 0 and looked >= fresh_from:
+        shown = await asyncio.to_thread(left, worker)
+        if shown == 0 and looked >= fresh_from:
             return looked
-        _alive(worker, log, "the sweep's end")
+        worker.alive("the sweep's end")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{SWEEP_METRIC} still {left} {SETTLE_S:.0f} s after every key")
+            raise TimeoutError(f"{what} still {shown} {SETTLE_S:.0f} s after every key")
         await asyncio.sleep(0.25)
-
-
-def _alive(worker: BenchWorker, log: Path | None, what: str) -> None:
-    if worker.proc.poll() is not None:
-        tail = log.read_text(errors="replace").splitlines()[-20:] if log and log.exists() else []
-        raise RuntimeError(
-            f"the bench's worker exited with {worker.proc.returncode} before {what}: "
-            + "\n".join(tail)
-        )

@@ -1,10 +1,11 @@
 """The bench's run: the phases in order on one broker, then the figures as one JSON object.
 
 Phases: the workload fills the topics; the raw aiokafka limits read it; a worker process reads
-the same records, then takes an offered load for latency (and optionally a soak), and is
-restarted on a new policy (`rollout`, unless `rollout=False`); last, the engine and the state
-size are measured in process; when asked, the scale phase (`scale`) runs last, or alone. `main`
-prints the figures' JSON line.
+the same records, then takes an offered load for latency (and optionally a soak), merges
+`merge_pairs` pairs of keys by aliases under the same offered load (`merge`, when asked), and
+is restarted on a new policy (`rollout`, unless `rollout=False`); last, the engine and the
+state size are measured in process; when asked, the scale phase (`scale`) runs last, or alone.
+`main` prints the figures' JSON line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from streams.core.records.policy import Policy, load_policy
 from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import Offered, latency, percentiles, soak
+from streams.devkit.bench.merge import merge_phase
 from streams.devkit.bench.raw import raw_lean_limit, raw_limit
 from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.scale import Scale, scale_phase
@@ -56,6 +58,7 @@ class WorkerFigures:
     soak_samples: list[tuple[float, int, int]]
     stalls: dict[str, Any]  # what stalled the worker during the latency phase
     rollout: dict[str, Any]  # the restart on policy B (empty: not asked)
+    merge: dict[str, Any]  # the aliases taking effect (empty: not asked)
 
 
 def run(
@@ -69,6 +72,7 @@ def run(
     scale: Scale | None = None,
     pin_cores: bool = False,
     rollout: bool = True,
+    merge_pairs: int = 0,
 ) -> dict[str, Any]:
     policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
@@ -94,7 +98,15 @@ def run(
             raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
             assert broker.pid is not None
             measured = _worker_phases(
-                broker.bootstrap, broker.pid, settings, load, latency_s, soak_s, pin_cores, rollout
+                broker.bootstrap,
+                broker.pid,
+                settings,
+                load,
+                latency_s,
+                soak_s,
+                pin_cores,
+                rollout,
+                merge_pairs,
             )
             result |= {"claims": len(load.records), "subjects": subjects}
             result |= _figures(policy, load, raw, lean, measured, soak_s)
@@ -131,9 +143,11 @@ def _worker_phases(
     soak_s: float,
     pin_cores: bool,
     rollout: bool = True,
+    merge_pairs: int = 0,
 ) -> WorkerFigures:
     """A worker process reads the filled input, then takes the offered load (and the soak);
-    then, with `rollout`, it is restarted on policy B under the same offered load."""
+    then, with `merge_pairs`, merges that many pairs of keys by aliases, and with `rollout`, it
+    is restarted on policy B, each under the same offered load."""
     topics = settings.topics
     worker = BenchWorker(settings, worker_env(settings))
     try:
@@ -151,15 +165,27 @@ def _worker_phases(
         samples = []
         if soak_s > 0:
             samples = asyncio.run(soak(bootstrap, topics, worker, saturated / 4, soak_s, keys=5000))
+        # The earlier phases' payment statuses are let go stale once, by the first of these.
+        stale_in_s = payments_stale_in_s(settings)
+        merged = {}
+        if merge_pairs:
+            merged = merge_phase(
+                bootstrap,
+                worker,
+                saturated / 2,
+                merge_pairs,
+                broker_pid=broker_pid,
+                stale_in_s=stale_in_s,
+            )
+            stale_in_s = 0.0
         moved = {}
         if rollout:
-            stale_in_s = payments_stale_in_s(settings)
             moved = rollout_phase(
                 bootstrap, worker, saturated / 2, broker_pid=broker_pid, stale_in_s=stale_in_s
             )
     finally:
         worker.stop()
-    return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls, moved)
+    return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls, moved, merged)
 
 
 def _latency_phases(
@@ -257,6 +283,7 @@ def _figures(
         "bytes_per_key": round(state_bytes_per_key(policy, load.claims)),
         "engine_decisions_per_s": round(engine),
         "compiled": bool(compiled_modules()),
+        **measured.merge,
         **measured.rollout,
         **(_soak_figures(measured, soak_s) if soak_s > 0 else {}),
     }
@@ -288,6 +315,7 @@ def main(
     scale: Scale | None = None,
     pin_cores: bool = False,
     rollout: bool = True,
+    merge_pairs: int = 0,
 ) -> int:
     result = run(
         claims,
@@ -300,6 +328,7 @@ def main(
         scale,
         pin_cores,
         rollout,
+        merge_pairs,
     )
     print(json.dumps(result, sort_keys=True))
     return 0

@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,7 @@ class BenchWorker:
     def __init__(self, settings: Settings, env: dict[str, str], log: Path | None = None) -> None:
         """`log`: a file the worker's output is appended to (none: discarded)."""
         self.settings = settings
+        self.log = log
         output = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
@@ -127,6 +130,13 @@ class BenchWorker:
         `since` (seconds since the epoch), how many in all, the watchdog thread's CPU time."""
         text = self._get(f"/api/stalls?since={since}")
         return dict(json.loads(text)) if text else {}
+
+    def decision(self, key: str) -> dict[str, Any] | None:
+        """The worker's current decision for `key` (`subject|field`), as `GET
+        /api/decisions/{key}` answers (a subject that is an alias: its canonical key's), None
+        when it answers nothing."""
+        text = self._get("/api/decisions/" + urllib.parse.quote(key, safe=""))
+        return dict(json.loads(text)["decision"]) if text else None
 
     def _get(self, path: str) -> str:
         try:
@@ -173,7 +183,20 @@ class BenchWorker:
     def sweep_remaining(self) -> int | None:
         """Keys the rollout sweep has yet to look at (`claimstream_policy_sweep_remaining`),
         None when /metrics does not show it."""
-        name = "claimstream_policy_sweep_remaining"
+        return self.gauge("claimstream_policy_sweep_remaining")
+
+    def alias_regroups_pending(self) -> int | None:
+        """Keys the sweep's walks under way found to regroup by an alias change
+        (`claimstream_alias_regroups_pending`), None when /metrics does not show it."""
+        return self.gauge("claimstream_alias_regroups_pending")
+
+    def alias_moves(self) -> int:
+        """Evidence sent from one key to another because an alias took effect or was retracted
+        (`claimstream_alias_moves_total`: one per key it went to)."""
+        return int(_metric(self.metrics(), "claimstream_alias_moves_total"))
+
+    def gauge(self, name: str) -> int | None:
+        """A gauge's first sample, None when /metrics does not show it."""
         for line in self.metrics().splitlines():
             if line.startswith((name + " ", name + "{")):
                 return int(float(line.rsplit(" ", 1)[1]))
@@ -214,6 +237,18 @@ class BenchWorker:
         except OSError:  # a 503 (restoring) too: HTTPError is an OSError
             return False
 
+    def alive(self, what: str) -> None:
+        """Fails, with the tail of its log, if the worker exited before `what`."""
+        if self.proc.poll() is not None:
+            log = self.log
+            tail = (
+                log.read_text(errors="replace").splitlines()[-20:] if log and log.exists() else []
+            )
+            raise RuntimeError(
+                f"the bench's worker exited with {self.proc.returncode} before {what}: "
+                + "\n".join(tail)
+            )
+
     def kill(self) -> None:
         """SIGKILL: no shutdown, no last commit, nothing flushed."""
         if self.proc.poll() is None:
@@ -228,6 +263,40 @@ class BenchWorker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+@dataclass(frozen=True)
+class Signs:
+    """What a worker shows at one instant of a phase: compared with a later one, what stalled
+    it, what it ran, and the CPU it, the load (and the broker) took."""
+
+    at: float
+    stalls: StallCounts
+    ticks: int
+    staged: dict[str, float]
+    cpu: dict[str, tuple[int, float]]  # role -> (pid, CPU seconds)
+
+    @classmethod
+    def of(cls, worker: BenchWorker, pids: Mapping[str, int]) -> Signs:
+        cpu = {role: (pid, cpu_seconds(pid)) for role, pid in pids.items()}
+        ticks, staged = worker.expiry_ticks(), worker.stage_seconds()
+        return cls(time.perf_counter(), worker.stall_counts(), ticks, staged, cpu)
+
+    def since(self, worker: BenchWorker) -> dict[str, Any]:
+        """The figures from this instant to now: the longest loop lag, the collector's pauses,
+        the keys decoded, the timers' ticks (a sweep's own not counted), the worker's loop by
+        stage (ms a second) and each process's CPU (% of a core)."""
+        later = Signs.of(worker, {role: pid for role, (pid, _) in self.cpu.items()})
+        wall = max(later.at - self.at, 1e-6)
+        staged = {s: (v - self.staged.get(s, 0.0)) / wall * 1000 for s, v in later.staged.items()}
+        cpu = {role: (s - self.cpu[role][1]) / wall * 100 for role, (_, s) in later.cpu.items()}
+        return {
+            **stalls_between(self.stalls, later.stalls),
+            **gc_pauses_between(self.stalls, later.stalls),
+            "expiry_ticks": later.ticks - self.ticks,
+            "stage_ms_per_s": {stage: round(ms, 1) for stage, ms in staged.items()},
+            "cpu_pct": {role: round(pct, 1) for role, pct in cpu.items()},
+        }
 
 
 POLL_S = 0.2
