@@ -30,9 +30,11 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
 from streams.core.keys.state import split_key, state_key
+from streams.core.timeline.aliases import AliasChange
 from streams.devkit.brokers import free_port
 from streams.devkit.demo import scenario_claims
 from streams.pipeline.rekey import partition_of
+from streams.worker.alias_log import publish_alias
 from tests.stream.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -537,3 +539,53 @@ def test_a_steward_whose_view_went_stale_sees_the_resolution_refused_in_the_brow
         assert script_errors == []
     finally:
         page.close()
+
+
+def test_a_key_shows_the_spelling_each_claim_was_sent_about_and_its_merges(
+    cluster: Cluster, page: Page
+) -> None:
+    """Two spellings of one invoice agree; once an alias merges them, the canonical key's page
+    names the spelling of the claim sent under the alias, and lists the merge."""
+    alias, canonical = "INV-7731", "invoice:7731"
+    at = datetime.now(UTC).isoformat()
+    cluster.publish(
+        [
+            {
+                "claim_id": "inv7731-a",
+                "subject": alias,
+                "field": PAYMENT,
+                "status": "present",
+                "value": "paid",
+                "source": "billing-api",
+                "observed_at": at,
+            },
+            {
+                "claim_id": "inv7731-b",
+                "subject": canonical,
+                "field": PAYMENT,
+                "status": "present",
+                "value": "paid",
+                "source": "reporting-replica",
+                "observed_at": at,
+            },
+        ]
+    )
+    change = AliasChange(alias, canonical, datetime.now(UTC), "ann")
+    failures: list[BaseException] = []
+    publishing = threading.Thread(
+        target=lambda: run_into(publish_alias(cluster.settings, change), failures)
+    )
+    publishing.start()
+    publishing.join(60)
+    assert not failures, failures
+    key = state_key(canonical, PAYMENT)
+    path = f"/api/decisions/{urllib.parse.quote(key, safe='')}"
+    deadline = time.monotonic() + 60  # the alias key is quiet: the sweep moves its evidence
+    while len((cluster.reader.get(path) or {}).get("decision", {}).get("evidence", ())) < 2:
+        assert time.monotonic() < deadline, cluster.reader.get(path)
+        time.sleep(0.5)
+    page.goto(key_page(cluster, cluster.reader, key))
+    expect(page.locator("#evidence tbody tr")).to_have_count(2, timeout=WAIT_MS)
+    expect(page.locator("#evidence .sent-about")).to_have_text(f"sent about {alias}")
+    expect(page.locator("#merges")).to_contain_text(alias)
+    expect(page.locator("#merges")).to_contain_text(f"→ {canonical}")
