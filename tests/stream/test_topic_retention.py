@@ -67,9 +67,11 @@ def test_topics_get_explicit_configs_and_a_short_retention_is_warned_of(
         changelog = f"{deployment.name}-key-state-changelog"
         names = [changelog, *topics.model_dump().values()]
         configs = asyncio.run(described(kafka.bootstrap, names))
-        for compacted in (changelog, topics.decisions, topics.aliases):
+        for compacted in (changelog, topics.decisions):
             assert configs[compacted]["cleanup.policy"] == "compact", compacted
-        assert configs[topics.resolutions]["retention.ms"] == "-1"
+        for history in (topics.resolutions, topics.policies, topics.aliases):  # every change
+            assert configs[history]["cleanup.policy"] == "delete", history
+            assert configs[history]["retention.ms"] == "-1", history
         for audited in (topics.user_claims, topics.dead_letters, topics.escalations):
             assert configs[audited]["cleanup.policy"] == "delete", audited
             assert configs[audited]["retention.ms"] == str(30 * DAY_MS), audited
