@@ -584,6 +584,12 @@ def test_a_key_shows_the_spelling_each_claim_was_sent_about_and_its_merges(
     while len((cluster.reader.get(path) or {}).get("decision", {}).get("evidence", ())) < 2:
         assert time.monotonic() < deadline, cluster.reader.get(path)
         time.sleep(0.5)
+    # The page is the reader's, which follows the aliases topic on its own poll: it may read
+    # the change a moment after the key's owner moved the evidence.
+    merges = f"/api/aliases?subject={urllib.parse.quote(canonical)}"
+    while not (cluster.reader.get(merges) or {}).get("changes"):
+        assert time.monotonic() < deadline, cluster.reader.get(merges)
+        time.sleep(0.5)
     page.goto(key_page(cluster, cluster.reader, key))
     expect(page.locator("#evidence tbody tr")).to_have_count(2, timeout=WAIT_MS)
     expect(page.locator("#evidence .sent-about")).to_have_text(f"sent about {alias}")
