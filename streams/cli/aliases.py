@@ -1,5 +1,6 @@
 """The alias commands of the `claimstream` command line: `alias add`, `remove`, `list` and
-`history`, on the aliases topic (`streams.worker.alias_log`, imported when one runs).
+`history`, on the aliases topic (`streams.worker.alias_log`, imported when one runs), and
+`preview`, asked of a worker's web API (`GET /api/aliases/preview`).
 `streams.cli.main` adds them to its parser.
 
 A change takes effect a lead time after it is published (the setting `policy_lead_s`, as a policy
@@ -17,9 +18,11 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
-from streams.cli.commands import _client_logs_quiet, _steward_signer, settings_from
+from streams.cli.commands import _client_logs_quiet, _steward_signer, ask_worker, settings_from
+from streams.core.reading.alias_preview import render
 from streams.core.records.errors import AliasError, ClaimstreamError
 from streams.core.timeline.aliases import AliasChange, AliasHistory, alias_key, change_line
 from streams.settings import Settings
@@ -99,6 +102,35 @@ def add_alias_commands(
         "(for replay --alias-history)",
     )
     history.set_defaults(handler=cmd_alias_history)
+    _add_preview_command(alias_commands)
+
+
+def _add_preview_command(alias_commands: Any) -> None:
+    preview = alias_commands.add_parser(
+        "preview",
+        help="which keys an alias (or its retraction) would merge or split, and which decisions "
+        "would flip, were it to take effect now (nothing is published)",
+    )
+    preview.add_argument("alias", metavar="ALIAS", help="the spelling, e.g. 'Acme Corp'")
+    preview.add_argument(
+        "subject",
+        metavar="SUBJECT",
+        nargs="?",
+        help="the subject it would name; none previews retracting ALIAS",
+    )
+    preview.add_argument(
+        "--url",
+        help="any worker's web URL: it reads the keys from their owners (default: the "
+        "settings' web port)",
+    )
+    preview.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
+    preview.add_argument(
+        "--json", action="store_true", help="print the web API's answer (JSON) as it is"
+    )
+    preview.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when a decision would flip"
+    )
+    preview.set_defaults(handler=cmd_alias_preview)
 
 
 def _moment(at: datetime) -> str:
@@ -139,22 +171,6 @@ def _change(args: argparse.Namespace, settings: Settings, canonical: str | None)
     return AliasChange(args.alias, canonical, at, args.by or "")
 
 
-def _joined(history: AliasHistory, change: AliasChange) -> AliasHistory:
-    """The history with `change` in it at its instant (after the changes published for the same
-    instant), or AliasError where it would close a cycle then, or make a change published for
-    later close one."""
-    joined, refused = AliasHistory.accepting(sorted([*history.changes, change], key=lambda c: c.at))
-    for passed, exc in refused:
-        if passed is change:
-            raise AliasError(f"{exc} (nothing published)")
-        raise AliasError(
-            f"alias {change.alias!r} -> {change.canonical!r} at {_moment(change.at)}: the "
-            f"published change {passed.alias!r} -> {passed.canonical!r} at {_moment(passed.at)} "
-            f"would then close a cycle: {exc} (nothing published)"
-        )
-    return joined
-
-
 def cmd_alias_add(args: argparse.Namespace) -> int:
     from streams.worker.alias_log import publish_alias
 
@@ -162,7 +178,10 @@ def cmd_alias_add(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     change = _change(args, settings, args.subject)
     signer = _steward_signer(args, settings) if args.key_id else None
-    joined = _joined(_published(settings)[0], change)
+    try:
+        joined = _published(settings)[0].joined(change)
+    except AliasError as exc:
+        raise AliasError(f"{exc} (nothing published)") from exc
     _on_broker(settings, publish_alias(settings, change, signer))
     print(change_line(change))
     canonical = joined.canonical(change.alias, change.at)
@@ -223,11 +242,29 @@ def cmd_alias_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_alias_preview(args: argparse.Namespace) -> int:
+    query = {"alias": args.alias} | ({"subject": args.subject} if args.subject else {})
+    answer = ask_worker(args, "/api/aliases/preview", query, "preview the alias")
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        print("\n".join(render(answer)))
+    return 1 if args.exit_code and answer.get("flipped") else 0
+
+
 def cmd_alias_history(args: argparse.Namespace) -> int:
     _client_logs_quiet()
     history, passed_over = _published(settings_from(args))
     for change in history.changes:
         print(change_line(change))
+    for change in history.changes:
+        later = history.superseded_by(change)
+        if later is not None:
+            print(
+                f"alias history: the retraction of {change.alias!r} at {_moment(change.at)} is "
+                f"superseded by {later.alias!r} -> {later.canonical!r} at {_moment(later.at)}",
+                file=sys.stderr,
+            )
     if passed_over:
         print(
             f"alias history: {len(passed_over)} records passed over, applied by no worker:",

@@ -231,30 +231,42 @@ def cmd_policy_preview(args: argparse.Namespace) -> int:
     """Ask a worker to preview a policy against the cluster's keys; print it per field."""
     load_policy(args.file)  # a bad policy is told here, before any worker is asked
     text = args.file.read_text(encoding="utf-8")
-    if args.url:
-        url = args.url.rstrip("/")
-    else:
-        settings = load_settings(args.settings)
-        url = f"http://{settings.web_host}:{settings.web_port}"
-    query = f"?{urlencode({'limit': args.limit})}" if args.limit else ""
-    request = Request(
-        f"{url}/api/policy/preview{query}",
-        data=text.encode(),
-        headers={"Content-Type": "application/yaml"},
-        method="POST",
-    )
-    try:
-        with urlopen(request, timeout=PREVIEW_TIMEOUT_S) as reply:
-            answer = json.load(reply)
-    except HTTPError as exc:
-        raise ClaimstreamError(f"{url} refused the preview: {_error_of(exc)}") from exc
-    except (OSError, ValueError) as exc:
-        raise ClaimstreamError(f"could not preview the policy at {url}: {exc}") from exc
+    query = {"limit": str(args.limit)} if args.limit else {}
+    answer = ask_worker(args, "/api/policy/preview", query, "preview the policy", text.encode())
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True, ensure_ascii=False))
     else:
         print("\n".join(render_answer(answer)))
     return 1 if args.exit_code and answer.get("flipped") else 0
+
+
+def ask_worker(
+    args: argparse.Namespace,
+    path: str,
+    query: dict[str, str],
+    what: str,
+    body: bytes | None = None,
+) -> Any:
+    """The JSON answer of the worker at `--url` (default: the settings' web port) to `path`,
+    a POST of YAML `body` where one is given; ClaimstreamError with what it said otherwise."""
+    if args.url:
+        url = args.url.rstrip("/")
+    else:
+        settings = load_settings(args.settings)
+        url = f"http://{settings.web_host}:{settings.web_port}"
+    request = Request(
+        f"{url}{path}" + (f"?{urlencode(query)}" if query else ""),
+        data=body,
+        headers={"Content-Type": "application/yaml"} if body is not None else {},
+        method="POST" if body is not None else "GET",
+    )
+    try:
+        with urlopen(request, timeout=PREVIEW_TIMEOUT_S) as reply:
+            return json.load(reply)
+    except HTTPError as exc:
+        raise ClaimstreamError(f"{url} refused to {what}: {_error_of(exc)}") from exc
+    except (OSError, ValueError) as exc:
+        raise ClaimstreamError(f"could not {what} at {url}: {exc}") from exc
 
 
 def _error_of(exc: HTTPError) -> str:

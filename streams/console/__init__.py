@@ -4,6 +4,7 @@ The rooms, in the order a request goes through them: `web` (Faust's web server: 
 headers, lifecycle hooks, a view per route), `api` (the handlers and their `ROUTES` table),
 `forward` (a key's request relayed to its owner, or fanned out to every peer, over one HTTP
 session), `queue` (the open-conflicts queue across workers), `cluster_preview` (a policy previewed
-against every worker's keys), `live` (server-sent decisions), `stewards` (who may write: steward
-tokens bound to their names), `static/` (the pages).
+against every worker's keys), `cluster_alias_preview` (an alias change previewed against the
+keys it touches, read from their owners), `live` (server-sent decisions), `stewards` (who may
+write: steward tokens bound to their names), `static/` (the pages).
 """

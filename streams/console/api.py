@@ -23,6 +23,7 @@ from faust.web import Request, Response, View
 from streams.arbiter.routing import Ownership
 from streams.arbiter.sources import LEDGER_KEY, merged, readable, sources_report
 from streams.client import build_resolution, publish_resolutions
+from streams.console.cluster_alias_preview import Unreadable, cluster_states, owned_states
 from streams.console.cluster_preview import (
     cluster_answer,
     owned_preview,
@@ -35,14 +36,16 @@ from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core.keys.state import KeyState, split_key, state_key
 from streams.core.keys.transitions import current_decision, stale_view
+from streams.core.reading.alias_preview import alias_preview, touched_keys
 from streams.core.reading.asof import NoBeliefAsOf, belief_as_of
 from streams.core.reading.explain import explain
 from streams.core.reading.policy_preview import Previewer
 from streams.core.records import contracts
 from streams.core.records.contracts import ClaimStatus, ConflictKind, Resolution
-from streams.core.records.errors import ClaimstreamError, PolicyError
+from streams.core.records.errors import AliasError, ClaimstreamError, PolicyError
 from streams.core.records.policy import FieldRules, Policy, policy_from_text
 from streams.core.sources.settlement import ledger_document
+from streams.core.timeline.aliases import AliasChange, AliasHistory
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
@@ -65,7 +68,7 @@ class Console:
     """What every handler needs: the worker's ownership, the policies, and the console's parts."""
 
     ownership: Ownership
-    alias_of: Callable[[str], str | None]  # an alias's canonical subject, as claims are keyed
+    aliases: Callable[[], AliasHistory]  # the subject aliases over time, as the worker follows them
     policies: Callable[[], PolicyHistory]  # the worker's policy history, as it grows
     settings: Settings
     metrics: Metrics
@@ -78,6 +81,11 @@ class Console:
     def policy(self) -> Policy:
         """The policy in force now."""
         return self.policies().in_force(self.clock())
+
+    def alias_of(self, subject: str) -> str | None:
+        """The canonical subject `subject` names now, where it is an alias."""
+        named = self.aliases().canonical(subject, self.clock())
+        return named if named != subject else None
 
     def live_upstreams(self, key: str | None) -> list[str]:
         """The workers whose live decisions a stream for `key` (or for every key) relays."""
@@ -207,6 +215,28 @@ async def policy_preview(console: Console, web: View, request: Request) -> Respo
     asked = [peer_preview(console.peers, peer, text, {"limit": str(limit)}) for peer in peers]
     mine, answers = await asyncio.gather(local, asyncio.gather(*asked))
     return web.json(cluster_answer(mine, peers, answers, limit, now))
+
+
+async def alias_change_preview(console: Console, web: View, request: Request) -> Response:
+    """`alias` naming `subject` (no subject: the alias retracted), were it to take effect now,
+    against the keys it touches across the cluster: where their evidence would go and what each
+    would decide. Routed (a peer asking): the states this worker holds of those keys."""
+    now, policies = console.clock(), console.policies()
+    query = {name: request.query[name] for name in ("alias", "subject") if request.query.get(name)}
+    try:
+        change = AliasChange(query.get("alias", ""), query.get("subject"), now, "preview")
+        touched = touched_keys(console.aliases(), change, policies.in_force(now), now)
+    except AliasError as exc:
+        return web.json({"error": str(exc)}, status=400)
+    if request.headers.get(ROUTED_HEADER):
+        return web.json({"states": owned_states(console.ownership, touched.keys)})
+    try:
+        states = await cluster_states(console.ownership, console.peers, touched.keys, query)
+    except Unreadable as exc:
+        return web.json({"error": str(exc)}, status=503)
+    limits = console.settings.key_limits()
+    found = alias_preview(states, policies, console.aliases(), change, now, limits)
+    return web.json(found.as_json() | {"keys_read": len(states)})
 
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
@@ -413,6 +443,7 @@ ROUTES = (
     Route("get", "/api/conflicts", "conflicts", conflicts),
     Route("get", "/api/sources", "sources", sources),
     Route("post", "/api/policy/preview", "policy_preview", policy_preview),
+    Route("get", "/api/aliases/preview", "alias_preview", alias_change_preview),
     Route("get", "/api/decisions/{key}", "decision", decision),
     Route("get", "/api/decisions/{key}/history", "decision_history", decision_history),
     Route("post", "/api/resolutions", "resolutions", resolve),

@@ -37,6 +37,7 @@ from streams.console.api import ROUTES, Clock, Console, Route, wall_clock
 from streams.console.forward import Peers
 from streams.console.live import LiveDecisions
 from streams.console.stewards import Refusal, StewardTokens
+from streams.core.timeline.aliases import AliasHistory
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import Metrics
 from streams.settings import Settings
@@ -73,7 +74,7 @@ def static_assets() -> dict[str, tuple[bytes, str]]:
 def register_console(
     app: faust.App,
     ownership: Ownership,
-    alias_of: Callable[[str], str | None],
+    aliases: Callable[[], AliasHistory],
     policies: Callable[[], PolicyHistory],
     settings: Settings,
     metrics: Metrics,
@@ -81,7 +82,7 @@ def register_console(
 ) -> Console:
     console = Console(
         ownership,
-        alias_of,
+        aliases,
         policies,
         settings,
         metrics,

@@ -29,7 +29,7 @@ from streams.console.api import Console
 from streams.console.web import register_console
 from streams.core.records.contracts import ConflictKind, Outcome, parse_instant
 from streams.core.records.policy import Policy, load_policy
-from streams.core.timeline.aliases import belongs_to, change_line
+from streams.core.timeline.aliases import AliasChange, AliasHistory, belongs_to, change_line
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.health import LagProbe, Pulse, report_health
 from streams.ops.metrics import Metrics
@@ -138,11 +138,6 @@ def build(
 
     outcome_counts = _outcome_counts(app, settings)
 
-    def alias_of(subject: str) -> str | None:
-        """The canonical subject `subject` names now, where it is an alias."""
-        named = processor.aliases.canonical(subject, datetime.now(UTC))
-        return named if named != subject else None
-
     pulse = Pulse(
         metrics,
         settings.liveness_timeout_s,
@@ -180,7 +175,12 @@ def build(
 
     register_views(app, pulse, arbiter.ownership, processor, outcome_counts, aliases.alias_log)
     console = register_console(
-        app, arbiter.ownership, alias_of, lambda: processor.policies, settings, metrics
+        app,
+        arbiter.ownership,
+        lambda: processor.aliases,
+        lambda: processor.policies,
+        settings,
+        metrics,
     )
     return Pipeline(app, settings, policy, metrics, processor, arbiter, console)
 
@@ -245,8 +245,14 @@ ENDPOINTS = {
     "change with its instant and steward, oldest first, and the aliases in force at `at` "
     "(default now), each spelling with the subject it names after following chains; with "
     "`subject`, only the changes that moved evidence into or out of its key (its merge "
-    "history); and the records passed over (not proven a steward's, unreadable, closing a "
-    "cycle), with why",
+    "history); a retraction a later merge of the same spelling undid names that merge "
+    "(`superseded_by`); and the records passed over (not proven a steward's, unreadable, "
+    "closing a cycle), with why",
+    "GET /api/aliases/preview?alias=A[&subject=S]": "alias A naming S (no S: A retracted), were "
+    "it to take effect now, against the keys it touches across the cluster: the evidence that "
+    "would move from key to key and each key's decision now beside the one it would take; "
+    "nothing is published; 400 for a change that would close a cycle, 503 when a key's owner "
+    "cannot be asked",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
     "GET /api/fields/{field}/outcomes": "decisions per outcome in the current and the previous "
     "one-minute window (one to two minutes of decisions; keys this worker owns)",
@@ -257,6 +263,16 @@ ENDPOINTS = {
     "stall_threshold_s) with what it ran: sampled stacks, overlapping garbage collections",
     "GET /metrics": "Prometheus metrics",
 }
+
+
+def _listed(change: AliasChange, aliases: AliasHistory) -> dict[str, Any]:
+    """A change as `GET /api/aliases` lists it; a retraction a later merge of the same spelling
+    undid names that merge (`superseded_by`)."""
+    listed: dict[str, Any] = json.loads(change_line(change))
+    if change.canonical is None:
+        later = aliases.superseded_by(change)
+        listed["superseded_by"] = json.loads(change_line(later)) if later else None
+    return listed
 
 
 def register_views(
@@ -297,7 +313,7 @@ def register_views(
         return web.json(
             {
                 "at": now.isoformat(),
-                "changes": [json.loads(change_line(change)) for change in changes],
+                "changes": [_listed(change, aliases) for change in changes],
                 "in_force": {alias: belongs_to(alias, table) for alias in sorted(table)},
                 "passed_over": alias_log.passed_over,
             }

@@ -151,7 +151,7 @@ def test_a_cycle_is_refused_and_nothing_is_published(cli: Run, settings: Setting
     # Before T3 there is no cycle, but the change published for T3 would then close one.
     code, _, err = cli("alias", "add", "acme", "ACME-2231", "--at", at(T2))
     assert code == 2
-    assert "the published change 'ACME-2231' -> 'Acme Corp'" in err
+    assert "the change 'ACME-2231' -> 'Acme Corp' at" in err
     code, _, err = cli("alias", "add", "Acme  CORP", "acme corp", "--at", at(T2))
     assert code == 2
     assert "claimstream: error: alias 'Acme  CORP' names itself" in err
@@ -169,6 +169,14 @@ def test_a_retracted_alias_is_no_longer_listed_after_its_instant(cli: Run) -> No
     assert cli("alias", "list", "--at", at(T1))[1] == "ACME-2231 -> acme\nAcme Corp -> acme\n"
     assert cli("alias", "list", "--at", at(T2))[1] == "Acme Corp -> acme\n"
     assert json.loads(cli("alias", "list", "--at", at(T3), "--json")[1]) == {"Acme Corp": "acme"}
+    # Merged again later: the history says the split no longer stands.
+    assert cli("alias", "add", "ACME-2231", "acme", "--at", at(T3))[0] == 0
+    code, _, err = cli("alias", "history")
+    assert code == 0
+    assert err == (
+        "alias history: the retraction of 'acme-2231' at 2026-12-01T10:00:00+00:00 is "
+        "superseded by 'ACME-2231' -> 'acme' at 2026-12-01T11:00:00+00:00\n"
+    )
 
 
 def test_retracting_an_alias_not_in_force_is_refused(cli: Run, settings: Settings) -> None:

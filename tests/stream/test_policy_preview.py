@@ -32,6 +32,7 @@ from streams.core.reading.preview_report import Gist
 from streams.core.reading.replay import replay_with_clock
 from streams.core.records.contracts import Claim, Decision
 from streams.core.records.policy import load_policy
+from streams.core.timeline.aliases import AliasChange, AliasHistory
 from streams.core.timeline.rollout import InForce, PolicyHistory
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import CODEC, REPO, Deployment, read_topic, start_ready
@@ -177,6 +178,7 @@ def test_a_preview_reports_what_b_would_flip_and_moves_nothing(
         assert "unknown_source: source 'chat' is not in policy B" in shown
         assert main(["policy", "preview", str(policy_b), "--url", url, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["flipped"] == answer["flipped"]
+        _check_alias_preview(url, claims, a, workers, capsys)
 
         # Nothing was sent and no state changed: the same records, the same answers, A in force.
         assert _records(deployment, deployment.topics.decisions) == decisions
@@ -192,6 +194,62 @@ def test_a_preview_reports_what_b_would_flip_and_moves_nothing(
         assert "Traceback" not in worker.log_tail(400), worker.log_tail()
     print(
         f"policy preview: {answer['flipped']} flips of 20 keys in {time.monotonic() - started:.1f}s"
+    )
+
+
+def _check_alias_preview(
+    url: str,
+    claims: list[Claim],
+    a: Any,
+    workers: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An alias previewed across the two workers: a seat count crm and chat agree on merged
+    into a contract crm and the order form disagree on, the two keys owned by different
+    workers. What would move, and each key's decision after, are what replay decides with the
+    alias in force from the preview's instant; a retraction of an alias not in force moves
+    nothing."""
+    owners = {}
+    for subject in [
+        *(f"contract:{n}" for n in range(10)),
+        *(f"contract:chat{n}" for n in range(5)),
+    ]:
+        key = urllib.parse.quote(state_key(subject, SEATS), safe="")
+        owners[subject] = workers[0].get(f"/api/decisions/{key}")["worker"]
+    alias, subject = next(
+        (f"contract:chat{i}", f"contract:{n}")
+        for i in range(5)
+        for n in range(10)
+        if owners[f"contract:chat{i}"] != owners[f"contract:{n}"]
+    )
+    query = urllib.parse.urlencode({"alias": alias, "subject": subject})
+    with urllib.request.urlopen(f"{url}/api/aliases/preview?{query}", timeout=60) as reply:
+        answer = json.load(reply)
+    at = datetime.fromisoformat(answer["at"])
+    merged = replay_with_clock(
+        [c.model_dump_json() for c in claims],
+        a,
+        at,
+        aliases=AliasHistory([AliasChange(alias, subject, at)]),
+    )
+    then = {  # each key's last decision by then (one whose belief stays emits none then)
+        state_key(e.decision.subject, SEATS): e.decision for e in merged.emitted if not e.escalation
+    }
+    alias_key, subject_key = state_key(alias, SEATS), state_key(subject, SEATS)
+    assert answer["keys_read"] == 2, answer
+    assert [(m["from"], m["to"], m["claims"]) for m in answer["moves"]] == [
+        (alias_key, subject_key, 2)
+    ]
+    after = {k["key"]: Gist.from_json(k["after"]) for k in answer["keys"]}
+    assert after == {key: Gist.of(then[key]) for key in (alias_key, subject_key)}
+    assert then[alias_key].reason.endswith(f"merged into {subject!r}")
+
+    assert main(["alias", "preview", alias, subject, "--url", url]) == 0
+    shown = capsys.readouterr().out
+    assert f"{alias_key}: 2 claims would move to {subject_key}" in shown
+    assert main(["alias", "preview", alias, "--url", url]) == 0
+    assert f"claims about {alias!r} already count on {alias!r}: nothing moves" in (
+        capsys.readouterr().out
     )
 
 

@@ -48,6 +48,12 @@ function instant(iso) {
   return el("time", { datetime: iso, title: iso }, iso.replace("T", " ").replace(/(\d\d:\d\d:\d\d)[.\d]*(Z|[+-]\d\d:\d\d)$/, "$1$2"));
 }
 
+function retraction(change) {
+  // A split a later merge of the same spelling undid says so: the split no longer stands.
+  const later = change.superseded_by;
+  return later ? `retracted (superseded ${later.at.replace("T", " ").replace(/[.]\d+/, "")}: → ${later.canonical})` : "retracted";
+}
+
 function badge(outcome, kind) {
   return el("span", { class: `badge ${outcome}` }, kind ? `${outcome} · ${kind}` : outcome);
 }
@@ -376,7 +382,7 @@ function keyView(key, asOf) {
             el("p", { class: "muted" }, "The alias changes that moved evidence into or out of this key."),
             el("table", { id: "merges" }, el("tbody", {}, spellings.body.changes.map((c) => el("tr", {},
               el("td", {}, instant(c.at)), el("td", {}, c.alias),
-              el("td", {}, c.canonical === null ? "retracted" : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null,
+              el("td", {}, c.canonical === null ? retraction(c) : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null,
           history.body.resolutions.length ? [
             el("h2", {}, "Resolutions"),
             el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},

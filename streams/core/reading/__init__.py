@@ -5,4 +5,6 @@
 - replay: decisions rebuilt from recorded inputs, with the clock through the timers.
 - policy_preview: what keys would decide were a policy put in force now, beside what they
   decide now; preview_report: what such a preview says, per key and field, merged and printed.
+- alias_preview: what an alias change would move where and which decisions it would flip, were
+  it to take effect now.
 """

@@ -26,12 +26,12 @@ from pydantic import ValidationError
 from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution, parse_claim
 from streams.core.decision.agreement import distinct
 from streams.core.keys.state import KeyState, Limits
-from streams.core.keys.transitions import Transition, add_claim, add_resolution, regroup
+from streams.core.keys.transitions import Transition, add_claim, add_resolution
 from streams.core.records.contracts import Decision, RejectReason, Resolution
 from streams.core.records.errors import ContractError
 from streams.core.records.policy import Policy
 from streams.core.rules.engine import arbitrate
-from streams.core.timeline.aliases import AliasHistory, Moved, gathered, left_for, regrouped
+from streams.core.timeline.aliases import AliasHistory, regroup_keys
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 
 
@@ -305,45 +305,11 @@ class _Timeline:
         self.states[key] = step.state
 
     def _regrouped(self, at: datetime) -> Iterator[Step]:
-        table = self.aliases.in_force(at)
         for key in sorted(self.states):
             yield from self._caught_up(key, at)
-        stays: dict[tuple[str, str], Moved] = {}
-        arriving: dict[tuple[str, str], list[Moved]] = defaultdict(list)
-        notes: dict[tuple[str, str], str] = {}
-        for key, state in sorted(self.states.items()):
-            stay, away = regrouped(state, table)
-            if not away:
-                continue
-            stays[key] = stay
-            if not stay:
-                notes[key] = left_for(away)
-            for subject, moved in away.items():
-                arriving[(subject, key[1])].append(moved)
         policy = self.history.in_force(at)
-        for key in sorted(stays.keys() | arriving.keys()):
-            state = self.states.get(key) or KeyState(subject=key[0], field=key[1])
-            own = (
-                stays[key]
-                if key in stays
-                else Moved(state.claims, state.refused, state.resolutions)
-            )
-            evidence, disputed = gathered(own, arriving.get(key, []))
-            rules = policy.rules_for(key[1])
-            if rules is None:  # a field no policy in force decides: nothing re-decides it
-                continue
-            step = regroup(
-                state,
-                evidence.claims,
-                evidence.refused,
-                evidence.resolutions,
-                rules,
-                policy.version,
-                at,
-                self.limits,
-                disputed=(*state.disputed, *sorted(disputed - set(state.disputed))),
-                note=notes.get(key),
-            )
+        table = self.aliases.in_force(at)
+        for key, step in regroup_keys(self.states, table, policy, at, self.limits):
             yield at, key, None, step
             self.states[key] = step.state
 

@@ -28,11 +28,12 @@ from streams.core.admission.intake import AdmittedClaim
 from streams.core.admission.normalize import normalize_string
 from streams.core.decision.agreement import RECENCY, distinct
 from streams.core.keys.journal import decode_state, encode_state
-from streams.core.keys.state import KeyState
+from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.transitions import Transition, regroup
 from streams.core.keys.upkeep import RefusedClaim
 from streams.core.records.contracts import Resolution, parse_instant
 from streams.core.records.errors import AliasError
-from streams.core.records.policy import StringCase
+from streams.core.records.policy import Policy, StringCase
 
 NO_ALIASES: Mapping[str, str] = MappingProxyType({})
 _JUST_BEFORE = timedelta(microseconds=1)  # instants are whole microseconds
@@ -100,6 +101,32 @@ class AliasHistory:
                 refused.append((change, exc))
         history.changes = tuple(added)
         return history, refused
+
+    def joined(self, change: AliasChange) -> AliasHistory:
+        """A new history: this one with `change` at its instant (after the changes already there
+        for the same instant). AliasError where `change` would close a cycle then, or would make
+        a change already there for later close one: what `alias add` refuses to publish."""
+        ordered = sorted([*self.changes, change], key=lambda c: c.at)
+        joined, refused = AliasHistory.accepting(ordered)
+        for passed, exc in refused:
+            if passed is change:
+                raise exc
+            raise AliasError(
+                f"alias {change.alias!r} -> {change.canonical!r} at {_moment(change.at)}: the "
+                f"change {passed.alias!r} -> {passed.canonical!r} at {_moment(passed.at)} would "
+                f"then close a cycle: {exc}"
+            )
+        return joined
+
+    def superseded_by(self, change: AliasChange) -> AliasChange | None:
+        """For a retraction (an unmerge), the next change that names a subject for the same
+        spelling again (a later merge), if any: from then on the split no longer stands."""
+        if change.canonical is not None:
+            return None
+        key = alias_key(change.alias)
+        later = (c for c in self.changes if c.at > change.at and alias_key(c.alias) == key)
+        following = next(later, None)
+        return following if following is not None and following.canonical is not None else None
 
     def _add(self, change: AliasChange) -> AliasChange:
         """Apply `change` on the table of its instant (a copy of the one before, for a new
@@ -284,6 +311,53 @@ def gathered(stays: Moved, arriving: Iterable[Moved]) -> tuple[Moved, frozenset[
     return Moved(tuple(claims), tuple(refused), tuple(ordered)), disputed
 
 
+def regroup_keys(
+    states: Mapping[tuple[str, str], KeyState],
+    table: Mapping[str, str],
+    policy: Policy,
+    at: datetime,
+    limits: Limits,
+) -> list[tuple[tuple[str, str], Transition]]:
+    """The keys (subject, field) of `states` whose evidence `table` regroups, and the keys it
+    goes to, each decided again at `at` under `policy` over what stays and what arrives
+    (`gathered`); a key left with nothing says where its evidence went. Keys of a field `policy`
+    does not decide are not re-decided. By key; pure: no state is changed."""
+    stays: dict[tuple[str, str], Moved] = {}
+    arriving: dict[tuple[str, str], list[Moved]] = {}
+    notes: dict[tuple[str, str], str] = {}
+    for key, state in sorted(states.items()):
+        stay, away = regrouped(state, table)
+        if not away:
+            continue
+        stays[key] = stay
+        if not stay:
+            notes[key] = left_for(away)
+        for subject, moved in away.items():
+            arriving.setdefault((subject, key[1]), []).append(moved)
+    steps = []
+    for key in sorted(stays.keys() | arriving.keys()):
+        rules = policy.rules_for(key[1])
+        if rules is None:  # a field no policy in force decides: nothing re-decides it
+            continue
+        state = states.get(key) or KeyState(subject=key[0], field=key[1])
+        own = stays[key] if key in stays else Moved(state.claims, state.refused, state.resolutions)
+        evidence, disputed = gathered(own, arriving.get(key, []))
+        step = regroup(
+            state,
+            evidence.claims,
+            evidence.refused,
+            evidence.resolutions,
+            rules,
+            policy.version,
+            at,
+            limits,
+            disputed=(*state.disputed, *sorted(disputed - set(state.disputed))),
+            note=notes.get(key),
+        )
+        steps.append((key, step))
+    return steps
+
+
 def left_for(away: Mapping[str, Moved]) -> str:
     """What the decision of a key whose evidence all went elsewhere says of it."""
     return "merged into " + ", ".join(repr(subject) for subject in sorted(away))
@@ -292,13 +366,21 @@ def left_for(away: Mapping[str, Moved]) -> str:
 # --- The history as JSON lines -------------------------------------------------------------
 
 
+def _moment(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def change_line(change: AliasChange) -> str:
     """One change as the line the aliases history file holds:
     `{"at": "2026-12-01T00:00:00Z", "alias": "Acme Corp", "canonical": "acme", "by": "ana"}`,
     `"canonical": null` for a retraction."""
-    moment = change.at.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return json.dumps(
-        {"at": moment, "alias": change.alias, "canonical": change.canonical, "by": change.by},
+        {
+            "at": _moment(change.at),
+            "alias": change.alias,
+            "canonical": change.canonical,
+            "by": change.by,
+        },
         ensure_ascii=False,
     )
 

@@ -204,3 +204,17 @@ def test_gathered_evidence_is_the_same_whatever_order_the_moves_come_in() -> Non
     first = gathered(moves[0], moves[1:])
     assert first == gathered(moves[2], moves[:2]) == gathered(moves[1], moves[::2])
     assert first == (Moved((two,)), frozenset({"c1"}))
+
+
+def test_a_retraction_a_later_merge_of_the_same_spelling_undoes_is_superseded_by_it() -> None:
+    merge = AliasChange("Acme Corp", "acme", T0, "ana")
+    split = AliasChange("ACME CORP", None, T0 + timedelta(hours=1), "bo")
+    other = AliasChange("Initech", "initech-1", T0 + timedelta(hours=2), "bo")
+    again = AliasChange("acme corp", "acme-2231", T0 + timedelta(hours=3), "ana")
+    history = AliasHistory([merge, split, other, again])
+    assert history.superseded_by(split) == again
+    assert history.superseded_by(merge) is None  # a merge is not a split
+    assert AliasHistory([merge, split, other]).superseded_by(split) is None
+    resplit = AliasChange("Acme Corp", None, T0 + timedelta(hours=4), "bo")
+    twice = AliasHistory([merge, split, AliasChange("Acme Corp", None, again.at), resplit])
+    assert twice.superseded_by(split) is None  # the next change of it splits again
