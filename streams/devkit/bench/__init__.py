@@ -1,7 +1,8 @@
 """`claimstream bench`: claimstream next to the raw Kafka limit, on the same generated claims.
 
 One broker is started for the run. The same Avro claims (a realistic mix: many subjects, several
-fields, contended keys, stale claims, conflicts, bad records) are consumed twice:
+fields, contended keys, stale claims, conflicts, bad records) are consumed by both, in
+interleaved rounds (a fifth of the records each, one side after the other):
 - the limit: a plain aiokafka consumer that decodes each claim and produces one record per claim;
 - claimstream: a real worker process arbitrating them end to end.
 Then a fixed offered load at half claimstream's rate measures claim-to-decision latency; with
@@ -11,7 +12,8 @@ key moved to it, the same live claims), and the pure engine is timed alone. The 
 printed is one JSON object with the figures.
 
 The rooms, in the order a run uses them: `workload` (the claims, topics and pacing), `raw` (the
-aiokafka limits), `worker` (the worker process under test), `cores` (the CPU time of the
+aiokafka limits), `worker` (the worker process under test), `throughput` (the limits and the
+worker over the same records in turn, round by round), `cores` (the CPU time of the
 worker, the broker and the bench, and with `--pin-cores` the cores each may run on), `load`
 (latency and soak under an offered rate), `merge` (aliases taking effect: the evidence of
 `<prefix>-alias-<n>` moved to `<prefix>-<n>`; only when asked), `rollout` (the restart on policy

@@ -1,5 +1,6 @@
 """The limit claimstream is compared with: plain aiokafka loops over the same records (decode,
-one record out per claim), a model-validating one and the leanest one a person could write.
+one record out per claim), a model-validating one and the leanest one a person could write,
+each read in rounds interleaved with the worker's (`RawLoop`).
 """
 
 from __future__ import annotations
@@ -40,79 +41,88 @@ async def _raw_clients(
     return consumer, producer
 
 
-async def raw_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
-    """Batched consume + Avro decode + one produced record per claim: claims per second."""
-    consumer, producer = await _raw_clients(bootstrap, source, "raw")
-    seen, started, cpu_started = 0, None, 0.0
-    try:
-        while seen < expected:
-            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            if started is None and batch:
-                started, cpu_started = time.perf_counter(), time.process_time()
-            futures = []
-            for messages in batch.values():
-                for message in messages:
-                    try:
-                        claim = CODEC.decode(Claim, message.value)
-                        out = claim.claim_id.encode()
-                    except RejectedInput:
-                        out = b"dead"
-                    futures.append(await producer.send(sink, out, key=message.key))
-                    seen += 1
+class RawLoop:
+    """A plain aiokafka loop over the records filled in `source`, one record out per claim to
+    `sink`, read a round at a time so its rounds interleave with the worker's (both then see the
+    machine alike). `lean`: the leanest loop a person could write (fastavro to a dict, no model;
+    per-partition batches sent with `send_batch`); otherwise it decodes each claim into the
+    pydantic contract and sends it alone. The clients live on `runner`'s event loop."""
+
+    def __init__(
+        self, runner: asyncio.Runner, bootstrap: str, source: str, sink: str, lean: bool
+    ) -> None:
+        self.runner, self.source, self.sink, self.lean = runner, source, sink, lean
+        self.consumer, self.producer = runner.run(
+            _raw_clients(bootstrap, source, "raw-lean" if lean else "raw")
+        )
+        self.partitions = len(runner.run(self.producer.partitions_for(sink)))
+        self.schema = parsed_schema("Claim")
+        self.seen = 0
+        self.seconds = self.cpu_seconds = 0.0
+
+    def round(self, until: int) -> None:
+        """Read on until `until` claims are read in all."""
+        started, cpu_started = time.perf_counter(), time.process_time()
+        self.runner.run(self._read(until))
+        self.seconds += time.perf_counter() - started
+        self.cpu_seconds += time.process_time() - cpu_started
+
+    def throughput(self) -> Throughput:
+        return Throughput(self.seen / self.seconds, self.cpu_seconds / self.seen * 1e6)
+
+    def stop(self) -> None:
+        self.runner.run(self.consumer.stop())
+        self.runner.run(self.producer.stop())
+
+    async def _read(self, until: int) -> None:
+        while self.seen < until:
+            wanted = min(5000, until - self.seen)  # a round ends where the worker's does
+            batch = await self.consumer.getmany(timeout_ms=1000, max_records=wanted)
+            futures = await (self._lean(batch) if self.lean else self._model(batch))
             if futures:
                 await asyncio.gather(*futures)
-                await consumer.commit()
-        assert started is not None
-        cpu_us = (time.process_time() - cpu_started) / seen * 1e6
-        return Throughput(seen / (time.perf_counter() - started), cpu_us)
-    finally:
-        await consumer.stop()
-        await producer.stop()
+                await self.consumer.commit()
 
+    async def _model(self, batch: dict[Any, list[Any]]) -> list[Any]:
+        """Batched consume + Avro decode into the contract + one produced record per claim."""
+        futures = []
+        for messages in batch.values():
+            for message in messages:
+                try:
+                    claim = CODEC.decode(Claim, message.value)
+                    out = claim.claim_id.encode()
+                except RejectedInput:
+                    out = b"dead"
+                futures.append(await self.producer.send(self.sink, out, key=message.key))
+                self.seen += 1
+        return futures
 
-async def raw_lean_limit(bootstrap: str, source: str, sink: str, expected: int) -> Throughput:
-    """The fastest loop a person could write: batched consume, fastavro to a dict (no model),
-    one record out per claim produced per partition with `send_batch`: claims per second."""
-    consumer, producer = await _raw_clients(bootstrap, source, "raw-lean")
-    schema = parsed_schema("Claim")
-    partitions = len(await producer.partitions_for(sink))
-    seen, started, cpu_started = 0, None, 0.0
-    try:
-        while seen < expected:
-            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            if started is None and batch:
-                started, cpu_started = time.perf_counter(), time.process_time()
-            outgoing: dict[int, Any] = {}
-            futures = []
-            for messages in batch.values():
-                for message in messages:
-                    try:
-                        body = io.BytesIO(message.value[5:])
-                        record: Any = fastavro.schemaless_reader(body, schema, None)
-                        out = record["claim_id"].encode()
-                    except Exception:
-                        out = b"dead"
-                    partition = partition_of(message.key, partitions)
-                    builder = outgoing.get(partition)
-                    if (
-                        builder is None
-                        or builder.append(key=message.key, value=out, timestamp=None) is None
-                    ):
-                        if builder is not None:  # full: send it, start the next
-                            futures.append(
-                                await producer.send_batch(builder, sink, partition=partition)
-                            )
-                        builder = outgoing[partition] = producer.create_batch()
-                        builder.append(key=message.key, value=out, timestamp=None)
-                    seen += 1
-            for partition, builder in outgoing.items():
-                futures.append(await producer.send_batch(builder, sink, partition=partition))
-            if futures:
-                await asyncio.gather(*futures)
-                await consumer.commit()
-        assert started is not None
-        cpu_us = (time.process_time() - cpu_started) / seen * 1e6
-        return Throughput(seen / (time.perf_counter() - started), cpu_us)
-    finally:
-        await consumer.stop()
-        await producer.stop()
+    async def _lean(self, batch: dict[Any, list[Any]]) -> list[Any]:
+        """fastavro to a dict, one record out per claim in a batch per partition."""
+        producer, sink, schema = self.producer, self.sink, self.schema
+        outgoing: dict[int, Any] = {}
+        futures = []
+        for messages in batch.values():
+            for message in messages:
+                try:
+                    body = io.BytesIO(message.value[5:])
+                    record: Any = fastavro.schemaless_reader(body, schema, None)
+                    out = record["claim_id"].encode()
+                except Exception:
+                    out = b"dead"
+                partition = partition_of(message.key, self.partitions)
+                builder = outgoing.get(partition)
+                if (
+                    builder is None
+                    or builder.append(key=message.key, value=out, timestamp=None) is None
+                ):
+                    if builder is not None:  # full: send it, start the next
+                        futures.append(
+                            await producer.send_batch(builder, sink, partition=partition)
+                        )
+                    builder = outgoing[partition] = producer.create_batch()
+                    builder.append(key=message.key, value=out, timestamp=None)
+                self.seen += 1
+        for partition, builder in outgoing.items():
+            futures.append(await producer.send_batch(builder, sink, partition=partition))
+        return futures

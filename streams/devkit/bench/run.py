@@ -1,11 +1,11 @@
 """The bench's run: the phases in order on one broker, then the figures as one JSON object.
 
-Phases: the workload fills the topics; the raw aiokafka limits read it; a worker process reads
-the same records, then takes an offered load for latency (and optionally a soak), merges
-`merge_pairs` pairs of keys by aliases under the same offered load (`merge`, when asked), and
-is restarted on a new policy (`rollout`, unless `rollout=False`); last, the engine and the
-state size are measured in process; when asked, the scale phase (`scale`) runs last, or alone.
-`main` prints the figures' JSON line.
+Phases: the raw aiokafka limits and a worker process read the workload's records in interleaved
+rounds (`throughput`); the worker then takes an offered load for latency (and optionally a
+soak), merges `merge_pairs` pairs of keys by aliases under the same offered load (`merge`, when
+asked), and is restarted on a new policy (`rollout`, unless `rollout=False`); last, the engine
+and the state size are measured in process; when asked, the scale phase (`scale`) runs last, or
+alone. `main` prints the figures' JSON line.
 """
 
 from __future__ import annotations
@@ -27,19 +27,18 @@ from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import Offered, latency, percentiles, soak
 from streams.devkit.bench.merge import merge_phase
-from streams.devkit.bench.raw import raw_lean_limit, raw_limit
 from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.scale import Scale, scale_phase
+from streams.devkit.bench.throughput import Yardstick, throughput_phase
 from streams.devkit.bench.worker import (
     BenchWorker,
-    claimstream_rate,
     gc_pauses_between,
     stall_capture,
     stall_summary,
     stalls_between,
     worker_env,
 )
-from streams.devkit.bench.workload import Throughput, Workload, create_topics, fill, workload
+from streams.devkit.bench.workload import Workload, workload
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
 from streams.settings import Guarantee, Settings, Topics
@@ -50,7 +49,7 @@ from streams.worker.topics import ensure_topics
 class WorkerFigures:
     """What the phases against the worker process measured."""
 
-    rate: Throughput
+    yardstick: Yardstick  # the raw loops' throughput and the worker's, interleaved
     stage_us: dict[str, float]
     saturated: float  # new-key decisions per second at saturation
     offered: Offered  # the latency phase
@@ -95,11 +94,11 @@ def run(
             asyncio.run(ensure_topics(settings))
             load = workload(claims, subjects, seed=1, topic=topics.claims)
             print(f"bench: {len(load.records)} claims ({len(load.claims)} valid) on {broker_kind}")
-            raw, lean = _raw_phases(broker.bootstrap, name, settings, load)
             assert broker.pid is not None
             measured = _worker_phases(
                 broker.bootstrap,
                 broker.pid,
+                name,
                 settings,
                 load,
                 latency_s,
@@ -109,7 +108,7 @@ def run(
                 merge_pairs,
             )
             result |= {"claims": len(load.records), "subjects": subjects}
-            result |= _figures(policy, load, raw, lean, measured, soak_s)
+            result |= _figures(policy, load, measured, soak_s)
         if scale is not None:
             result["scale"] = scale_phase(broker.bootstrap, settings, scale, work_dir)
     finally:
@@ -118,25 +117,10 @@ def run(
     return result
 
 
-def _raw_phases(
-    bootstrap: str, name: str, settings: Settings, load: Workload
-) -> tuple[Throughput, Throughput]:
-    """Fill the raw loops' topic and the worker's input with the same records, then time the
-    raw aiokafka loops on theirs."""
-    raw_in, raw_out = f"{name}.raw-in", f"{name}.raw-out"
-    asyncio.run(create_topics(bootstrap, [raw_in, raw_out], settings.partitions))
-    asyncio.run(fill(bootstrap, raw_in, load.records))
-    asyncio.run(fill(bootstrap, settings.topics.claims, load.records))
-    raw = asyncio.run(raw_limit(bootstrap, raw_in, raw_out, len(load.records)))
-    print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
-    lean = asyncio.run(raw_lean_limit(bootstrap, raw_in, raw_out, len(load.records)))
-    print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
-    return raw, lean
-
-
 def _worker_phases(
     bootstrap: str,
     broker_pid: int,
+    name: str,
     settings: Settings,
     load: Workload,
     latency_s: float,
@@ -145,14 +129,19 @@ def _worker_phases(
     rollout: bool = True,
     merge_pairs: int = 0,
 ) -> WorkerFigures:
-    """A worker process reads the filled input, then takes the offered load (and the soak);
-    then, with `merge_pairs`, merges that many pairs of keys by aliases, and with `rollout`, it
-    is restarted on policy B, each under the same offered load."""
+    """A worker process reads the workload in rounds interleaved with the raw loops', then takes
+    the offered load (and the soak); then, with `merge_pairs`, merges that many pairs of keys by
+    aliases, and with `rollout`, it is restarted on policy B, each under the same offered
+    load."""
     topics = settings.topics
     worker = BenchWorker(settings, worker_env(settings))
     try:
-        ours = claimstream_rate(worker, len(load.records), timeout_s=900)
+        yardstick = throughput_phase(bootstrap, name, settings, load, worker)
+        raw, lean, ours = yardstick.raw, yardstick.lean, yardstick.ours
+        print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
+        print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
         print(f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim")
+        print(f"bench: CPU ratio by round {list(yardstick.round_cpu_ratios)}")
         stage_us = {
             stage: round(seconds / len(load.records) * 1e6, 1)
             for stage, seconds in worker.stage_seconds().items()
@@ -185,7 +174,9 @@ def _worker_phases(
             )
     finally:
         worker.stop()
-    return WorkerFigures(ours, stage_us, saturated, offered, rss, samples, stalls, moved, merged)
+    return WorkerFigures(
+        yardstick, stage_us, saturated, offered, rss, samples, stalls, moved, merged
+    )
 
 
 def _latency_phases(
@@ -248,16 +239,12 @@ def _latency_phases(
 
 
 def _figures(
-    policy: Policy,
-    load: Workload,
-    raw: Throughput,
-    lean: Throughput,
-    measured: WorkerFigures,
-    soak_s: float,
+    policy: Policy, load: Workload, measured: WorkerFigures, soak_s: float
 ) -> dict[str, Any]:
     """The JSON figures of the phases; the engine and state size are measured here, in process,
     once the broker and worker are gone."""
-    ours, offered, saturated = measured.rate, measured.offered, measured.saturated
+    offered, saturated = measured.offered, measured.saturated
+    raw, lean, ours = measured.yardstick.raw, measured.yardstick.lean, measured.yardstick.ours
     engine = engine_rate(policy)
     return {
         "raw_claims_per_s": round(raw.per_s),
@@ -267,6 +254,7 @@ def _figures(
         "raw_lean_cpu_us_per_claim": round(lean.cpu_us, 1),
         "claimstream_cpu_us_per_claim": round(ours.cpu_us, 1),
         "cpu_ratio": round(raw.cpu_us / ours.cpu_us, 3),
+        "cpu_ratio_by_round": list(measured.yardstick.round_cpu_ratios),
         "stage_us": measured.stage_us,
         "ratio": round(ours.per_s / raw.per_s, 3),
         "lean_ratio": round(ours.per_s / lean.per_s, 3),

@@ -40,7 +40,7 @@ from streams.core.keys.state import state_key
 from streams.core.records.contracts import Claim
 from streams.devkit.bench.load import latency, send_batched
 from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
-from streams.devkit.bench.worker import BenchWorker, next_look_s, worker_env
+from streams.devkit.bench.worker import BenchWorker, processed_marks, worker_env
 from streams.devkit.bench.workload import CODEC, SEATS
 from streams.devkit.brokers import free_port
 from streams.settings import Settings, Topics
@@ -52,7 +52,6 @@ SUBJECT = "scale-{:010d}"  # fixed width: a key's number replaces the template's
 TEMPLATE_NUMBER = 0
 PROBE_CLAIMS = 100_000
 UPDATE_AFTER = timedelta(seconds=30)  # the probe's claims are observed this long after the fill's
-STALL_S = 180.0  # a worker that processes nothing for this long has failed the phase
 
 
 @dataclass(frozen=True)
@@ -239,43 +238,6 @@ def _measure_store(
         worker.stop()
         shutil.rmtree(settings.data_dir, ignore_errors=True)
     return measured
-
-
-@dataclass(frozen=True)
-class Marks:
-    """When a worker's processed claims first reached each mark, and its CPU time then."""
-
-    first: float  # when the first processed claim showed
-    at: list[float]
-    cpu_first: float
-    cpu_at: list[float]
-
-
-def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
-    """Watch the worker's processed claims up to the last mark; fails when it exits or
-    processes nothing for `STALL_S`."""
-    times: list[float] = []
-    cpus: list[float] = []
-    first, reached, cpu_first = 0.0, 0.0, 0.0
-    done, progressed = 0.0, time.monotonic()
-    while len(times) < len(marks):
-        if worker.proc.poll() is not None:
-            raise RuntimeError(f"the worker exited with {worker.proc.returncode}")
-        now, latest = time.perf_counter(), worker.processed()
-        if latest > done:
-            done, progressed = latest, time.monotonic()
-        elif time.monotonic() - progressed > STALL_S:
-            raise TimeoutError(f"the worker is stuck at {done:.0f} processed claims")
-        if not first and done > 0:
-            first, reached, cpu_first = now, done, worker.cpu_seconds()
-        while len(times) < len(marks) and done >= marks[len(times)]:
-            times.append(now)
-            cpus.append(worker.cpu_seconds())
-        if len(times) < len(marks):
-            time.sleep(
-                next_look_s(done, (first, reached) if first else None, now, marks[len(times)])
-            )
-    return Marks(first, times, cpu_first, cpus)
 
 
 def ready_after_start(settings: Settings, env: dict[str, str]) -> tuple[BenchWorker, float]:

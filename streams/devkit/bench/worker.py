@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from streams.devkit.bench.cores import cpu_seconds
-from streams.devkit.bench.workload import Throughput
 from streams.ops.metrics import STAGES
 from streams.ops.stalls import GENERATIONS, LOOP_LAG_BUCKETS
 from streams.settings import Settings
@@ -305,6 +304,9 @@ CLOSEST_POLL_S = 0.02
 """The shortest wait, as a mark comes near: how late the bench may see that it was passed."""
 
 
+STALL_S = 180.0  # a worker that processes nothing for this long has failed the phase
+
+
 def next_look_s(done: float, since: tuple[float, float] | None, now: float, mark: float) -> float:
     """How long to wait before reading a worker's progress again, at `done` processed claims of
     `mark`, given (when, done) at the first read that showed progress. Each read is a /metrics
@@ -317,22 +319,41 @@ def next_look_s(done: float, since: tuple[float, float] | None, now: float, mark
     return max(CLOSEST_POLL_S, min((mark - done) / per_s / 2, 5.0))
 
 
-def claimstream_rate(worker: BenchWorker, expected: int, timeout_s: float) -> Throughput:
-    """Claims per second from the first processed claim to the last (startup excluded)."""
-    deadline = time.monotonic() + timeout_s
-    first: tuple[float, float, float] | None = None
-    while time.monotonic() < deadline:
+@dataclass(frozen=True)
+class Marks:
+    """When a worker's processed claims first reached each mark, and its CPU time then."""
+
+    first: float  # when the first processed claim showed
+    at: list[float]
+    cpu_first: float
+    cpu_at: list[float]
+
+
+def processed_marks(worker: BenchWorker, marks: list[int]) -> Marks:
+    """Watch the worker's processed claims up to the last mark; fails when it exits or
+    processes nothing for `STALL_S`."""
+    times: list[float] = []
+    cpus: list[float] = []
+    first, reached, cpu_first = 0.0, 0.0, 0.0
+    done, progressed = 0.0, time.monotonic()
+    while len(times) < len(marks):
         if worker.proc.poll() is not None:
             raise RuntimeError(f"the worker exited with {worker.proc.returncode}")
-        done = worker.processed()
-        now, cpu = time.perf_counter(), worker.cpu_seconds()
-        if first is None and done > 0:
-            first = (now, done, cpu)
-        if done >= expected and first is not None:
-            claims = max(done - first[1], 1.0)
-            return Throughput(claims / max(now - first[0], 1e-6), (cpu - first[2]) / claims * 1e6)
-        time.sleep(next_look_s(done, first[:2] if first else None, now, expected))
-    raise TimeoutError(f"worker processed {worker.processed():.0f} of {expected} claims")
+        now, latest = time.perf_counter(), worker.processed()
+        if latest > done:
+            done, progressed = latest, time.monotonic()
+        elif time.monotonic() - progressed > STALL_S:
+            raise TimeoutError(f"the worker is stuck at {done:.0f} processed claims")
+        if not first and done > 0:
+            first, reached, cpu_first = now, done, worker.cpu_seconds()
+        while len(times) < len(marks) and done >= marks[len(times)]:
+            times.append(now)
+            cpus.append(worker.cpu_seconds())
+        if len(times) < len(marks):
+            time.sleep(
+                next_look_s(done, (first, reached) if first else None, now, marks[len(times)])
+            )
+    return Marks(first, times, cpu_first, cpus)
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
