@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from mode import Service
 
 from streams.core.records.errors import ClaimstreamError, RejectedInput
@@ -33,6 +33,7 @@ from streams.pipeline.processor import Processor
 from streams.pipeline.records import Incoming
 from streams.settings import Settings
 from streams.wire.kafka import client_options
+from streams.worker.history_topic import HistoryTopic
 
 log = logging.getLogger(__name__)
 
@@ -49,57 +50,25 @@ class PublishedChange:
     offset: int
 
 
-class AliasLog:
+class AliasLog(HistoryTopic):
     """The aliases topic read from its start, every partition, and the history its records make.
     With `proof`, a record not proven a steward's is passed over (its signature's age counts to
     when it was written)."""
 
     def __init__(self, settings: Settings, proof: Proof | None = None) -> None:
-        self.settings = settings
-        self.topic = settings.topics.aliases
+        super().__init__(settings, settings.topics.aliases)
         self.published: list[PublishedChange] = []
         self.unread: list[dict[str, str]] = []
         """Each record not applied for itself (unreadable, not proven): where, its key, why."""
         self.closing_cycles: list[dict[str, str]] = []
         """Each change not applied as it closes a cycle (`history`): where, its key, and why."""
         self._proof = proof
-        self._consumer: AIOKafkaConsumer | None = None
-        self._partitions: list[TopicPartition] = []
 
-    async def start(self) -> None:
-        consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
-        try:
-            await consumer.start()
-            await consumer.topics()  # the cluster's metadata, which names the topic's partitions
-            found = consumer.partitions_for_topic(self.topic) or {0}
-            self._partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
-            consumer.assign(self._partitions)
-            await consumer.seek_to_beginning(*self._partitions)
-        except BaseException:
-            await consumer.stop()
-            raise
-        self._consumer = consumer
-
-    async def stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
-
-    async def read(self) -> bool:
-        """Read on to the topic's end; whether a new change holds."""
-        consumer = self._consumer
-        assert consumer is not None, "start() first"
-        ends = await consumer.end_offsets(self._partitions)
-        grew = False
-        for partition in self._partitions:
-            while await consumer.position(partition) < ends[partition]:
-                fetched = await consumer.getmany(partition, timeout_ms=1000)
-                for record in fetched.get(partition, []):
-                    published = self._published(record)
-                    if published is not None:
-                        self.published.append(published)
-                        grew = True
-        return grew
+    def take(self, record: Any) -> bool:
+        published = self._published(record)
+        if published is not None:
+            self.published.append(published)
+        return published is not None
 
     def _published(self, record: Any) -> PublishedChange | None:
         where = f"{self.topic}[{record.partition}]@{record.offset}"

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from mode import Service
 
 from streams.core.records.errors import ClaimstreamError, RejectedInput
@@ -40,13 +40,14 @@ from streams.pipeline.authentication import STEWARD_HEADER, Authentication
 from streams.pipeline.processor import Processor
 from streams.settings import Settings
 from streams.wire.kafka import client_options
+from streams.worker.history_topic import HistoryTopic
 
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
 
 
-class PolicyLog:
+class PolicyLog(HistoryTopic):
     """The policy topic read from its start, and the lines of the records that hold. With
     `prove`, a record after the first must be signed as the stewards section of the last policy
     accepted before it asks (the first, the topic's bootstrap, is trusted as the topic's write
@@ -55,42 +56,19 @@ class PolicyLog:
     def __init__(
         self, settings: Settings, prove: bool = True, env: Mapping[str, str] | None = None
     ) -> None:
-        self.settings = settings
-        self.partition = TopicPartition(settings.topics.policies, 0)
+        super().__init__(settings, settings.topics.policies)
         self.lines: list[str] = []
         self._prove, self._env = prove, env
         self._proof: Authentication | None = None
-        self._consumer: AIOKafkaConsumer | None = None
 
-    async def start(self) -> None:
-        consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
-        await consumer.start()
-        consumer.assign([self.partition])
-        await consumer.seek_to_beginning(self.partition)
-        self._consumer = consumer
-
-    async def stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
-
-    async def read(self) -> bool:
-        """Read on to the topic's end; whether a new line holds."""
-        consumer = self._consumer
-        assert consumer is not None, "start() first"
-        end = (await consumer.end_offsets([self.partition]))[self.partition]
-        grew = False
-        while await consumer.position(self.partition) < end:
-            fetched = await consumer.getmany(self.partition, timeout_ms=1000)
-            for record in fetched.get(self.partition, []):
-                line = self._line(record)
-                if line is not None:
-                    self.lines.append(line)
-                    grew = True
-        return grew
+    def take(self, record: Any) -> bool:
+        line = self._line(record)
+        if line is not None:
+            self.lines.append(line)
+        return line is not None
 
     def _line(self, record: Any) -> str | None:
-        where = f"{self.partition.topic}@{record.offset}"
+        where = f"{self.topic}@{record.offset}"
         value: bytes = record.value or b""
         try:
             line = value.decode()
@@ -108,7 +86,7 @@ class PolicyLog:
         return line
 
     def history(self) -> PolicyHistory | None:
-        return history_from_lines(self.lines, self.partition.topic) if self.lines else None
+        return history_from_lines(self.lines, self.topic) if self.lines else None
 
 
 async def publish_policy(

@@ -96,6 +96,33 @@ class Deployment:
         return WorkerProcess(self, self.workdir / f"worker-{index}", env)
 
 
+STORES_AND_GUARANTEES = [
+    ("memory://", "at_least_once"),
+    ("memory://", "exactly_once"),
+    ("rocksdb://", "at_least_once"),
+    ("rocksdb://", "exactly_once"),
+]
+
+
+def every_store_and_guarantee(
+    bootstrap: str, workdir: Path, policy: Path, **options: Any
+) -> list[Deployment]:
+    """One deployment a store and guarantee on one broker, each in a folder of its own, its
+    workers in static membership (a worker restarted gets its partitions back at once)."""
+    return [
+        Deployment(
+            bootstrap=bootstrap,
+            workdir=workdir / store.rstrip(":/") / guarantee,
+            policy=policy,
+            store=store,
+            guarantee=guarantee,
+            static_membership=True,
+            **options,
+        )
+        for store, guarantee in STORES_AND_GUARANTEES
+    ]
+
+
 _LOCAL_REPR = re.compile(r"^\s{4,}\w+ = ")
 STARTED: list[WorkerProcess] = []
 """The workers the running test started: a failing test's report shows what each was doing."""

@@ -39,6 +39,7 @@ from tests.stream.support import (
     CODEC,
     Deployment,
     WorkerProcess,
+    every_store_and_guarantee,
     read_topic,
     sent_of,
     start_ready,
@@ -48,12 +49,6 @@ from tests.stream.support import (
 PAIRS = 5
 SPLIT = 3  # the pairs whose alias is retracted again
 SEATS = "contract.seats"
-COMBINATIONS = [
-    ("memory://", "at_least_once"),
-    ("memory://", "exactly_once"),
-    ("rocksdb://", "at_least_once"),
-    ("rocksdb://", "exactly_once"),
-]
 MERGE_AT_S, KILL_AT_S, LATE_CLAIM_AT_S, SPLIT_AT_S, END_AT_S = 6.0, 6.3, 9.0, 14.0, 22.0
 
 
@@ -132,17 +127,7 @@ def test_an_alias_merges_and_its_retraction_splits_on_every_store_and_guarantee(
     kafka: KafkaBroker, tmp_path: Path
 ) -> None:
     policy = write_policy(tmp_path / "policy.yaml", **{SEATS: {"escalate_after": "1h"}})
-    deployments = [
-        Deployment(
-            bootstrap=kafka.bootstrap,
-            workdir=tmp_path / store.rstrip(":/") / guarantee,
-            policy=policy,
-            store=store,
-            guarantee=guarantee,
-            static_membership=True,
-        )
-        for store, guarantee in COMBINATIONS
-    ]
+    deployments = every_store_and_guarantee(kafka.bootstrap, tmp_path, policy)
     workers = [d.worker() for d in deployments]
     try:
         asyncio.run(start_ready(workers))

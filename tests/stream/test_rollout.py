@@ -35,17 +35,12 @@ from tests.stream.support import (
     Deployment,
     WorkerProcess,
     decisions_by_key,
+    every_store_and_guarantee,
     sent_of,
     start_ready,
     without_repeats,
 )
 
-COMBINATIONS = [
-    ("memory://", "at_least_once"),
-    ("memory://", "exactly_once"),
-    ("rocksdb://", "at_least_once"),
-    ("rocksdb://", "exactly_once"),
-]
 SEATS, TIMEOUT = "contract.seats", "service.retry_timeout"
 LEAD_S = 2.0  # a policy takes effect this long after a worker publishes its file's new version
 
@@ -129,18 +124,9 @@ def test_a_rollout_re_decides_every_key_on_every_store_and_guarantee(
                        on_conflict="degrade")  # fmt: skip
     in_force = tmp_path / "policy.yaml"
     in_force.write_text(policy_a.read_text())
-    deployments = [
-        Deployment(
-            bootstrap=kafka.bootstrap,
-            workdir=tmp_path / store.rstrip(":/") / guarantee,
-            policy=in_force,
-            store=store,
-            guarantee=guarantee,
-            static_membership=True,
-            settings={"policy_lead_s": str(LEAD_S)},
-        )
-        for store, guarantee in COMBINATIONS
-    ]
+    deployments = every_store_and_guarantee(
+        kafka.bootstrap, tmp_path, in_force, settings={"policy_lead_s": str(LEAD_S)}
+    )
     workers = [d.worker() for d in deployments]
     start = datetime.fromtimestamp(round(time.time()), UTC)
     claims = _claims(start)

@@ -36,6 +36,7 @@ from tests.stream.support import (
     Sent,
     WorkerProcess,
     decisions_by_key,
+    every_store_and_guarantee,
     sent_of,
     start_ready,
     without_repeats,
@@ -46,12 +47,6 @@ SEED = 20261204
 FRESHNESS_S = 8  # order.payment_status
 ESCALATE_S = 10  # contract.seats
 KEYS_PER_CASE = 5
-COMBINATIONS = [
-    ("memory://", "at_least_once"),
-    ("memory://", "exactly_once"),
-    ("rocksdb://", "at_least_once"),
-    ("rocksdb://", "exactly_once"),
-]
 RESTART_AT_S, KILL_AT_S, END_AT_S = 6.0, 14.0, 26.0
 
 
@@ -193,17 +188,7 @@ def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
             "contract.seats": {"freshness": "none", "escalate_after": f"{ESCALATE_S}s"},
         },
     )
-    deployments = [
-        Deployment(
-            bootstrap=kafka.bootstrap,
-            workdir=tmp_path / store.rstrip(":/") / guarantee,
-            policy=policy,
-            store=store,
-            guarantee=guarantee,
-            static_membership=True,
-        )
-        for store, guarantee in COMBINATIONS
-    ]
+    deployments = every_store_and_guarantee(kafka.bootstrap, tmp_path, policy)
     workers = [d.worker() for d in deployments]
     history = _history(random.Random(SEED))
     try:
