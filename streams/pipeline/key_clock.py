@@ -162,11 +162,14 @@ class KeyClock:
         self.alias_moves.inc(len(away))
 
     def sent_on_late(
-        self, record: Incoming, state: KeyState, sent_about: str, now: datetime, kind: bytes
+        self, record: Incoming, state: KeyState | None, sent_about: str, now: datetime, kind: bytes
     ) -> Handled | None:
         """A record that reaches its key late, after an alias change regrouped the key's
         evidence (`state.aliases_at`), and that those aliases send elsewhere: sent on there, as
-        it would have moved had it arrived in time. None: it counts here."""
+        it would have moved had it arrived in time. None: it counts here (always, for a key
+        that holds nothing yet or was never regrouped)."""
+        if state is None:
+            return None
         regrouped_at = state.aliases_at
         if regrouped_at is None or regrouped_at <= self.rekeying.routed_at(record, now):
             return None
@@ -175,6 +178,18 @@ class KeyClock:
             return None
         key = state_key(subject, state.field).encode()
         return self.rekeying.forward(record, key, kind, regrouped_at)
+
+    def brought_to(
+        self, stored: KeyState | None, subject: str, field: str, now: datetime
+    ) -> tuple[KeyState | None, CaughtUp | None]:
+        """The key a record about `subject` and `field` at `now` applies to: `stored` caught up
+        to `now` (`caught_up`, whose re-decisions go out first), or where aliases exist a new
+        key's first state (`new_key`); None: a new key, with no aliases to group by."""
+        timed = self.caught_up(stored, now)
+        current = timed.state if timed else stored
+        if current is None and self.aliases.changes:
+            current = self.new_key(subject, field, now)
+        return current, timed
 
     def new_key(self, subject: str, field: str, now: datetime) -> KeyState:
         """A key's first state where aliases exist: named by its canonical subject, its evidence

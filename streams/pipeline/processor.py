@@ -266,14 +266,10 @@ class Processor:
         # The key's state, its catch-up and its transition are the arbitration's share.
         admitted_at = perf_counter()
         stored = state_of(key)
-        if stored is not None and clock.aliases.changes:
-            later = clock.sent_on_late(record, stored, claim.subject, now, KIND_CLAIM)
-            if later is not None:
-                return later
-        timed = clock.caught_up(stored, now)
-        current = timed.state if timed else stored
-        if current is None and clock.aliases.changes:
-            current = clock.new_key(subject, claim.field, now)
+        later = clock.sent_on_late(record, stored, claim.subject, now, KIND_CLAIM)
+        if later is not None:
+            return later
+        current, timed = clock.brought_to(stored, subject, claim.field, now)
         own = clock.policy_of(current, policy, now)
         if own is not policy:  # a late record, for a key already on a later policy
             policy = own
@@ -343,14 +339,10 @@ class Processor:
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
         stored = state_of(key)
-        if stored is not None and clock.aliases.changes:
-            later = clock.sent_on_late(record, stored, resolution.subject, now, KIND_RESOLUTION)
-            if later is not None:
-                return later
-        timed = clock.caught_up(stored, now)
-        current = timed.state if timed else stored
-        if current is None and clock.aliases.changes:
-            current = clock.new_key(subject, resolution.field, now)
+        later = clock.sent_on_late(record, stored, resolution.subject, now, KIND_RESOLUTION)
+        if later is not None:
+            return later
+        current, timed = clock.brought_to(stored, subject, resolution.field, now)
         own = clock.policy_of(current, policy, now)
         if own is not policy:  # a late record, for a key already on a later policy
             policy = own

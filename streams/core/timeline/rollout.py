@@ -64,6 +64,9 @@ class PolicyHistory:
         return max(0, bisect_right(self._sinces, at) - 1)
 
     def in_force(self, at: datetime) -> Policy:
+        latest = self.entries[-1]
+        if at >= latest.since:  # nearly every claim: the last entry holds from its since on
+            return latest.policy
         return self.entries[self.position(at)].policy
 
     @property
