@@ -141,7 +141,10 @@ def _worker_phases(
         print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
         print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
         print(f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim")
-        print(f"bench: CPU ratio by round {list(yardstick.round_cpu_ratios)}")
+        print(
+            f"bench: CPU ratio by round {list(yardstick.round_cpu_ratios)}, "
+            f"{yardstick.expiry_ticks} re-decisions by time meanwhile"
+        )
         stage_us = {
             stage: round(seconds / len(load.records) * 1e6, 1)
             for stage, seconds in worker.stage_seconds().items()
@@ -255,6 +258,8 @@ def _figures(
         "claimstream_cpu_us_per_claim": round(ours.cpu_us, 1),
         "cpu_ratio": round(raw.cpu_us / ours.cpu_us, 3),
         "cpu_ratio_by_round": list(measured.yardstick.round_cpu_ratios),
+        "throughput_expiry_ticks": measured.yardstick.expiry_ticks,
+        "throughput_stalls_by_round": list(measured.yardstick.round_stalls),
         "stage_us": measured.stage_us,
         "ratio": round(ours.per_s / raw.per_s, 3),
         "lean_ratio": round(ours.per_s / lean.per_s, 3),

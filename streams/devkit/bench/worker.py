@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -247,6 +248,14 @@ class BenchWorker:
                 f"the bench's worker exited with {self.proc.returncode} before {what}: "
                 + "\n".join(tail)
             )
+
+    def pause(self) -> None:
+        """SIGSTOP: the worker's clock of CPU stands still and it reads nothing until `resume`
+        (its input can be filled meanwhile, to be read as a backlog)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no last commit, nothing flushed."""
