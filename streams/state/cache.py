@@ -1,8 +1,8 @@
 """The decoded states of a worker's most recently used keys, shared by its tasks.
 
 A decoded KeyState (admitted claims, decision summaries, datetimes, precomputed orderings, and
-after a transition its last arbitration) takes five to ten times its encoded form, what the
-changelog and the key stores hold. So every key is
+after a transition its last arbitration) takes about five times its encoded form, what the
+changelog and the key stores hold: about 1 KB a claim. So every key is
 kept encoded, and the decoded states of the most recently used keys sit here, at most `capacity`
 of them and at most `capacity_bytes` by their estimated size (`decoded_bytes`): a key outside
 the cache costs one decode when it is next touched. Each entry names the task store that put it,
@@ -15,23 +15,26 @@ from collections import OrderedDict
 
 from streams.core.keys.state import KeyState
 
-# What each part of a decoded state retains, measured with tracemalloc on each state decoded
-# from the journal (5,400 keys of three generated workloads, 3,000-20,000 claims over 200-5,000
-# subjects) and fitted by least squares: a state's size follows from its counts within
-# -25%/+20% for 82% of the keys and within 30% for 91%, where its encoded length times a factor
-# would not (a disputed id takes 2 times its encoded bytes, a resolution 11 times). KEY_BYTES is
-# this cache's own entry (the key, its place in the order, its owner and size: 230) and the
-# state's own object with its tuples (320).
-KEY_BYTES = 550
-CLAIM_BYTES = 850
-SUMMARY_BYTES = 750
+# What each part of a decoded state retains, measured with tracemalloc by dropping each part of
+# the states the bench's claims leave (three workloads: 3.1, 8.2 and 15.5 claims a key over
+# 9,500, 12,000 and 3,000 keys: the bench's claims run through
+# `streams.devkit.bench.shell`) and fitted by hand: the whole estimate falls within 3% of what
+# the three hold in all. A claim is its admitted form, its LeanClaim (names interned, as the
+# reader and the journal intern them), its orderings and its journaled bytes: 1,040 bytes
+# decoded from the journal (which shares its key's subject), 1,100 admitted. KEY_BYTES is the
+# state's own object with its tuples and this cache's entry (the key, its place in the order,
+# its owner and size).
+KEY_BYTES = 500
+CLAIM_BYTES = 1070
+SUMMARY_BYTES = 480
 RESOLUTION_BYTES = 1450
 DISPUTED_BYTES = 100
-# A state a transition left also holds its last arbitration (the decision built from it, with
-# its evidence), more than the decoded state itself: measured the same way on states after
-# `add_claim` and their decisions built (5,900 keys of 4-10 claims: 6.8-12.6 KB a key).
-ARBITRATION_BYTES = 2800
-ARBITRATION_CLAIM_BYTES = 980
+# A state a transition left also holds its last arbitration: its own claims list and roles,
+# the verdict, the belief and the decision id (the Decision and its evidence records are built
+# for sending and not kept): 670 bytes at 3 claims, 770-840 at 7.5-8, 1,780 at 16 (the roles
+# dict grows in steps), fitted within -22%/+17%.
+ARBITRATION_BYTES = 450
+ARBITRATION_CLAIM_BYTES = 60
 
 
 def decoded_bytes(state: KeyState) -> int:

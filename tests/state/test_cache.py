@@ -128,8 +128,8 @@ def test_a_read_through_a_byte_bounded_cache_is_the_decode_of_the_stored_bytes(
 
 
 def _transitioned(count: int, subjects: int, seed: int = 5) -> list[KeyState]:
-    """The states a generated workload leaves, each with its last arbitration and the decision
-    built from it (as emitting it does), as the worker's cache holds them."""
+    """The states a generated workload leaves, each with its last arbitration, as the worker's
+    cache holds them (what was emitted built its decision, as sending it does)."""
     states: dict[str, KeyState] = {}
     for data in generate_claims(count, NOW, seed=seed, subjects=subjects, bad_share=0.0):
         try:
@@ -141,8 +141,8 @@ def _transitioned(count: int, subjects: int, seed: int = 5) -> list[KeyState]:
         assert rules is not None
         key = state_key(claim.subject, claim.field)
         step = add_claim(states.get(key), admitted, rules, POLICY.version, NOW, Limits())
-        if step.arbitration is not None:
-            assert step.arbitration.decision is not None
+        if step.emitted is not None:  # built for sending, on the emitted copy alone
+            assert step.emitted.decision is not None
         states[key] = step.state
     return list(states.values())
 
@@ -163,7 +163,7 @@ def test_the_estimate_follows_what_decoded_states_measure() -> None:
     finally:
         tracemalloc.stop()
     estimated = sum(decoded_bytes(state) for state in decoded) - KEY_BYTES * len(decoded)
-    assert 0.7 < estimated / measured < 1.4, (estimated, measured)
+    assert 0.8 < estimated / measured < 1.25, (estimated, measured)
 
 
 def test_the_estimate_follows_what_states_after_a_transition_measure() -> None:
@@ -184,4 +184,4 @@ def test_the_estimate_follows_what_states_after_a_transition_measure() -> None:
     finally:
         tracemalloc.stop()
     estimated = with_arbitration - sum(decoded_bytes(state) for state in held)
-    assert 0.7 < estimated / measured < 1.4, (estimated, measured)
+    assert 0.75 < estimated / measured < 1.3, (estimated, measured)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import struct
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -103,6 +103,25 @@ def test_the_reader_reads_every_claim_as_fastavro(data: dict[str, Any]) -> None:
     body = avro_body(data)
     same_as_fastavro(body)
     assert (read_claim(body) is not None) == readable(data)
+
+
+NAMES = ("field", "unit", "source", "replica", "lineage", "producer")
+"""What claims repeat: the reader holds each once in memory (a decoded state keeps every claim
+of its key)."""
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=claims, other_id=texts)
+def test_names_claims_repeat_are_held_once(data: dict[str, Any], other_id: str) -> None:
+    data |= {"observed_at": datetime(2026, 1, 1, tzinfo=UTC), "valid_from": None, "valid_to": None}
+    first, second = (
+        read_claim(avro_body(data)),
+        read_claim(avro_body(data | {"claim_id": other_id})),
+    )
+    assert first is not None
+    assert second is not None
+    for name in NAMES:
+        assert getattr(first, name) is getattr(second, name), name
 
 
 def readable(data: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from sys import intern
 
 from msgspec import Raw
 from pydantic import ValidationError
@@ -253,7 +254,7 @@ def lineage_of(claim: ClaimFields, source_policy: SourcePolicy | None) -> str:
     also counted per source, can only join sources, never split one)."""
     if source_policy is not None and source_policy.lineage:
         return source_policy.lineage
-    return claim.lineage or f"source:{claim.source}"
+    return claim.lineage or intern(f"source:{claim.source}")  # shared by the source's claims
 
 
 def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> Resolution:
