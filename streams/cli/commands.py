@@ -400,7 +400,14 @@ def _steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
         raise ClaimstreamError(
             f"--key-id {args.key_id!r}: set --key-env to a variable with its key"
         )
-    raw = base64.b64decode(material) if key.algorithm == ED25519 else material.encode()
+    try:
+        if key.algorithm == ED25519:
+            raw = base64.b64decode(material, validate=True)
+        else:
+            raw = material.encode()
+        sign(b"", key.key_id, key.algorithm, raw, datetime.now(UTC))  # the key checked up front
+    except ValueError as exc:  # binascii.Error is one
+        raise ClaimstreamError(f"--key-id {args.key_id!r}: the key in ${variable}: {exc}") from exc
     return lambda value: sign(value, key.key_id, key.algorithm, raw, datetime.now(UTC))
 
 

@@ -216,6 +216,11 @@ def test_a_change_signed_by_a_steward_is_proven_as_a_worker_proves_it(
     code, _, err = cli("alias", "add", "x", "y", "--by", "bo", "--key-id", "ann-1")
     assert code == 2
     assert "not a key of the policy's stewards section bound to --by 'bo'" in err
+    monkeypatch.setenv("SHORT_KEY", "too-short")
+    code, _, err = cli("alias", "add", "x", "y", *signing, "--key-env", "SHORT_KEY")
+    assert code == 2
+    assert "the key in $SHORT_KEY: an hmac-sha256 secret must be at least 32 bytes" in err
+    assert "Traceback" not in err
 
     proof = Authentication(settings, load_policy(policy), {"ANN_KEY": SECRET})
 
