@@ -25,18 +25,26 @@ from streams.core.keys.state import KeyState, Limits, state_key
 from streams.core.keys.transitions import current_decision
 from streams.core.reading.preview_report import Gist, KeyPreview, said
 from streams.core.records.policy import Policy
-from streams.core.timeline.aliases import AliasChange, AliasHistory, regroup_keys, regrouped
+from streams.core.timeline.aliases import (
+    AliasChange,
+    AliasHistory,
+    belongs_to,
+    regroup_keys,
+    regrouped,
+)
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 
 
 @dataclass(frozen=True, slots=True)
 class Touched:
     """The subjects a change can regroup: the one the alias's claims count on now, the one they
-    would count on after it, and their keys (one per field the policy in force decides)."""
+    would count on after it, and their keys (one per field the policy in force decides); and
+    the aliases that would be in force with it (`table`)."""
 
     before: str
     after: str
     keys: tuple[str, ...]
+    table: Mapping[str, str]
 
 
 def touched_keys(
@@ -45,12 +53,12 @@ def touched_keys(
     """The keys `change` can regroup were it to take effect at `now`; AliasError where it would
     close a cycle (nothing to preview: it would not be published)."""
     effective = AliasChange(change.alias, change.canonical, now, change.by)
-    joined = aliases.joined(effective)
+    table = aliases.joined(effective).in_force(now)
     before = aliases.canonical(change.alias, now)
-    after = joined.canonical(change.alias, now)
+    after = belongs_to(change.alias, table)
     subjects = sorted({before, after})
     keys = tuple(state_key(subject, field) for subject in subjects for field in policy.fields)
-    return Touched(before, after, keys)
+    return Touched(before, after, keys, table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +122,9 @@ def alias_preview(
     """`change` taking effect at `now` against the states of the keys it touches (`states`, by
     key, those that hold anything; `touched_keys` names them), as the stream would regroup them
     then. AliasError where the change would close a cycle."""
-    touched = touched_keys(aliases, change, policies.in_force(now), now)
-    effective = AliasChange(change.alias, change.canonical, now, change.by)
-    table = aliases.joined(effective).in_force(now)
     policy = policies.in_force(now)
+    touched = touched_keys(aliases, change, policy, now)
+    table = touched.table
     caught: dict[tuple[str, str], KeyState] = {}
     for state in states.values():
         steps = catch_up(state, policies, now, limits)
