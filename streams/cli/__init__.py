@@ -5,6 +5,8 @@
 - `agents`: the agents' subcommands, `mcp` and `get`.
 - `aliases`: `alias add|remove|list|history`, the subject aliases on their topic.
 - `dead_letters`: `replay-dead-letters`, refused records sent back to their topics.
+- `signing`: a steward's signature on what `resolve`, `alias` and `policy publish` send, its
+  key checked first.
 - `bench`: the options of `bench` (its handler is `main`'s, which alone names the dev kit).
 
 `python -m streams.cli` runs it as the console script does.

@@ -21,7 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from streams.cli.commands import _client_logs_quiet, _steward_signer, ask_worker, settings_from
+from streams.cli.commands import _client_logs_quiet, ask_worker, settings_from
+from streams.cli.signing import steward_signer
 from streams.core.reading.alias_preview import render
 from streams.core.records.errors import AliasError, ClaimstreamError
 from streams.core.timeline.aliases import AliasChange, AliasHistory, alias_key, change_line
@@ -177,7 +178,7 @@ def cmd_alias_add(args: argparse.Namespace) -> int:
     _client_logs_quiet()
     settings = settings_from(args)
     change = _change(args, settings, args.subject)
-    signer = _steward_signer(args, settings) if args.key_id else None
+    signer = steward_signer(args, settings) if args.key_id else None
     try:
         joined = _published(settings)[0].joined(change)
     except AliasError as exc:
@@ -200,7 +201,7 @@ def cmd_alias_remove(args: argparse.Namespace) -> int:
     _client_logs_quiet()
     settings = settings_from(args)
     change = _change(args, settings, None)
-    signer = _steward_signer(args, settings) if args.key_id else None
+    signer = steward_signer(args, settings) if args.key_id else None
     history = _published(settings)[0]
     named = history.in_force(change.at).get(alias_key(change.alias))
     if named is None:

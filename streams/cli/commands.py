@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import logging
-import os
 import shutil
 import sys
 from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 from urllib.error import HTTPError
 from urllib.parse import urlencode
 from urllib.request import Request, urlopen
 
 from pydantic import ValidationError
 
+from streams.cli.signing import steward_signer
 from streams.core.reading.explain import explain
 from streams.core.reading.preview_report import render_answer
 from streams.core.reading.replay import ReplayResult, TimedReplay, replay, replay_with_clock
@@ -44,9 +43,6 @@ from streams.core.timeline.policy_history import history_from_lines
 from streams.core.timeline.rollout import PolicyHistory
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
 from streams.settings import Settings, load_settings
-
-if TYPE_CHECKING:
-    from streams.client import Signer
 
 SUGGEST_TIMEOUT_S = 15.0
 PREVIEW_TIMEOUT_S = 900.0  # every worker walks its keys: minutes for millions
@@ -383,34 +379,6 @@ def _resolutions_file(path: Path) -> list[Resolution]:
     return resolutions
 
 
-def _steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
-    """Signs as the policy's steward key `--key-id` (which must be bound to `--by`)."""
-    from streams.core.admission.authenticity import ED25519, sign
-
-    policy = load_policy(args.policy or settings.policy)
-    key = next((k for k in policy.stewards.keys if k.key_id == args.key_id), None)
-    if key is None or args.by not in key.sources:
-        raise ClaimstreamError(
-            f"--key-id {args.key_id!r}: not a key of the policy's stewards section bound to "
-            f"--by {args.by!r}"
-        )
-    variable = args.key_env or key.secret_env
-    material = os.environ.get(variable or "")
-    if not material:
-        raise ClaimstreamError(
-            f"--key-id {args.key_id!r}: set --key-env to a variable with its key"
-        )
-    try:
-        if key.algorithm == ED25519:
-            raw = base64.b64decode(material, validate=True)
-        else:
-            raw = material.encode()
-        sign(b"", key.key_id, key.algorithm, raw, datetime.now(UTC))  # the key checked up front
-    except ValueError as exc:  # binascii.Error is one
-        raise ClaimstreamError(f"--key-id {args.key_id!r}: the key in ${variable}: {exc}") from exc
-    return lambda value: sign(value, key.key_id, key.algorithm, raw, datetime.now(UTC))
-
-
 def cmd_policy_publish(args: argparse.Namespace) -> int:
     from streams.worker.policy_log import publish_policy
 
@@ -419,7 +387,7 @@ def cmd_policy_publish(args: argparse.Namespace) -> int:
     policy = load_policy(args.file)
     lead = args.lead if args.lead is not None else timedelta(seconds=settings.policy_lead_s)
     since = args.at or datetime.now(UTC) + lead
-    signer = _steward_signer(args, settings) if args.key_id else None
+    signer = steward_signer(args, settings) if args.key_id else None
     text = args.file.read_text(encoding="utf-8")
     asyncio.run(publish_policy(settings, text, since, signer, args.by))
     print(
@@ -470,7 +438,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         resolves_decision_id=args.decision_id,
     )
     settings = settings_from(args)
-    signer = _steward_signer(args, settings) if args.key_id else None
+    signer = steward_signer(args, settings) if args.key_id else None
     asyncio.run(publish_resolutions(settings, [resolution], signer))
     print(resolution.model_dump_json())
     print(
