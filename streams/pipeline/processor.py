@@ -21,13 +21,13 @@ from streams.core.keys.state import KeyState, state_key
 from streams.core.keys.transitions import Transition, add_resolution, apply_claim
 from streams.core.records.contracts import (
     EvidenceRole,
-    LeanClaim,
     Outcome,
     Resolution,
     instant,
     micros_from_seconds,
 )
 from streams.core.records.errors import RejectedInput
+from streams.core.records.lean import LeanClaim
 from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import (
     AliasHistory,

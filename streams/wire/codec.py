@@ -27,7 +27,6 @@ from streams.core.admission.intake import parse_claim
 from streams.core.records.contracts import (
     CLAIM_FIELDS,
     ClaimStatus,
-    LeanClaim,
     Money,
     RejectReason,
     SourceClass,
@@ -36,6 +35,7 @@ from streams.core.records.contracts import (
     micros,
 )
 from streams.core.records.errors import CodecError
+from streams.core.records.lean import LeanClaim, lean_claim
 from streams.packaged import schema_dir
 from streams.wire.avro_writer import compile_writer
 from streams.wire.claim_reader import LAYOUT, layout, read_claim
@@ -273,7 +273,7 @@ def _lean(
         value = _lean_value(data["value"])
         if status is not None and source_class is not None and value is not _REFUSED:
             data["status"], data["source_class"], data["value"] = status, source_class, value
-            return LeanClaim(data, observed_us, from_us, to_us)
+            return lean_claim(data, observed_us, from_us, to_us)
     return None
 
 

@@ -34,8 +34,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import fastavro
 from pydantic import BaseModel
 
-from streams.core.records.contracts import Claim, LeanClaim, RejectReason
+from streams.core.records.contracts import Claim, RejectReason
 from streams.core.records.errors import ClaimstreamError, CodecError
+from streams.core.records.lean import LeanClaim
 from streams.packaged import schema_dir as packaged_schemas
 from streams.settings import Settings
 from streams.wire import codec

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streams.cli.commands import _steward_signer
+from streams.cli.signing import steward_signer
 from streams.core.admission.authenticity import sign
 from streams.core.keys.state import state_key
 from streams.core.records.contracts import Resolution
@@ -130,13 +130,13 @@ def test_claimstream_resolve_signs_as_its_steward(
     policy = tmp_path / "stewarded.yaml"
     monkeypatch.setenv("ANN_KEY", SECRET)
     args = Namespace(policy=policy, key_id="ann-1", key_env=None, by="ann")
-    signer = _steward_signer(args, Settings())
+    signer = steward_signer(args, Settings())
     made = resolution()
     value = CODEC.encode(TOPIC, made)
     key = state_key(made.subject, made.field).encode()
     signed = Incoming(TOPIC, owner(key), 4, key, value, tuple(signer(value)), NOW.timestamp())
     assert reason(run(processor, signed)) is None
     with pytest.raises(ClaimstreamError, match="bound to --by 'bob'"):
-        _steward_signer(
+        steward_signer(
             Namespace(policy=policy, key_id="ann-1", key_env=None, by="bob"), Settings()
         )

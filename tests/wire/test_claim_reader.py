@@ -14,8 +14,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams.core.records.contracts import LeanClaim, Money
+from streams.core.records.contracts import Money
 from streams.core.records.errors import RejectedInput
+from streams.core.records.lean import LEAN_FIELDS, LeanClaim
 from streams.wire.claim_reader import LAYOUT, layout, read_claim
 from streams.wire.codec import (
     _claim_reader,
@@ -78,7 +79,7 @@ def exact(value: object) -> object:
 
 
 def slots(claim: LeanClaim) -> tuple[object, ...]:
-    return tuple(exact(getattr(claim, name)) for name in LeanClaim.__slots__)
+    return tuple(exact(getattr(claim, name)) for name in LEAN_FIELDS)
 
 
 def outcome(read: Any, body: bytes) -> tuple[object, ...]:

@@ -14,7 +14,6 @@ from streams.core.keys.journal import encode_state
 from streams.core.keys.state import KeyState
 from streams.core.records.contracts import (
     Claim,
-    LeanClaim,
     RejectReason,
     SourceClass,
     instant,
@@ -22,6 +21,7 @@ from streams.core.records.contracts import (
     micros_from_seconds,
 )
 from streams.core.records.errors import RejectedInput
+from streams.core.records.lean import LeanClaim
 from streams.core.records.policy import load_policy
 from streams.settings import Settings
 from streams.wire.codec import claim_from_avro

@@ -5,7 +5,6 @@ Models are frozen and validate when built. Timestamps are timezone-aware UTC dat
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol, TypeVar
@@ -198,7 +197,7 @@ class Claim(_Record):
 
 class ClaimFields(Protocol):
     """What the core reads of a claim: the contract's `Claim` (the edges: API, CLI, replay,
-    journal) or the hot path's `LeanClaim`, its instants also as integer microseconds."""
+    journal) or the hot path's `lean.LeanClaim`, its instants also as integer microseconds."""
 
     @property
     def claim_id(self) -> str: ...
@@ -248,94 +247,6 @@ class ClaimFields(Protocol):
 
 
 CLAIM_FIELDS = tuple(Claim.model_fields)
-
-
-class LeanClaim:
-    """A claim as the hot path holds it: the contract's fields in slots, each already of its
-    validated type (Avro's typed read, checked), plus its instants as integer microseconds. No
-    pydantic: a claim is built per record and kept in its key's state, where a model costs 1-2
-    µs more to build and ~2 KB more to keep. Equal to a `Claim` with equal fields; `as_claim`
-    builds that model where an edge needs one (the API, a dead letter)."""
-
-    __slots__ = (*CLAIM_FIELDS, "observed_us", "valid_from_us", "valid_to_us")
-
-    claim_id: str
-    subject: str
-    field: str
-    status: ClaimStatus
-    value: Value
-    unit: str | None
-    source: str
-    replica: str | None
-    source_class: SourceClass
-    observed_at: datetime
-    valid_from: datetime | None
-    valid_to: datetime | None
-    epoch: int | None
-    lineage: str | None
-    scope: str | None
-    confidence: float | None
-    trace_id: str | None
-    producer: str | None
-    attributes: dict[str, str]
-    observed_us: int
-    valid_from_us: int | None
-    valid_to_us: int | None
-
-    def __init__(
-        self,
-        fields: dict[str, Any],
-        observed_us: int,
-        valid_from_us: int | None,
-        valid_to_us: int | None,
-    ) -> None:
-        """From every field of a Claim, each of its validated type, and the instants again as
-        microseconds (the caller has them already: a raw-long Avro read, or `micros`)."""
-        self.claim_id = fields["claim_id"]
-        self.subject = fields["subject"]
-        self.field = fields["field"]
-        self.status = fields["status"]
-        self.value = fields["value"]
-        self.unit = fields["unit"]
-        self.source = fields["source"]
-        self.replica = fields["replica"]
-        self.source_class = fields["source_class"]
-        self.observed_at = fields["observed_at"]
-        self.valid_from = fields["valid_from"]
-        self.valid_to = fields["valid_to"]
-        self.epoch = fields["epoch"]
-        self.lineage = fields["lineage"]
-        self.scope = fields["scope"]
-        self.confidence = fields["confidence"]
-        self.trace_id = fields["trace_id"]
-        self.producer = fields["producer"]
-        self.attributes = fields["attributes"]
-        self.observed_us = observed_us
-        self.valid_from_us = valid_from_us
-        self.valid_to_us = valid_to_us
-
-    @classmethod
-    def of(cls, claim: Claim) -> LeanClaim:
-        return cls(vars(claim), claim.observed_us, claim.valid_from_us, claim.valid_to_us)
-
-    def as_claim(self) -> Claim:
-        return constructed(Claim, {name: getattr(self, name) for name in CLAIM_FIELDS})
-
-    def with_subject(self, subject: str) -> LeanClaim:
-        renamed = copy.copy(self)
-        renamed.subject = subject
-        return renamed
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, LeanClaim | Claim):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in CLAIM_FIELDS)
-
-    __hash__ = None  # type: ignore[assignment]  # equal to a Claim, which holds a dict
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in CLAIM_FIELDS)
-        return f"LeanClaim({fields})"
 
 
 class Evidence(_Record):

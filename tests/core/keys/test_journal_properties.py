@@ -20,7 +20,8 @@ from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState
-from streams.core.records.contracts import Claim, LeanClaim
+from streams.core.records.contracts import Claim
+from streams.core.records.lean import LEAN_FIELDS, LeanClaim
 from tests.support.journal import written
 from tests.support.strategies import key_states
 
@@ -87,14 +88,15 @@ def _canonical(data: bytes) -> bytes:
 def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
     state: KeyState,
 ) -> None:
-    """The journal builds each claim read without LeanClaim's `__init__` (and the admitted
-    claim around it without re-admitting it): every slot as the constructor fills it."""
+    """The journal builds each claim read from its stored fields, without a dict of them (and
+    the admitted claim around it without re-admitting it): every field as `LeanClaim.of` fills
+    it."""
     read = decode_state(encode_state(state))
     for admitted, again in zip(state.claims, read.claims, strict=True):
         assert isinstance(admitted.claim, Claim)
         lean = LeanClaim.of(admitted.claim)
-        assert [getattr(again.claim, name) for name in LeanClaim.__slots__] == [
-            getattr(lean, name) for name in LeanClaim.__slots__
+        assert [getattr(again.claim, name) for name in LEAN_FIELDS] == [
+            getattr(lean, name) for name in LEAN_FIELDS
         ]
         assert [getattr(again, name) for name in _ORDERINGS] == [
             getattr(admitted, name) for name in _ORDERINGS
