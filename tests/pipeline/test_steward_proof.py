@@ -137,6 +137,4 @@ def test_claimstream_resolve_signs_as_its_steward(
     signed = Incoming(TOPIC, owner(key), 4, key, value, tuple(signer(value)), NOW.timestamp())
     assert reason(run(processor, signed)) is None
     with pytest.raises(ClaimstreamError, match="bound to --by 'bob'"):
-        steward_signer(
-            Namespace(policy=policy, key_id="ann-1", key_env=None, by="bob"), Settings()
-        )
+        steward_signer(Namespace(policy=policy, key_id="ann-1", key_env=None, by="bob"), Settings())
