@@ -223,7 +223,11 @@ def test_claims_whose_decisions_the_broker_refuses_are_dead_lettered_and_nothing
         while "failed to commit" not in worker.log_path.read_text() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert "failed to commit" in worker.log_path.read_text()
-        time.sleep(2)  # a few more rewinds while the broker refuses
+        # The broker refuses until a claim is dead-lettered for it (the batch rewound and its
+        # records isolated, each retried first): a fixed wait can end before, on a busy machine.
+        deadline = time.monotonic() + 60
+        while not _refused(kafka.bootstrap, topics.dead_letters) and time.monotonic() < deadline:
+            time.sleep(0.5)
         asyncio.run(_set_topic_configs(kafka.bootstrap, topics.decisions, overrides))
         every = {c.claim_id for c in claims}
         accounted: set[str] = set()
@@ -233,12 +237,7 @@ def test_claims_whose_decisions_the_broker_refuses_are_dead_lettered_and_nothing
             decided = {
                 e.claim_id for r in records for e in CODEC.decode(Decision, r.value).evidence
             }
-            letters = asyncio.run(read_topic(kafka.bootstrap, topics.dead_letters, idle_s=1))
-            refused = {
-                CODEC.decode(Claim, r.value).claim_id
-                for r in letters
-                if b"MessageSizeTooLarge" in dict(r.headers).get("claimstream.error.detail", b"")
-            }
+            refused = _refused(kafka.bootstrap, topics.dead_letters)
             accounted = decided | refused
         assert sorted(every - accounted) == []
         assert refused, "the broker refused decisions, and no claim says so"
@@ -246,3 +245,13 @@ def test_claims_whose_decisions_the_broker_refuses_are_dead_lettered_and_nothing
         assert not refused & decided, sorted(refused & decided)
     finally:
         worker.stop()
+
+
+def _refused(bootstrap: str, dead_letters: str) -> set[str]:
+    """The claims dead-lettered because the broker refused their decision for its size."""
+    letters = asyncio.run(read_topic(bootstrap, dead_letters, idle_s=1))
+    return {
+        CODEC.decode(Claim, r.value).claim_id
+        for r in letters
+        if b"MessageSizeTooLarge" in dict(r.headers).get("claimstream.error.detail", b"")
+    }
