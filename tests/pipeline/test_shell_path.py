@@ -31,8 +31,21 @@ def test_records_compare_by_value_and_read_their_headers() -> None:
 
 def test_the_shell_harness_runs_every_stage() -> None:
     settings = Settings()
-    result = run_once(settings, claim_records(settings, 300, 40), time.perf_counter)
+    (result,) = run_once(settings, claim_records(settings, 300, 40), time.perf_counter)
     assert result["claims"] == 300
     assert result["cpu_us"] > 0
     assert set(result["stage_us"]) == set(SHOWN)
     assert all(result["stage_us"][stage] > 0 for stage in SHOWN)
+
+
+def test_the_harness_in_slices_with_the_worker_cache_decodes_the_keys_that_left_it() -> None:
+    """A cache too small for the claims' keys: the second slice finds most of them decoded
+    before and gone, and decodes them again, as the broker bench's later rounds do."""
+    settings = Settings(state_cache_keys=50)
+    incoming = claim_records(settings, 2_000, 400)
+    first, second = run_once(settings, incoming, time.perf_counter, 2, worker_cache=True)
+    assert first["claims"] == second["claims"] == 1_000
+    assert first["decoded"] < second["decoded"]
+    assert second["decoded"] > 200
+    (unbounded,) = run_once(settings, incoming, time.perf_counter)
+    assert unbounded["decoded"] == 0

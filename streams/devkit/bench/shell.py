@@ -15,6 +15,14 @@ and to `cpu_us`).
 
     python -m streams.devkit.bench.shell --claims 20000 --subjects 2400 --rounds 3
 
+With `--worker-cache --slices 5` the decoded cache is bounded as the worker's settings bound it
+and each round is measured in five parts, as the broker bench's interleaved rounds: the later
+parts find their keys outside the cache, decoded again (`decoded`), the cost that makes the
+broker bench's ratio fall from round to round, here without a broker in a fraction of the time.
+
+    python -m streams.devkit.bench.shell --claims 100000 --subjects 12000 --worker-cache \
+        --slices 5 --cpu-stages
+
 With `--at-size KEYS` it runs the scale phase's probe (`streams.devkit.bench.scale`) instead:
 KEYS keys filled in RocksDB task stores, then `--probe` updates of keys most of which the
 decoded cache no longer holds, read ahead as the loop does.
@@ -109,13 +117,24 @@ def claim_records(settings: Settings, claims: int, subjects: int, seed: int = 1)
 
 
 def run_once(
-    settings: Settings, incoming: list[Incoming], clock: Callable[[], float]
-) -> dict[str, Any]:
-    """One pass over `incoming` with fresh state in memory: µs a claim by stage (timed by
-    `clock`), and the loop's CPU µs a claim."""
-    cache = StateCache(1_000_000)
-    stores = {p: TaskStore(cache) for p in range(settings.partitions)}
-    return Shell(settings, stores, clock).run(incoming)
+    settings: Settings,
+    incoming: list[Incoming],
+    clock: Callable[[], float],
+    slices: int = 1,
+    worker_cache: bool = False,
+) -> list[dict[str, Any]]:
+    """One pass over `incoming` with fresh state in memory, in `slices` consecutive parts (as
+    the broker bench's rounds, each on the state the ones before left): per part, µs a claim by
+    stage (timed by `clock`) and the loop's CPU µs a claim. The decoded cache holds every key,
+    or with `worker_cache` what the worker's settings bound it to, so that keys leave it and
+    are decoded again as their states grow (the broker bench's later rounds)."""
+    if worker_cache:
+        cache = StateCache(settings.state_cache_keys, settings.state_cache_mb * 2**20)
+    else:
+        cache = StateCache(1_000_000)
+    shell = Shell(settings, {p: TaskStore(cache) for p in range(settings.partitions)}, clock)
+    size = -(-len(incoming) // slices)
+    return [shell.run(incoming[start : start + size]) for start in range(0, len(incoming), size)]
 
 
 class Shell:
@@ -252,6 +271,12 @@ def main() -> int:
         "--at-size", type=int, metavar="KEYS", help="fill KEYS keys in RocksDB, then probe"
     )
     parser.add_argument("--probe", type=int, default=20_000, help="updates at size")
+    parser.add_argument(
+        "--slices", type=int, default=1, help="each round's claims in parts, one line each"
+    )
+    parser.add_argument(
+        "--worker-cache", action="store_true", help="the decoded cache as the worker bounds it"
+    )
     args = parser.parse_args()
     clock = time.thread_time if args.cpu_stages else time.perf_counter
     settings = Settings()
@@ -270,11 +295,12 @@ def main() -> int:
             import cProfile
 
             with cProfile.Profile() as profile:
-                result = run_once(settings, incoming, clock)
+                results = run_once(settings, incoming, clock, args.slices, args.worker_cache)
             profile.dump_stats(args.profile)
         else:
-            result = run_once(settings, incoming, clock)
-        print(json.dumps(result))
+            results = run_once(settings, incoming, clock, args.slices, args.worker_cache)
+        for result in results:
+            print(json.dumps(result))
     return 0
 
 
