@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import BrowserContext, FloatRect, Page, expect, sync_playwright
 
 from streams.core.keys.state import split_key, state_key
 from streams.core.timeline.aliases import AliasChange
@@ -170,6 +170,16 @@ def page(browser: BrowserContext) -> Iterator[Page]:
     assert errors == []
 
 
+def apart(a: FloatRect, b: FloatRect) -> bool:
+    """Two boxes on the page share no point: one lies wholly beside, above or below the other."""
+    return (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
 def queue_rows(page: Page) -> dict[str, str]:
     rows = page.locator("#queue tbody tr[data-key]")
     return {
@@ -273,6 +283,20 @@ def test_a_key_shows_its_evidence_timeline_rules_and_the_belief_as_of_an_instant
     expect(page.locator("#timeline circle.decision.conflict")).to_have_count(1)
     expect(page.locator("#rules")).to_contain_text("on_conflict")
     expect(page.locator("#rules")).to_contain_text("10m")  # this test's freshness
+
+    # At 1400 px the evidence's last column is on screen and clear of the policy panel, whose
+    # authorities read one a line, not as JSON.
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    last_column = page.locator("#evidence th").last.bounding_box()
+    panel = page.locator("#rules").bounding_box()
+    assert last_column is not None and panel is not None
+    assert page.locator("#evidence th").last.inner_text() == "Valid to"
+    assert last_column["x"] + last_column["width"] <= 1400
+    assert apart(last_column, panel), (last_column, panel)
+    authorities = page.locator("#rules ul.pairs li")
+    expect(authorities.filter(has_text="billing-api")).to_contain_text("system_of_record")
+    assert "{" not in page.locator("#rules").inner_text()
+    page.set_viewport_size({"width": 1440, "height": 1000})
 
     # What did we believe when the first decision was made? Picked from the decisions table.
     history = cluster.reader.get("/api/decisions/" + urllib.parse.quote(key, safe="") + "/history")

@@ -194,7 +194,9 @@ function evidenceTable(evidence, id, records) {
     item.sent_about ? el("div", { class: "muted sent-about" }, `sent about ${item.sent_about}`) : null,
     records ? el("div", { class: "record" },
       el("a", { href: "#/sources", title: recordTitle(records.get(item.source)) }, record(records.get(item.source)))) : null);
-  return el("table", { id },
+  // Ten columns: in a box of its own that scrolls sideways where the page is narrower, never
+  // under the panel beside it.
+  return el("div", { class: "scroll" }, el("table", { id },
     el("thead", {}, el("tr", {}, ["Role", "Said", "Authority", "Source", "Replica", "Lineage", "Epoch", "Observed", "Valid from", "Valid to"].map((h) => el("th", {}, h)))),
     el("tbody", {}, evidence.map((item) => el("tr", { class: `role-${item.role}` },
       el("td", {}, item.role),
@@ -206,7 +208,7 @@ function evidenceTable(evidence, id, records) {
       el("td", {}, item.epoch ?? "—"),
       el("td", {}, instant(item.observed_at)),
       el("td", {}, instant(item.valid_from)),
-      el("td", {}, instant(item.valid_to))))));
+      el("td", {}, instant(item.valid_to)))))));
 }
 
 function timeline(history, roles, cursor, pick) {
@@ -271,8 +273,17 @@ function rulesList(rules) {
   const rows = Object.entries(rules).filter(([, v]) => v !== null && !(typeof v === "object" && !Array.isArray(v) && !Object.keys(v).length));
   return el("dl", { class: "rules", id: "rules" }, rows.flatMap(([name, value]) => [
     el("dt", {}, name),
-    el("dd", {}, typeof value === "object" ? JSON.stringify(value) : String(value)),
+    el("dd", {}, ruleValue(value)),
   ]));
+}
+
+function ruleValue(value) {
+  // A list (a field's values) reads as the policy file writes it; a map (the authorities: source
+  // to level) as one line a source, its level beside it.
+  if (Array.isArray(value)) return value.join(", ");
+  if (typeof value !== "object") return String(value);
+  return el("ul", { class: "pairs" }, Object.entries(value).map(([name, level]) =>
+    el("li", {}, el("span", {}, name), " ", el("span", { class: "muted" }, String(level)))));
 }
 
 function resolveForm(key, current) {
@@ -359,39 +370,39 @@ function keyView(key, asOf) {
         current.resolution_id ? ` · resolution ${current.resolution_id}` : "",
         now.body.open_since ? ` · open since ${now.body.open_since}` : ""),
       el("div", { class: "grid2" },
-        el("div", {},
-          el("pre", { class: "explain", id: "explain" }, now.body.explain),
-          el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence", known),
-          el("h2", {}, "Timeline"),
-          el("p", { class: "muted" }, "Bars: validity periods (open-ended ones run to the end); dots: when observed; grey: stale, superseded or excluded. Click to see the belief at that instant."),
-          timeline(history.body, roles, cursor ? Date.parse(cursor) : null, pick),
-          el("div", { class: "asof-controls" }, el("label", { for: "asof-input" }, "Belief as of"), asofInput,
-            el("button", { type: "button", id: "asof-go", onclick: () => { if (!Number.isNaN(Date.parse(asofInput.value))) pick(asofInput.value.trim()); } }, "Show")),
-          asofPanel,
-          el("h2", {}, "Emitted decisions"),
-          el("table", { id: "decisions" },
-            el("thead", {}, el("tr", {}, ["Decided at", "Outcome", "Value", "Reason", "Decision id"].map((h) => el("th", {}, h)))),
-            el("tbody", {}, [...history.body.decisions].reverse().map((d) => el("tr", {},
-              el("td", {}, el("a", { href: "#", "data-at": d.decided_at, onclick: (e) => { e.preventDefault(); pick(d.decided_at); } }, instant(d.decided_at))),
-              el("td", {}, badge(d.outcome, d.conflict_kind)),
-              el("td", { class: "value" }, showValue(d.value)),
-              el("td", {}, d.reason),
-              el("td", { class: "muted" }, d.decision_id))))),
-          spellings.ok && spellings.body.changes.length ? [
-            el("h2", {}, "Merges and splits"),
-            el("p", { class: "muted" }, "The alias changes that moved evidence into or out of this key."),
-            el("table", { id: "merges" }, el("tbody", {}, spellings.body.changes.map((c) => el("tr", {},
-              el("td", {}, instant(c.at)), el("td", {}, c.alias),
-              el("td", {}, c.canonical === null ? retraction(c) : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null,
-          history.body.resolutions.length ? [
-            el("h2", {}, "Resolutions"),
-            el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},
-              el("td", {}, instant(r.decided_at)), el("td", {}, r.decided_by), el("td", { class: "value" }, r.status === "present" ? showValue(r.value) : r.status),
-              el("td", {}, r.note), el("td", { class: "muted" }, r.resolution_id)))))] : null),
+        el("pre", { class: "explain", id: "explain" }, now.body.explain),
         el("div", {},
           OPEN.has(current.outcome) ? resolveForm(key, current) : null,
           el("div", { class: "card" }, el("h2", {}, `Policy for ${field}`), rulesList(now.body.rules)),
           el("p", { class: "muted" }, `Answered by ${now.body.worker}`))),
+      el("div", {},
+        el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence", known),
+        el("h2", {}, "Timeline"),
+        el("p", { class: "muted" }, "Bars: validity periods (open-ended ones run to the end); dots: when observed; grey: stale, superseded or excluded. Click to see the belief at that instant."),
+        timeline(history.body, roles, cursor ? Date.parse(cursor) : null, pick),
+        el("div", { class: "asof-controls" }, el("label", { for: "asof-input" }, "Belief as of"), asofInput,
+          el("button", { type: "button", id: "asof-go", onclick: () => { if (!Number.isNaN(Date.parse(asofInput.value))) pick(asofInput.value.trim()); } }, "Show")),
+        asofPanel,
+        el("h2", {}, "Emitted decisions"),
+        el("table", { id: "decisions" },
+          el("thead", {}, el("tr", {}, ["Decided at", "Outcome", "Value", "Reason", "Decision id"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, [...history.body.decisions].reverse().map((d) => el("tr", {},
+            el("td", {}, el("a", { href: "#", "data-at": d.decided_at, onclick: (e) => { e.preventDefault(); pick(d.decided_at); } }, instant(d.decided_at))),
+            el("td", {}, badge(d.outcome, d.conflict_kind)),
+            el("td", { class: "value" }, showValue(d.value)),
+            el("td", {}, d.reason),
+            el("td", { class: "muted" }, d.decision_id))))),
+        spellings.ok && spellings.body.changes.length ? [
+          el("h2", {}, "Merges and splits"),
+          el("p", { class: "muted" }, "The alias changes that moved evidence into or out of this key."),
+          el("table", { id: "merges" }, el("tbody", {}, spellings.body.changes.map((c) => el("tr", {},
+            el("td", {}, instant(c.at)), el("td", {}, c.alias),
+            el("td", {}, c.canonical === null ? retraction(c) : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null,
+        history.body.resolutions.length ? [
+          el("h2", {}, "Resolutions"),
+          el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},
+            el("td", {}, instant(r.decided_at)), el("td", {}, r.decided_by), el("td", { class: "value" }, r.status === "present" ? showValue(r.value) : r.status),
+            el("td", {}, r.note), el("td", { class: "muted" }, r.resolution_id)))))] : null),
     );
     if (cursor) belief(cursor, asofPanel);
     else asofPanel.replaceChildren(el("p", { class: "muted" }, "Pick an instant on the timeline or a decision to see what was believed then."));
