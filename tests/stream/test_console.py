@@ -289,7 +289,8 @@ def test_a_key_shows_its_evidence_timeline_rules_and_the_belief_as_of_an_instant
     page.set_viewport_size({"width": 1400, "height": 1000})
     last_column = page.locator("#evidence th").last.bounding_box()
     panel = page.locator("#rules").bounding_box()
-    assert last_column is not None and panel is not None
+    assert last_column is not None
+    assert panel is not None
     assert page.locator("#evidence th").last.inner_text() == "Valid to"
     assert last_column["x"] + last_column["width"] <= 1400
     assert apart(last_column, panel), (last_column, panel)
