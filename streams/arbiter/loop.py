@@ -102,7 +102,7 @@ class Arbiter(Service):
         self.schedule = Schedule()
         self.sources = SourceLedgers(processor.policy, metrics)
         self.positions = InputPositions()
-        cache = StateCache(settings.state_cache_keys, settings.state_cache_mb * 2**20)
+        cache = StateCache.for_worker(settings)
         self.tasks = Tasks(
             settings.changelog_topic,
             cache,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from streams.core.keys.state import KeyState
+from streams.settings import Settings
 
 # What each part of a decoded state retains, measured with tracemalloc by dropping each part of
 # the states the bench's claims leave (three workloads: 3.1, 8.2 and 15.5 claims a key over
@@ -63,6 +64,11 @@ class StateCache:
         self._held: dict[bytes, tuple[int, int]] = {}  # key -> (owner, estimated bytes)
         self.bytes = 0  # estimated bytes of the states held
         self.misses = 0  # states decoded from their encoded form: claimstream_state_cache_misses
+
+    @classmethod
+    def for_worker(cls, settings: Settings) -> StateCache:
+        """The cache as a worker's settings bound it (`state_cache_keys`, `state_cache_mb`)."""
+        return cls(settings.state_cache_keys, settings.state_cache_mb * 2**20)
 
     def peek(self, key: bytes) -> KeyState | None:
         """The key's cached state, its place in the eviction order left as it is."""

@@ -128,10 +128,7 @@ def run_once(
     stage (timed by `clock`) and the loop's CPU µs a claim. The decoded cache holds every key,
     or with `worker_cache` what the worker's settings bound it to, so that keys leave it and
     are decoded again as their states grow (the broker bench's later rounds)."""
-    if worker_cache:
-        cache = StateCache(settings.state_cache_keys, settings.state_cache_mb * 2**20)
-    else:
-        cache = StateCache(1_000_000)
+    cache = StateCache.for_worker(settings) if worker_cache else StateCache(1_000_000)
     shell = Shell(settings, {p: TaskStore(cache) for p in range(settings.partitions)}, clock)
     size = -(-len(incoming) // slices)
     return [shell.run(incoming[start : start + size]) for start in range(0, len(incoming), size)]
@@ -233,7 +230,7 @@ def at_size(
     (the worker's cache and store budgets), then `probe` of them, drawn at random, updated by
     a later observation of a changed value, most of them no longer in the decoded cache."""
     budget = Budget(settings.store_cache_mb * 2**20)
-    cache = StateCache(settings.state_cache_keys, settings.state_cache_mb * 2**20)
+    cache = StateCache.for_worker(settings)
     stores = {
         p: TaskStore(cache, RocksKeyStore(directory / f"task-{p}", budget))
         for p in range(settings.partitions)
