@@ -21,12 +21,12 @@ from streams.settings import Settings
 # 9,500, 12,000 and 3,000 keys: the bench's claims run through
 # `streams.devkit.bench.shell`) and fitted by hand: the whole estimate falls within 3% of what
 # the three hold in all. A claim is its admitted form, its LeanClaim (names interned, as the
-# reader and the journal intern them), its orderings and its journaled bytes: 1,040 bytes
-# decoded from the journal (which shares its key's subject), 1,100 admitted. KEY_BYTES is the
-# state's own object with its tuples and this cache's entry (the key, its place in the order,
-# its owner and size).
+# reader and the journal intern them; instants as integers only, and one attributes map shared
+# by all claims that have none), its orderings and its journaled bytes: 935-950 bytes over the
+# three. KEY_BYTES is the state's own object with its tuples and this cache's entry (the key,
+# its place in the order, its owner and size).
 KEY_BYTES = 500
-CLAIM_BYTES = 1070
+CLAIM_BYTES = 940
 SUMMARY_BYTES = 480
 RESOLUTION_BYTES = 1450
 DISPUTED_BYTES = 100

@@ -30,9 +30,9 @@ from streams.core.records.contracts import (
     Money,
     SourceClass,
     constructed,
-    instant,
 )
-from streams.core.records.lean import LeanClaim
+from streams.core.records.instants import checked_micros
+from streams.core.records.lean import NO_ATTRIBUTES, LeanClaim
 
 STATUS_SYMBOLS = ("present", "not_found", "forbidden", "unavailable", "error")
 SOURCE_CLASS_SYMBOLS = ("observation", "user", "inference")
@@ -126,9 +126,9 @@ class _Body:
         source = intern(self.string())
         replica = self.name()
         source_class = _SOURCE_CLASSES[self.index(3)]
-        observed_us = self.long()
-        valid_from_us = self.long() if self.index(2) else None
-        valid_to_us = self.long() if self.index(2) else None
+        observed_us = self.instant()
+        valid_from_us = self.instant() if self.index(2) else None
+        valid_to_us = self.instant() if self.index(2) else None
         epoch = self.long() if self.index(2) else None
         lineage = self.name()
         scope = self.text()
@@ -146,9 +146,6 @@ class _Body:
             source,
             replica,
             source_class,
-            instant(observed_us),
-            None if valid_from_us is None else instant(valid_from_us),
-            None if valid_to_us is None else instant(valid_to_us),
             epoch,
             lineage,
             scope,
@@ -182,6 +179,11 @@ class _Body:
         self.pos = pos
         n &= _LONG_MASK
         return (n >> 1) ^ -(n & 1)
+
+    def instant(self) -> int:
+        """A timestamp-micros: a long that a datetime can hold (OverflowError if not, as
+        fastavro's reader raises for it)."""
+        return checked_micros(self.long())
 
     def index(self, count: int) -> int:
         """An enum symbol's or a union branch's index, refused outside 0..count-1 (fastavro
@@ -235,8 +237,10 @@ class _Body:
     def attributes(self) -> dict[str, str]:
         """A map of strings: blocks of entries up to an empty one; a negative count is followed
         by the block's size in bytes, which is not needed."""
-        entries: dict[str, str] = {}
         count = self.long()
+        if count == 0:
+            return NO_ATTRIBUTES
+        entries: dict[str, str] = {}
         while count != 0:
             if count < 0:
                 count = -count

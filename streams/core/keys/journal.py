@@ -45,7 +45,7 @@ from streams.core.records.contracts import (
     constructed,
 )
 from streams.core.records.errors import ClaimstreamError
-from streams.core.records.lean import LeanClaim
+from streams.core.records.lean import NO_ATTRIBUTES, LeanClaim
 
 # Version 4 holds version 3's records (stored.py) in MessagePack: a quarter fewer bytes than
 # its JSON (the bench's keys: 954 against 1,274 on average; a key of one claim: 289 against
@@ -313,8 +313,9 @@ def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
 
 def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
     """The claim from its stored fields, without a dict of them (a cache miss builds one per
-    claim of the key). Names a policy or a source repeats (the source, the lineage) are
-    interned: held once in memory, not once per decoded claim."""
+    claim of the key), its instants as the microseconds read. Names a policy or a source
+    repeats (the source, the lineage) are interned: held once in memory, not once per decoded
+    claim."""
     observed, start, end = stored.observed_at, stored.valid_from, stored.valid_to
     lineage = stored.lineage
     return LeanClaim(
@@ -327,16 +328,13 @@ def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
         intern(stored.source),
         stored.replica,
         stored.source_class,
-        _EPOCH + observed * _MICROSECOND,
-        _time(start),
-        _time(end),
         stored.epoch,
         None if lineage is None else intern(lineage),
         stored.scope,
         stored.confidence,
         stored.trace_id,
         stored.producer,
-        stored.attributes,
+        stored.attributes or NO_ATTRIBUTES,
         observed,
         start,
         end,

@@ -14,6 +14,10 @@ if TYPE_CHECKING:  # compiled code needs no import for it, nor does interpreted 
     from mypy_extensions import i64
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+EARLIEST_US: Final = -62_135_596_800_000_000
+LATEST_US: Final = 253_402_300_799_999_999
+"""datetime's first and last instants (0001-01-01, 9999-12-31T23:59:59.999999, UTC) in
+microseconds since the epoch: what `instant` can build."""
 
 
 def micros(moment: datetime) -> int:
@@ -43,3 +47,12 @@ def instant(us: int) -> datetime:
     timestamp-micros (OverflowError beyond datetime's years 1-9999). Positional: a keyword costs
     timedelta half again as much."""
     return EPOCH + timedelta(0, 0, us)
+
+
+def checked_micros(us: int) -> int:
+    """`us` if `instant` can build it (OverflowError if not, as `instant` would raise): a
+    claim keeps its instants as microseconds and builds the datetime only where one is read,
+    so its reader refuses the instants no datetime holds when it reads them."""
+    if EARLIEST_US <= us <= LATEST_US:
+        return us
+    raise OverflowError(f"{us} µs since the epoch is outside datetime's years 1-9999")

@@ -20,6 +20,11 @@ from streams.core.records.contracts import (
     Value,
     constructed,
 )
+from streams.core.records.instants import instant
+
+NO_ATTRIBUTES: dict[str, str] = {}
+"""The attributes of every claim that has none, one map shared by all of them (most claims
+carry none, and a decoded key holds each of its claims): never to be changed."""
 
 LEAN_FIELDS = (*CLAIM_FIELDS, "observed_us", "valid_from_us", "valid_to_us")
 """A LeanClaim's fields: the contract's, then its instants as integer microseconds."""
@@ -27,10 +32,12 @@ LEAN_FIELDS = (*CLAIM_FIELDS, "observed_us", "valid_from_us", "valid_to_us")
 
 class LeanClaim:
     """A claim's contract fields, each already of its validated type (Avro's typed read,
-    checked), plus its instants as integer microseconds. No pydantic: a claim is built per
+    checked), its instants kept as integer microseconds only. No pydantic: a claim is built per
     record and kept in its key's state, where a model costs 1-2 µs more to build and ~2 KB more
-    to keep. Equal to a `Claim` with equal fields; `as_claim` builds that model where an edge
-    needs one (the API, a dead letter). Not to be changed once built."""
+    to keep; nor the instants as datetimes, which the hot path compares as integers: each of the
+    three is built where it is read (replay, as-of, explain, side records), and a key's decoded
+    claims hold one object fewer each. Equal to a `Claim` with equal fields; `as_claim` builds
+    that model where an edge needs one (the API, a dead letter). Not to be changed once built."""
 
     claim_id: str
     subject: str
@@ -41,9 +48,6 @@ class LeanClaim:
     source: str
     replica: str | None
     source_class: SourceClass
-    observed_at: datetime
-    valid_from: datetime | None
-    valid_to: datetime | None
     epoch: int | None
     lineage: str | None
     scope: str | None
@@ -66,9 +70,6 @@ class LeanClaim:
         source: str,
         replica: str | None,
         source_class: SourceClass,
-        observed_at: datetime,
-        valid_from: datetime | None,
-        valid_to: datetime | None,
         epoch: int | None,
         lineage: str | None,
         scope: str | None,
@@ -89,9 +90,6 @@ class LeanClaim:
         self.source = source
         self.replica = replica
         self.source_class = source_class
-        self.observed_at = observed_at
-        self.valid_from = valid_from
-        self.valid_to = valid_to
         self.epoch = epoch
         self.lineage = lineage
         self.scope = scope
@@ -102,6 +100,20 @@ class LeanClaim:
         self.observed_us = observed_us
         self.valid_from_us = valid_from_us
         self.valid_to_us = valid_to_us
+
+    @property
+    def observed_at(self) -> datetime:
+        return instant(self.observed_us)
+
+    @property
+    def valid_from(self) -> datetime | None:
+        start = self.valid_from_us
+        return None if start is None else instant(start)
+
+    @property
+    def valid_to(self) -> datetime | None:
+        end = self.valid_to_us
+        return None if end is None else instant(end)
 
     @classmethod
     def of(cls, claim: Claim) -> LeanClaim:
@@ -127,8 +139,9 @@ class LeanClaim:
 def lean_claim(
     fields: dict[str, Any], observed_us: int, valid_from_us: int | None, valid_to_us: int | None
 ) -> LeanClaim:
-    """From every field of a Claim by name, each of its validated type, and the instants again
-    as microseconds (the caller has them already: a raw-long Avro read, or `micros`)."""
+    """From every field of a Claim by name, each of its validated type, its instants as
+    microseconds (the caller has them already: a raw-long Avro read, or `micros`); the
+    datetimes among `fields` are not read."""
     return LeanClaim(
         fields["claim_id"],
         fields["subject"],
@@ -139,16 +152,13 @@ def lean_claim(
         fields["source"],
         fields["replica"],
         fields["source_class"],
-        fields["observed_at"],
-        fields["valid_from"],
-        fields["valid_to"],
         fields["epoch"],
         fields["lineage"],
         fields["scope"],
         fields["confidence"],
         fields["trace_id"],
         fields["producer"],
-        fields["attributes"],
+        fields["attributes"] or NO_ATTRIBUTES,
         observed_us,
         valid_from_us,
         valid_to_us,

@@ -21,7 +21,7 @@ from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState
 from streams.core.records.contracts import Claim
-from streams.core.records.lean import LEAN_FIELDS, LeanClaim
+from streams.core.records.lean import LEAN_FIELDS, NO_ATTRIBUTES, LeanClaim
 from tests.support.journal import written
 from tests.support.strategies import key_states
 
@@ -90,7 +90,7 @@ def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
 ) -> None:
     """The journal builds each claim read from its stored fields, without a dict of them (and
     the admitted claim around it without re-admitting it): every field as `LeanClaim.of` fills
-    it."""
+    it, and the claims without attributes all share one empty map."""
     read = decode_state(encode_state(state))
     for admitted, again in zip(state.claims, read.claims, strict=True):
         assert isinstance(admitted.claim, Claim)
@@ -101,6 +101,7 @@ def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
         assert [getattr(again, name) for name in _ORDERINGS] == [
             getattr(admitted, name) for name in _ORDERINGS
         ]
+        assert (again.claim.attributes is NO_ATTRIBUTES) == (not lean.attributes)
 
 
 _ORDERINGS = (

@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.core.records.instants import EPOCH, instant, micros, micros_from_seconds
+from streams.core.records.instants import (
+    EARLIEST_US,
+    EPOCH,
+    LATEST_US,
+    checked_micros,
+    instant,
+    micros,
+    micros_from_seconds,
+)
 
 _OFFSETS = st.integers(min_value=-23 * 60, max_value=23 * 60).map(
     lambda minutes: timezone(timedelta(minutes=minutes))
@@ -29,3 +38,13 @@ def test_instant_inverts_micros(moment: datetime) -> None:
 @given(seconds=st.floats(min_value=0, max_value=2**34, allow_nan=False))
 def test_micros_from_seconds_rounds_as_fromtimestamp(seconds: float) -> None:
     assert instant(micros_from_seconds(seconds)) == datetime.fromtimestamp(seconds, UTC)
+
+
+def test_checked_micros_passes_what_instant_builds_and_refuses_the_rest() -> None:
+    assert instant(checked_micros(EARLIEST_US)) == datetime.min.replace(tzinfo=UTC)
+    assert instant(checked_micros(LATEST_US)) == datetime.max.replace(tzinfo=UTC)
+    for beyond in (EARLIEST_US - 1, LATEST_US + 1):
+        with pytest.raises(OverflowError):
+            instant(beyond)
+        with pytest.raises(OverflowError):
+            checked_micros(beyond)
