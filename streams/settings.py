@@ -252,7 +252,7 @@ class Settings(Connection):
         ge=1,
         description="the decoded key states' memory, estimated from their claims, decisions, "
         "resolutions, disputed ids and last arbitration (MiB): a key of 10 claims and 10 "
-        "decisions takes about 15 KB decoded, 16 KB with its arbitration; the least recently "
+        "decisions takes about 14 KB decoded, 15 KB with its arbitration; the least recently "
         "used leave first, by this bound or `state_cache_keys`",
     )
     retry_attempts: int = Field(default=3, ge=1)

@@ -62,6 +62,13 @@ _ENCODER = msgspec.msgpack.Encoder()
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1  # the integers MessagePack has a form for
 
 
+_Amounts = dict[tuple[int, str], Money]
+"""The amounts one state's decode has built, each one Money (a frozen model) for every claim,
+decision and resolution of the key that holds it: the sources that agree on an amount are most
+of a key's claims (the bench's states hold 19,251 amounts, 5,039 distinct within their keys),
+and each Money built costs about 2 µs and 520 bytes."""
+
+
 class _Reader(NamedTuple):
     """A stored form's typed decoders, and whether the bytes of each claim and summary read are
     the current form, so that they can be kept on it and copied into its next journal."""
@@ -159,19 +166,20 @@ def decode_state(data: bytes) -> KeyState:
 
 def _state(stored: StoredState, reader: _Reader) -> KeyState:
     subject, field = stored.subject, stored.field
+    amounts: _Amounts = {}
     return KeyState(
         subject=subject,
         field=field,
-        claims=tuple(_read_claim(raw, subject, field, reader) for raw in stored.claims),
-        resolutions=tuple(_resolution(r, subject, field) for r in stored.resolutions),
-        history=tuple(_read_summary(raw, reader) for raw in stored.history),
+        claims=tuple(_read_claim(raw, subject, field, reader, amounts) for raw in stored.claims),
+        resolutions=tuple(_resolution(r, subject, field, amounts) for r in stored.resolutions),
+        history=tuple(_read_summary(raw, reader, amounts) for raw in stored.history),
         conflict_since=_time(stored.conflict_since),
         escalated=stored.escalated,
         next_check_at=_time(stored.next_check_at),
         disputed=stored.disputed,
         policy_version=stored.policy_version,
         refused=tuple(
-            RefusedClaim(_read_claim(r.claim, subject, field, reader), r.reason)
+            RefusedClaim(_read_claim(r.claim, subject, field, reader, amounts), r.reason)
             for r in stored.refused
         ),
         timer_waits=stored.timer_waits,
@@ -272,23 +280,25 @@ def _time(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def _read_claim(raw: msgspec.Raw, subject: str, field: str, reader: _Reader) -> AdmittedClaim:
+def _read_claim(
+    raw: msgspec.Raw, subject: str, field: str, reader: _Reader, amounts: _Amounts
+) -> AdmittedClaim:
     """A claim read, its stored form kept on it as read if current (a copy: what was read is a
     view of the whole state's bytes)."""
-    admitted = _admitted(reader.claim.decode(raw), subject, field)
+    admitted = _admitted(reader.claim.decode(raw), subject, field, amounts)
     if reader.current:
         admitted.journaled = raw.copy()
     return admitted
 
 
-def _read_summary(raw: msgspec.Raw, reader: _Reader) -> DecisionSummary:
+def _read_summary(raw: msgspec.Raw, reader: _Reader, amounts: _Amounts) -> DecisionSummary:
     """A decision summary read, its stored form kept on it as read if current (as a claim's)."""
     stored = reader.summary.decode(raw)
     return DecisionSummary(
         stored.decision_id,
         stored.outcome,
         stored.conflict_kind,
-        _value(stored.value),
+        _value(stored.value, amounts),
         intern(stored.reason),  # one of the engine's few reasons
         _EPOCH + stored.decided_at * _MICROSECOND,
         stored.supersedes,
@@ -296,22 +306,22 @@ def _read_summary(raw: msgspec.Raw, reader: _Reader) -> DecisionSummary:
     )
 
 
-def _admitted(stored: StoredClaim, subject: str, field: str) -> AdmittedClaim:
+def _admitted(stored: StoredClaim, subject: str, field: str, amounts: _Amounts) -> AdmittedClaim:
     """The claim as admitted, built without validation (the typed decoder checked each field's
     type) as the hot path holds it: a LeanClaim, its instants kept as the microseconds read."""
-    claim = _lean_claim(stored, subject, field)
+    claim = _lean_claim(stored, subject, field, amounts)
     admitted_value = stored.admitted_value
     admitted_lineage = stored.admitted_lineage
     return AdmittedClaim(
         claim,
         stored.authority,
-        claim.value if admitted_value is msgspec.UNSET else _value(admitted_value),
+        claim.value if admitted_value is msgspec.UNSET else _value(admitted_value, amounts),
         _default_lineage(claim) if admitted_lineage is msgspec.UNSET else intern(admitted_lineage),
         stored.channel,
     )
 
 
-def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
+def _lean_claim(stored: StoredClaim, subject: str, field: str, amounts: _Amounts) -> LeanClaim:
     """The claim from its stored fields, without a dict of them (a cache miss builds one per
     claim of the key), its instants as the microseconds read. Names a policy or a source
     repeats (the source, the lineage) are interned: held once in memory, not once per decoded
@@ -323,7 +333,7 @@ def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
         stored.sent_about or subject,
         field,
         stored.status,
-        _value(stored.value),
+        _value(stored.value, amounts),
         stored.unit,
         intern(stored.source),
         stored.replica,
@@ -341,7 +351,9 @@ def _lean_claim(stored: StoredClaim, subject: str, field: str) -> LeanClaim:
     )
 
 
-def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolution:
+def _resolution(
+    stored: StoredResolution, subject: str, field: str, amounts: _Amounts
+) -> Resolution:
     return constructed(
         Resolution,
         {
@@ -349,7 +361,7 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
             "subject": stored.sent_about or subject,
             "field": field,
             "status": stored.status,
-            "value": _value(stored.value),
+            "value": _value(stored.value, amounts),
             "unit": stored.unit,
             "decided_by": stored.decided_by,
             "note": stored.note,
@@ -359,11 +371,15 @@ def _resolution(stored: StoredResolution, subject: str, field: str) -> Resolutio
     )
 
 
-def _value(stored: StoredValue) -> Value:
+def _value(stored: StoredValue, amounts: _Amounts) -> Value:
     if isinstance(stored, StoredMoney):
-        return constructed(
-            Money, {"amount_minor": stored.amount_minor, "currency": stored.currency}
-        )
+        held = (stored.amount_minor, stored.currency)
+        money = amounts.get(held)
+        if money is None:
+            money = amounts[held] = constructed(
+                Money, {"amount_minor": stored.amount_minor, "currency": stored.currency}
+            )
+        return money
     if isinstance(stored, tuple):
         return int(stored[0])
     return stored
@@ -381,7 +397,8 @@ def _earlier_state(raw: dict[str, Any], unread: msgspec.DecodeError) -> KeyState
         claims = tuple(_decode_v1_claim(stored, subject, field) for stored in raw.get("claims", ()))
     else:  # claims as now
         stored_claims = msgspec.convert(raw.get("claims", ()), tuple[StoredClaim, ...])
-        claims = tuple(_admitted(stored, subject, field) for stored in stored_claims)
+        amounts: _Amounts = {}
+        claims = tuple(_admitted(stored, subject, field, amounts) for stored in stored_claims)
     return KeyState(
         subject=subject,
         field=field,

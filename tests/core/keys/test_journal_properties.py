@@ -20,7 +20,7 @@ from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState
-from streams.core.records.contracts import Claim
+from streams.core.records.contracts import Claim, Money
 from streams.core.records.lean import LEAN_FIELDS, NO_ATTRIBUTES, LeanClaim
 from tests.support.journal import written
 from tests.support.strategies import key_states
@@ -90,7 +90,7 @@ def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
 ) -> None:
     """The journal builds each claim read from its stored fields, without a dict of them (and
     the admitted claim around it without re-admitting it): every field as `LeanClaim.of` fills
-    it, and the claims without attributes all share one empty map."""
+    it; the claims without attributes share one empty map, and equal amounts one Money."""
     read = decode_state(encode_state(state))
     for admitted, again in zip(state.claims, read.claims, strict=True):
         assert isinstance(admitted.claim, Claim)
@@ -102,6 +102,18 @@ def test_a_claim_read_back_is_the_lean_claim_and_admission_its_claim_makes(
             getattr(admitted, name) for name in _ORDERINGS
         ]
         assert (again.claim.attributes is NO_ATTRIBUTES) == (not lean.attributes)
+    amounts = [
+        value
+        for value in (
+            *(a.claim.value for a in read.claims),
+            *(a.value for a in read.claims),
+            *(summary.value for summary in read.history),
+            *(resolution.value for resolution in read.resolutions),
+        )
+        if isinstance(value, Money)
+    ]
+    shared = {(money.amount_minor, money.currency): money for money in amounts}
+    assert all(money is shared[money.amount_minor, money.currency] for money in amounts)
 
 
 _ORDERINGS = (
