@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.arbitration import Arbitration
-from streams.core.decision.side_records import evidence_fields
+from streams.core.decision.side_records import evidence_facts
 from streams.core.records.contracts import EvidenceRole, RejectReason
 from streams.core.records.errors import ClaimstreamError, CodecError
 from streams.wire.avro_writer import Fields, long_bytes, record_fields
@@ -134,10 +134,10 @@ class DecisionWriter:
     def _claim_part(self, admitted: AdmittedClaim, subject: str) -> bytes:
         """The claim's Evidence before its role in a decision about `subject`, written and kept
         on the claim (one moved to another key's arrives as a claim of its own: `aliases`)."""
-        datum = evidence_fields(admitted, EvidenceRole.WINNER, subject)
+        datum = evidence_facts(admitted, subject)
         datum["value"] = _avro_value(datum["value"])
         # The instants as the microseconds the claim holds them in: what the writer would
-        # compute from the datetimes, at 2 µs a time.
+        # compute from datetimes, at 2 µs a time.
         datum["observed_at"] = admitted.observed_us
         datum["valid_from"] = admitted.valid_from_us
         datum["valid_to"] = admitted.valid_to_us

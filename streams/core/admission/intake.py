@@ -41,8 +41,11 @@ from streams.core.records.policy import Defaults, FieldRules, Policy, SourcePoli
 _CLASS_AUTHORITY = {SourceClass.USER: Authority.ASSERTED, SourceClass.INFERENCE: Authority.INFERRED}
 _STATUS_TEXT = {status: status.value for status in ClaimStatus}  # `.value` is a Python property
 # What a claim says beyond its value: compared as received (value and unit are compared
-# normalized, scope as normalized).
-_CONTENT_FIELDS = tuple(name for name in CLAIM_FIELDS if name not in {"value", "unit", "scope"})
+# normalized, scope as normalized), its instants as the microseconds both forms of a claim hold.
+_INSTANTS = {"observed_at": "observed_us", "valid_from": "valid_from_us", "valid_to": "valid_to_us"}
+_CONTENT_FIELDS = tuple(
+    _INSTANTS.get(name, name) for name in CLAIM_FIELDS if name not in {"value", "unit", "scope"}
+)
 
 
 class AdmittedClaim:

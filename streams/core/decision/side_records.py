@@ -33,6 +33,19 @@ def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole, subject: str) -
     """The fields of the claim's Evidence, as weighed in a decision about `subject` in the role
     it played."""
     claim = admitted.claim
+    fields = evidence_facts(admitted, subject)
+    fields["observed_at"] = claim.observed_at
+    fields["valid_from"] = claim.valid_from
+    fields["valid_to"] = claim.valid_to
+    fields["role"] = role
+    return fields
+
+
+def evidence_facts(admitted: AdmittedClaim, subject: str) -> dict[str, object]:
+    """The fields of the claim's Evidence in a decision about `subject` but its instants and its
+    role: what the decision writer writes once a claim, with the instants as the microseconds
+    the claim holds (a hot-path claim builds a datetime only where one is read)."""
+    claim = admitted.claim
     sent_about = claim.subject
     return {
         "claim_id": claim.claim_id,
@@ -41,16 +54,12 @@ def evidence_fields(admitted: AdmittedClaim, role: EvidenceRole, subject: str) -
         "authority": admitted.authority,
         "status": claim.status,
         "value": admitted.value,
-        "observed_at": claim.observed_at,
-        "valid_from": claim.valid_from,
-        "valid_to": claim.valid_to,
         "epoch": claim.epoch,
         "lineage": admitted.lineage,
         # As compared (normalized): one claim sent twice with its scope spelled two ways is
         # the same claim, and its evidence must not depend on which spelling arrived first.
         "scope": admitted.scope_key,
         "sent_about": None if sent_about == subject else sent_about,
-        "role": role,
     }
 
 

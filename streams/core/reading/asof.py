@@ -21,7 +21,7 @@ from enum import StrEnum
 
 from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.state import KeyState
-from streams.core.records.contracts import Decision
+from streams.core.records.contracts import Decision, micros
 from streams.core.records.policy import FieldRules
 from streams.core.rules.engine import arbitrate
 
@@ -75,7 +75,8 @@ def _rebuilt(
     belief: DecisionSummary,
     following: str | None,
 ) -> Decision | None:
-    claims = [a for a in state.claims if a.claim.observed_at <= at + skew]
+    observed_by = micros(at + skew)
+    claims = [a for a in state.claims if a.observed_us <= observed_by]
     resolutions = [r for r in state.resolutions if r.decided_at <= at]
     # The instant itself first (the roles as they stood then), then the emission instant (a
     # decision that time alone would have changed is replaced by a tick within a second).
