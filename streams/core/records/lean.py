@@ -34,9 +34,9 @@ class LeanClaim:
     """A claim's contract fields, each already of its validated type (Avro's typed read,
     checked), its instants kept as integer microseconds only. No pydantic: a claim is built per
     record and kept in its key's state, where a model costs 1-2 µs more to build and ~2 KB more
-    to keep; nor the instants as datetimes, which the hot path compares as integers: each of the
-    three is built where it is read (replay, as-of, explain, side records), and a key's decoded
-    claims hold one object fewer each. Equal to a `Claim` with equal fields; `as_claim` builds
+    to keep; nor the instants as datetimes, which the hot path compares as integers: each is
+    built where it is read (replay, explain, the Evidence model), and a key's decoded claims
+    hold one to three objects fewer each. Equal to a `Claim` with equal fields; `as_claim` builds
     that model where an edge needs one (the API, a dead letter). Not to be changed once built."""
 
     claim_id: str
