@@ -238,8 +238,10 @@ class Settings(Connection):
     resolutions_per_key: int = Field(
         default=10,
         ge=1,
-        description="resolutions a key keeps for its audit trail: the latest by decided_at, "
-        "so the one that decides the key is always among them",
+        description="stewards' statements a key keeps for its audit trail: proposals waiting "
+        "for review (at most half of them), then resolutions in force (the latest by "
+        "decided_at, so the one that decides the key is always among them), then the latest "
+        "reviews, undos and closed proposals",
     )
     state_cache_keys: int = Field(
         default=100_000,

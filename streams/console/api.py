@@ -131,6 +131,7 @@ def rules_json(rules: FieldRules) -> dict[str, Any]:
         "min_independent_sources": rules.min_independent_sources,
         "epoch_change": rules.epoch_change.value,
         "escalate_after": duration_text(rules.escalate_after),
+        "review": rules.review.model_dump(),
         "authorities": {source: a.value for source, a in sorted(rules.authorities.items())},
     }
 

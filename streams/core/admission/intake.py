@@ -29,6 +29,7 @@ from streams.core.records.contracts import (
     RejectReason,
     Resolution,
     SourceClass,
+    StewardAct,
     Value,
     instant,
     micros,
@@ -275,6 +276,8 @@ def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> R
             f"decided_at {resolution.decided_at.isoformat()} is beyond the allowed clock skew of "
             f"{policy.defaults.max_clock_skew} past {now.isoformat()}",
         )
+    if resolution.act is not StewardAct.RESOLVE:
+        return resolution  # an undo or a review: no value (the contract refuses one)
     if resolution.status not in (ClaimStatus.PRESENT, ClaimStatus.NOT_FOUND):
         raise ContractError(
             RejectReason.INVALID_VALUE, "a resolution decides present (with a value) or not_found"

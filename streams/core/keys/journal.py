@@ -24,6 +24,7 @@ from streams.core.admission.intake import AdmittedClaim
 from streams.core.admission.normalize import canonical_value
 from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.state import KeyState
+from streams.core.keys.steward_log import StewardStep
 from streams.core.keys.stored import (
     EarlierSummary,
     StoredClaim,
@@ -31,6 +32,7 @@ from streams.core.keys.stored import (
     StoredRefusal,
     StoredResolution,
     StoredState,
+    StoredStep,
     StoredSummary,
     StoredValue,
 )
@@ -47,6 +49,7 @@ from streams.core.records.contracts import (
 from streams.core.records.errors import ClaimstreamError
 from streams.core.records.lean import NO_ATTRIBUTES, LeanClaim
 
+# Version 5 is version 4 with a steward log (written only where a key holds one).
 # Version 4 holds version 3's records (stored.py) in MessagePack: a quarter fewer bytes than
 # its JSON (the bench's keys: 954 against 1,274 on average; a key of one claim: 289 against
 # 372), which the changelog carries on every change of a key and the state store holds for
@@ -54,7 +57,8 @@ from streams.core.records.lean import NO_ATTRIBUTES, LeanClaim
 # that the key already holds and without the fields at their defaults, times in microseconds
 # since the epoch. Version 2 stored resolutions and summaries as `model_dump` wrote them, and
 # all times outside claims as ISO text; version 1, claims as nested records.
-_VERSION: Final = 4
+_VERSION: Final = 5
+_WITHOUT_STEWARD_LOG: Final = 4
 _LAST_JSON_VERSION: Final = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -115,9 +119,12 @@ def encode_state(state: KeyState) -> bytes:
     decisions in it are stored forms encoded once and kept (`AdmittedClaim.journaled`,
     `stored_summary`), which it copies."""
     subject = state.subject
+    steward_log = state.steward_log
     return _ENCODER.encode(
         StoredState(
-            version=_VERSION,
+            # A state with no steward log is written as version 4, which a release before
+            # reviews reads; one with a log as 5, which it refuses rather than misread.
+            version=_VERSION if steward_log else _WITHOUT_STEWARD_LOG,
             subject=subject,
             field=state.field,
             resolutions=tuple(_stored_resolution(r, subject) for r in state.resolutions),
@@ -136,6 +143,15 @@ def encode_state(state: KeyState) -> bytes:
             ),
             timer_waits=state.timer_waits,
             aliases_at=_micros_or_none(state.aliases_at),
+            steward_log=tuple(
+                StoredStep(
+                    statement=_stored_resolution(step.statement, subject),
+                    standing=step.standing,
+                    needs=step.needs,
+                    why=step.why,
+                )
+                for step in steward_log
+            ),
         )
     )
 
@@ -156,10 +172,10 @@ def decode_state(data: bytes) -> KeyState:
     except msgspec.DecodeError as unread:
         raw = msgspec.msgpack.decode(data)
         version = raw.get("version") if isinstance(raw, dict) else None
-        if version == _VERSION and type(version) is int:
-            raise  # the current form, but not a well-formed one
+        if version in (_WITHOUT_STEWARD_LOG, _VERSION) and type(version) is int:
+            raise  # a current form, but not a well-formed one
         raise UnknownStateFormat(version) from unread
-    if stored.version != _VERSION:
+    if stored.version != _VERSION and stored.version != _WITHOUT_STEWARD_LOG:
         raise UnknownStateFormat(stored.version)
     return _state(stored, _CURRENT)
 
@@ -184,6 +200,15 @@ def _state(stored: StoredState, reader: _Reader) -> KeyState:
         ),
         timer_waits=stored.timer_waits,
         aliases_at=_time(stored.aliases_at),
+        steward_log=tuple(
+            StewardStep(
+                _resolution(step.statement, subject, field, amounts),
+                step.standing,
+                step.needs,
+                step.why,
+            )
+            for step in stored.steward_log
+        ),
     )
 
 
@@ -257,6 +282,9 @@ def _stored_resolution(resolution: Resolution, key_subject: str) -> StoredResolu
         decided_at=_micros(resolution.decided_at),
         resolves_decision_id=resolution.resolves_decision_id,
         sent_about=None if subject == key_subject else subject,
+        act=resolution.act,
+        target_id=resolution.target_id,
+        basis_digest=resolution.basis_digest,
     )
 
 
@@ -367,6 +395,9 @@ def _resolution(
             "note": stored.note,
             "decided_at": _EPOCH + stored.decided_at * _MICROSECOND,
             "resolves_decision_id": stored.resolves_decision_id,
+            "act": stored.act,
+            "target_id": stored.target_id,
+            "basis_digest": stored.basis_digest,
         },
     )
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.arbitration import Arbitration
 from streams.core.decision.summary import DecisionSummary
+from streams.core.keys.steward_log import StewardStep
 from streams.core.keys.upkeep import RefusedClaim
 from streams.core.records.bounds import RECORD_BYTES, reserve
 from streams.core.records.contracts import Resolution
@@ -63,6 +64,9 @@ class KeyState:
     force when the key began): changes after it are still to apply (`AliasHistory.regroupings`).
     Its claims and resolutions keep the subject each was sent about; those sent about another
     spelling than the key's are an alias's."""
+    steward_log: tuple[StewardStep, ...] = ()
+    """Its stewards' statements besides the resolutions in force, in the order taken: proposals
+    waiting for review, reviews, undos and resolutions no longer counting (steward_log.py)."""
     arbitration: Arbitration | None = dataclasses.field(default=None, compare=False, repr=False)
     """The last arbitration, in memory only (never journaled): lets a claim that cannot change
     the belief be placed without running the rules again, and a verdict that did not change
@@ -83,8 +87,9 @@ class Limits:
     max_history: int = 10
     max_disputed: int = 64
     max_resolutions: int = 10
-    """Resolutions a key keeps: the latest by `decided_at`, which include the one the engine
-    applies, so a late-arriving older resolution never pushes out the one deciding the key."""
+    """Stewards' statements a key keeps (`stewardship._bounded`): its resolutions in force are
+    the latest by `decided_at`, which include the one the engine applies, so a late-arriving
+    older resolution never pushes out the one deciding the key."""
     max_claim_bytes: int = RECORD_BYTES - reserve(16, 10, 64, 10)
     """What its kept claims take at most (`bounds.claim_bytes`, summed): its changelog record
     and its decisions then stay within the record limit (`bounds.reserve`)."""

@@ -1,4 +1,4 @@
-"""The stored forms of a key's state (versions 3 and 4) as msgspec Structs: what the journal
+"""The stored forms of a key's state (versions 3 to 5) as msgspec Structs: what the journal
 writes to the changelog and the state store, field by field, in the order written; and
 `EarlierSummary`, which validates a decision summary as versions 1 and 2 stored it.
 
@@ -22,12 +22,14 @@ from typing import Literal
 import msgspec
 from pydantic import BaseModel, ConfigDict
 
+from streams.core.keys.steward_log import Standing
 from streams.core.records.contracts import (
     Authority,
     ClaimStatus,
     ConflictKind,
     Outcome,
     SourceClass,
+    StewardAct,
     Value,
 )
 
@@ -124,6 +126,9 @@ class StoredResolution(
         "decided_at": "at",
         "resolves_decision_id": "dec",
         "sent_about": "s",
+        "act": "act",
+        "target_id": "tg",
+        "basis_digest": "bd",
     },
 ):
     """A resolution; `sent_about`, the subject it named, where an alias put it on the key of
@@ -138,6 +143,24 @@ class StoredResolution(
     decided_at: int
     resolves_decision_id: str | None = None
     sent_about: str | None = None
+    act: StewardAct = StewardAct.RESOLVE
+    target_id: str | None = None
+    basis_digest: str | None = None
+
+
+class StoredStep(
+    msgspec.Struct,
+    kw_only=True,
+    omit_defaults=True,
+    gc=False,
+    rename={"statement": "r", "standing": "st", "needs": "n", "why": "w"},
+):
+    """A steward's statement the key keeps besides its resolutions in force (`StewardStep`)."""
+
+    statement: StoredResolution
+    standing: Standing
+    needs: int = 0
+    why: str = ""
 
 
 class StoredSummary(
@@ -166,9 +189,9 @@ class StoredSummary(
 
 class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A key's state; `version` first, so a reader knows the form before reading the rest (3 in
-    JSON, 4 in MessagePack)."""
+    JSON, 4 in MessagePack, 5 the same with a steward log)."""
 
-    version: Literal[3, 4]
+    version: Literal[3, 4, 5]
     subject: str
     field: str
     resolutions: tuple[StoredResolution, ...] = ()
@@ -188,6 +211,8 @@ class StoredState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """`KeyState.timer_waits` (absent, as every state's but a few: false)."""
     aliases_at: int | None = None
     """`KeyState.aliases_at` (absent where no alias change reached the key)."""
+    steward_log: tuple[StoredStep, ...] = ()
+    """`KeyState.steward_log`: written only in version 5, which a state holding one is."""
 
 
 class EarlierSummary(BaseModel):

@@ -19,7 +19,7 @@ from typing import Literal
 
 from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.arbitration import Arbitration
-from streams.core.keys import upkeep
+from streams.core.keys import stewardship, upkeep
 from streams.core.keys.emission import emitted_by, escalation_of
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.upkeep import (
@@ -32,6 +32,7 @@ from streams.core.keys.upkeep import (
 )
 from streams.core.records.contracts import (
     OPEN_OUTCOMES,
+    PROPOSALS,
     Decision,
     RejectReason,
     Resolution,
@@ -229,14 +230,33 @@ def _resolved(
     state = (
         _copied(state) if state else KeyState(subject=resolution.subject, field=resolution.field)
     )
-    if any(r.resolution_id == resolution.resolution_id for r in state.resolutions):
+    if stewardship.known(state, resolution.resolution_id):
         return _decide(state, rules, policy_version, now, "duplicate", limits)
-    stale = stale_view(state, resolution, rules, policy_version, now)
-    if stale is not None:
-        transition = _decide(state, rules, policy_version, now, "resolution", limits)
-        return replace(transition, refused=stale)
-    kept = latest_resolutions((*state.resolutions, resolution), limits.max_resolutions)
-    return _decide(state, rules, policy_version, now, "resolution", limits, resolutions=kept)
+    if resolution.act in PROPOSALS:
+        stale = stale_view(state, resolution, rules, policy_version, now)
+        if stale is not None:
+            transition = _decide(state, rules, policy_version, now, "resolution", limits)
+            return replace(transition, refused=stale)
+
+    def basis() -> tuple[str, str] | None:
+        if not state.claims:
+            return None
+        decision = current_decision(state, rules, policy_version, now)
+        return decision.decision_id, stewardship.basis_digest(decision)
+
+    taken = stewardship.take(state, resolution, rules, basis, limits)
+    state.steward_log = taken.log
+    transition = _decide(
+        state,
+        rules,
+        policy_version,
+        now,
+        "resolution",
+        limits,
+        resolutions=taken.resolutions,
+        note=taken.note,
+    )
+    return replace(transition, refused=taken.refused) if taken.refused else transition
 
 
 def stale_view(

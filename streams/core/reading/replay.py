@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution, parse_claim
 from streams.core.decision.agreement import distinct
 from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.stewardship import in_force_at_once
 from streams.core.keys.transitions import Transition, add_claim, add_resolution
 from streams.core.records.contracts import Decision, RejectReason, Resolution
 from streams.core.records.errors import ContractError
@@ -95,15 +96,10 @@ def replay(
         )
         rules = policy.rules_for(field)
         assert rules is not None  # admit() refused claims for unknown fields
-        arbitration = arbitrate(
-            subject,
-            field,
-            kept,
-            rules,
-            policy.version,
-            now,
-            resolutions.get((subject, field), ()),
-        )
+        said = resolutions.get((subject, field), [])
+        in_force, refusals = in_force_at_once(subject, field, said, rules, Limits())
+        refused += (f"{resolutions_origin}: {r.reason.value}: {r.detail}" for r in refusals)
+        arbitration = arbitrate(subject, field, kept, rules, policy.version, now, in_force)
         decisions.append(arbitration.decision)
     rejections.sort(key=lambda r: (r.claim_id or "", r.reason.value, r.to_json()))
     return ReplayResult(decisions=decisions, rejections=rejections, rejected_resolutions=refused)

@@ -43,7 +43,9 @@ _KEY = (SUBJECT_CHARS + 1 + ID_CHARS) * _UTF8  # subject|field
 _VALUE = _VALUE_OVERHEAD + VALUE_CHARS * _UTF8
 REASON_BYTES = (64 + 2 * (NOTE_CHARS + 2)) * _UTF8
 """A decision's reason at most: its code, then at most two notes."""
-_RESOLUTION = 64 + 4 * _ID + _VALUE + NOTE_CHARS * _UTF8 + 3 * 10
+# A steward's statement (a resolution in force, or one of the steward log's: its standing and
+# why, the worker's words, under 512 bytes); a key keeps `resolutions_per_key` of them in all.
+_RESOLUTION = 64 + 6 * _ID + _VALUE + NOTE_CHARS * _UTF8 + 3 * 10 + 512
 _SUMMARY = 64 + 2 * 40 + _VALUE + REASON_BYTES + 10
 _REFUSAL = 16 + REFUSAL_CHARS * _UTF8
 _INT64 = (-(2**63), 2**64 - 1)  # what a stored integer holds as a number, not as its digits
@@ -125,6 +127,8 @@ def check_resolution(resolution: Resolution) -> None:
         ("decided_by", resolution.decided_by, ID_CHARS),
         ("note", resolution.note, NOTE_CHARS),
         ("resolves_decision_id", resolution.resolves_decision_id, ID_CHARS),
+        ("target_id", resolution.target_id, ID_CHARS),
+        ("basis_digest", resolution.basis_digest, ID_CHARS),
     ):
         if _longer(text, most):
             assert text is not None
@@ -183,8 +187,8 @@ def state_reserve(
     max_claims: int, max_history: int, max_disputed: int, max_resolutions: int
 ) -> int:
     """What a key's changelog record takes besides its kept claims, at most: the record's
-    overhead and key, the subject and field, its resolutions, decision summaries, disputed ids
-    and why the policy refuses each refused claim."""
+    overhead and key, the subject and field, its stewards' statements, decision summaries,
+    disputed ids and why the policy refuses each refused claim."""
     return (
         _RECORD_OVERHEAD
         + 2 * _KEY

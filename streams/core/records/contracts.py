@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # Compiled apart from these models (see instants.py); the core imports them from here.
 from streams.core.records.instants import instant as instant
@@ -126,6 +126,7 @@ class RejectReason(StrEnum):
     PROCESSING_FAILED = "processing_failed"
     STALE_DECISION = "stale_decision"  # a resolution made against a decision no longer current
     TOO_LARGE = "too_large"  # a text past its bound (streams/core/records/bounds.py)
+    REVIEW_REFUSED = "review_refused"  # a steward's review or undo the key does not allow
 
 
 class _Record(BaseModel):
@@ -325,7 +326,26 @@ class ReobserveRequest(_Record):
     requested_at: UtcDatetime
 
 
+class StewardAct(StrEnum):
+    """What a steward's statement does: `resolve` decides a key's value, `undo` takes a
+    resolution back; the policy may hold either as a proposal until others `approve` it, and a
+    reviewer may instead `reject` it or `send_back` to its author."""
+
+    RESOLVE = "resolve"
+    UNDO = "undo"
+    APPROVE = "approve"
+    REJECT = "reject"
+    SEND_BACK = "send_back"
+
+
+REVIEWS = frozenset({StewardAct.APPROVE, StewardAct.REJECT, StewardAct.SEND_BACK})
+PROPOSALS = frozenset({StewardAct.RESOLVE, StewardAct.UNDO})
+
+
 class Resolution(_Record):
+    """A steward's dated statement on the resolutions topic (its `act`): a resolution, an undo
+    of one, or a review of either. Only a resolution carries a value."""
+
     resolution_id: str
     subject: str
     field: str
@@ -336,6 +356,27 @@ class Resolution(_Record):
     note: str = ""
     decided_at: UtcDatetime
     resolves_decision_id: str | None = None
+    act: StewardAct = StewardAct.RESOLVE
+    target_id: str | None = None
+    basis_digest: str | None = None
+
+    @model_validator(mode="after")
+    def _says_what_its_act_needs(self) -> Resolution:
+        act = self.act
+        if act is StewardAct.RESOLVE:
+            if self.target_id is not None:
+                raise ValueError("a resolution names no target_id (an undo or a review does)")
+            return self
+        if not self.target_id:
+            raise ValueError(f"{act.value} names the resolution it is about in target_id")
+        if self.value is not None or self.status is not ClaimStatus.PRESENT:
+            raise ValueError(f"{act.value} carries no value or status: only a resolution does")
+        if act is StewardAct.APPROVE and not (self.resolves_decision_id and self.basis_digest):
+            raise ValueError(
+                "approve names the basis it saw: the key's decision (resolves_decision_id) "
+                "and the digest of its evidence (basis_digest)"
+            )
+        return self
 
     def with_subject(self, subject: str) -> Resolution:
         return self.model_copy(update={"subject": subject})

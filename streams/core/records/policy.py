@@ -117,6 +117,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
+class Review(_Strict):
+    """Who must agree before a steward's resolution or undo counts (four eyes, or more)."""
+
+    approvals: int = Field(default=0, ge=0, le=5)
+    """How many stewards must approve it; 0: it counts as soon as it is made."""
+    author_may_approve: bool = False
+    """Whether its author's own approval counts towards them."""
+
+
 class Defaults(_Strict):
     """The rules of every field that does not set its own."""
 
@@ -132,6 +141,8 @@ class Defaults(_Strict):
     """How far past now a claim or resolution may be dated before it is refused."""
     escalate_after: BoundedDuration = timedelta(minutes=15)
     """How long a conflict may stay open before it goes to the escalations topic."""
+    review: Review = Review()
+    """Who must approve a steward's resolution or undo before it counts."""
 
 
 # A policy gives sources the authorities of observations; asserted and inferred come from a
@@ -227,6 +238,8 @@ class FieldPolicy(_Strict):
     """A value changed across an epoch: reobserve (quarantined until seen twice) or accept."""
     escalate_after: BoundedDuration | None = None
     """How long a conflict may stay open before it goes to the escalations topic."""
+    review: Review | None = None
+    """Who must approve a steward's resolution or undo of this field before it counts."""
     authorities: dict[str, ObservedAuthority] = Field(default_factory=dict)
     """This field's own authority per source, in place of the source's."""
 
@@ -263,6 +276,7 @@ class FieldRules(_Strict):
     min_independent_sources: int
     epoch_change: EpochChangeRule
     escalate_after: timedelta
+    review: Review
     authorities: dict[str, Authority]
 
 
@@ -363,6 +377,7 @@ class Policy(_Strict):
             or d.min_independent_sources,
             epoch_change=field_policy.epoch_change or d.epoch_change,
             escalate_after=field_policy.escalate_after or d.escalate_after,
+            review=field_policy.review or d.review,
             authorities=field_policy.authorities,
         )
 

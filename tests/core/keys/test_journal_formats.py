@@ -45,8 +45,9 @@ def in_json(version: object) -> bytes:
     return json.dumps({**_record(), "version": version}).encode()
 
 
-def test_the_current_version_reads_back() -> None:
-    assert decode_state(journaled(4)).claims[0].claim.claim_id == "c1"
+@pytest.mark.parametrize("version", [4, 5])
+def test_the_current_versions_read_back(version: int) -> None:
+    assert decode_state(journaled(version)).claims[0].claim.claim_id == "c1"
 
 
 def test_version_3_reads_back_from_its_json() -> None:
@@ -57,10 +58,10 @@ def test_version_3_reads_back_from_its_json() -> None:
 
 def test_a_newer_version_is_refused_with_what_to_do() -> None:
     with pytest.raises(UnknownStateFormat) as refused:
-        decode_state(journaled(5))
-    assert refused.value.version == 5
+        decode_state(journaled(6))
+    assert refused.value.version == 6
     assert str(refused.value) == (
-        "key state format v5 is newer than this release reads (v1-v4): upgrade, or restore "
+        "key state format v6 is newer than this release reads (v1-v5): upgrade, or restore "
         "from a changelog written by this release (runbook: Upgrades and rollbacks)"
     )
 
