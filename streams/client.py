@@ -34,6 +34,7 @@ from streams.core.records.contracts import (
     Decision,
     Outcome,
     Resolution,
+    StewardAct,
     Value,
 )
 from streams.core.records.errors import ClaimstreamError, RejectedInput, validation_problems
@@ -137,16 +138,21 @@ def build_resolution(
     resolves_decision_id: str | None = None,
     resolution_id: str | None = None,
     origin: str = "resolution",
+    act: StewardAct | str = StewardAct.RESOLVE,
+    target_id: str | None = None,
+    basis_digest: str | None = None,
 ) -> Resolution:
-    """A person's decision about one key as a `Resolution` record: it covers the claims observed
-    before `decided_at`. Without `resolution_id` it gets a fresh one. With `policy`, a bare value
-    takes the field's unit and the value is checked the way the worker will check it, so a
-    mistake is refused here rather than dead-lettered later. Raises ClaimstreamError naming
-    `origin`, one problem per line."""
+    """A person's statement about one key as a `Resolution` record: by default a resolution
+    (`act` resolve), which covers the claims observed before `decided_at`; else an undo of the
+    resolution `target_id`, or a review of that proposal (approve, naming the decision and
+    evidence digest it saw; reject; send_back). Without `resolution_id` it gets a fresh one.
+    With `policy`, a bare value takes the field's unit and the statement is checked the way the
+    worker will check it, so a mistake is refused here rather than dead-lettered later. Raises
+    ClaimstreamError naming `origin`, one problem per line."""
     if not decided_by.strip():
         raise ClaimstreamError(f"{origin}: a resolution names who decided it (decided_by)")
     rules = policy.rules_for(field) if policy is not None else None
-    if unit is None and rules is not None:
+    if unit is None and rules is not None and act == StewardAct.RESOLVE:
         unit = rules.unit or rules.currency
     try:
         resolution = Resolution.model_validate(
@@ -161,6 +167,9 @@ def build_resolution(
                 "note": note,
                 "decided_at": decided_at,
                 "resolves_decision_id": resolves_decision_id,
+                "act": act,
+                "target_id": target_id,
+                "basis_digest": basis_digest,
             }
         )
     except ValidationError as exc:

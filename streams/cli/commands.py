@@ -33,7 +33,7 @@ from streams.cli.signing import steward_signer
 from streams.core.reading.explain import explain
 from streams.core.reading.preview_report import render_answer
 from streams.core.reading.replay import ReplayResult, TimedReplay, replay, replay_with_clock
-from streams.core.records.contracts import ClaimStatus, Decision, Resolution
+from streams.core.records.contracts import ClaimStatus, Decision, Resolution, StewardAct
 from streams.core.records.errors import ClaimstreamError
 from streams.core.records.policy import Policy, load_policy
 from streams.core.records.policy_schema import policy_schema_text
@@ -421,7 +421,10 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
     _client_logs_quiet()
     status = ClaimStatus(args.status)
-    if (args.value is None) == (status is ClaimStatus.PRESENT):
+    undo = args.undo is not None
+    if undo and (args.value is not None or status is not ClaimStatus.PRESENT):
+        raise ClaimstreamError("--undo takes back a resolution: give no --value or --status")
+    if not undo and (args.value is None) == (status is ClaimStatus.PRESENT):
         raise ClaimstreamError(
             "give --value for a present value, or --status not_found without a value"
         )
@@ -436,13 +439,16 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         unit=args.unit,
         note=args.note,
         resolves_decision_id=args.decision_id,
+        act=StewardAct.UNDO if undo else StewardAct.RESOLVE,
+        target_id=args.undo,
     )
     settings = settings_from(args)
     signer = steward_signer(args, settings) if args.key_id else None
     asyncio.run(publish_resolutions(settings, [resolution], signer))
     print(resolution.model_dump_json())
     print(
-        f"resolve: {resolution.resolution_id} sent for {args.subject} {args.field}",
+        f"resolve: {'undo of ' + args.undo + ' ' if undo else ''}{resolution.resolution_id} "
+        f"sent for {args.subject} {args.field}",
         file=sys.stderr,
     )
     return 0

@@ -34,6 +34,7 @@ from streams.cli.commands import (
     cmd_worker,
     settings_from,
 )
+from streams.cli.review import add_review_commands
 from streams.core.records.contracts import ClaimStatus, parse_instant
 from streams.core.records.errors import ClaimstreamError
 from streams.core.records.policy import parse_duration
@@ -333,6 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--decision-id", metavar="ID", help="the conflict decision you looked at"
     )
     resolve_parser.add_argument(
+        "--undo",
+        metavar="ID",
+        help="take back the resolution ID instead: the key returns to the policy's own "
+        "decision (reviewed like a resolution where the policy asks)",
+    )
+    resolve_parser.add_argument(
         "--policy",
         type=Path,
         metavar="FILE",
@@ -385,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history_parser.set_defaults(handler=cmd_policy_history)
     add_alias_commands(commands, connection, _instant_argument)
+    add_review_commands(commands, connection)
 
     redrive_parser = commands.add_parser(
         "replay-dead-letters",

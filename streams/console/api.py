@@ -35,13 +35,20 @@ from streams.console.live import END, LiveDecisions, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import Refusal, StewardTokens
 from streams.core.keys.state import KeyState, split_key, state_key
-from streams.core.keys.transitions import current_decision, stale_view
+from streams.core.keys.stewardship import basis_digest
+from streams.core.keys.transitions import basis_now, current_decision, stale_view
 from streams.core.reading.alias_preview import alias_preview, touched_keys
 from streams.core.reading.asof import NoBeliefAsOf, belief_as_of
 from streams.core.reading.explain import explain
 from streams.core.reading.policy_preview import Previewer
 from streams.core.records import contracts
-from streams.core.records.contracts import ClaimStatus, ConflictKind, Resolution
+from streams.core.records.contracts import (
+    PROPOSALS,
+    ClaimStatus,
+    ConflictKind,
+    Resolution,
+    StewardAct,
+)
 from streams.core.records.errors import AliasError, ClaimstreamError, PolicyError
 from streams.core.records.policy import FieldRules, Policy, policy_from_text
 from streams.core.sources.settlement import ledger_document
@@ -266,6 +273,11 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
                 "key": key,
                 "worker": ownership.url,
                 "decision": current.model_dump(mode="json"),
+                # What an approval names as the basis its steward saw (stewardship.py).
+                "basis": {
+                    "decision_id": current.decision_id,
+                    "evidence_digest": basis_digest(current),
+                },
                 "explain": explain(current, state.resolutions),
                 "last_emitted": state.current.as_json() if state.current else None,
                 "open_since": state.conflict_since.isoformat() if state.conflict_since else None,
@@ -299,6 +311,7 @@ async def decision_history(console: Console, web: View, request: Request, key: s
                     for s in state.claims
                 ],
                 "resolutions": [r.model_dump(mode="json") for r in state.resolutions],
+                "steward_log": [step.as_json() for step in state.steward_log],
             }
         )
 
@@ -327,7 +340,8 @@ def _as_of_answer(
 
 
 async def resolve(console: Console, web: View, request: Request) -> Response:
-    """A steward's resolution, published to the resolutions topic."""
+    """A steward's statement (a resolution by default; `act`: undo, approve, reject,
+    send_back), published to the resolutions topic as the token's steward."""
 
     def refused(refusal: Refusal, status: int, message: str) -> Response:
         console.metrics.console_writes_refused.labels(refusal.value).inc()
@@ -358,6 +372,9 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
             value=body.get("value"),
             note=note,
             resolves_decision_id=body.get("resolves_decision_id") or None,
+            act=StewardAct(body.get("act") or StewardAct.RESOLVE),
+            target_id=body.get("target_id") or None,
+            basis_digest=body.get("basis_digest") or None,
         )
     except (ClaimstreamError, ValueError) as exc:
         return refused(Refusal.INVALID, 400, str(exc))
@@ -387,7 +404,18 @@ def _stale_here(console: Console, resolution: Resolution) -> str | None:
     rules = console.policy.rules_for(resolution.field)
     if state is None or rules is None:
         return None
-    stale = stale_view(state, resolution, rules, console.policy.version, console.clock())
+    version, now = console.policy.version, console.clock()
+    if resolution.act is StewardAct.APPROVE:
+        seen, now_is = (
+            (resolution.resolves_decision_id, resolution.basis_digest),
+            basis_now(state, rules, version, now),
+        )
+        if seen == now_is:
+            return None
+        return f"approve saw {seen}, but the key's decision and evidence are {now_is}: look again"
+    if resolution.act not in PROPOSALS:
+        return None
+    stale = stale_view(state, resolution, rules, version, now)
     return None if stale is None else stale.detail
 
 

@@ -344,10 +344,11 @@ async def wait_for_decisions(
 
 
 def write_policy(path: Path, **field_options: dict[str, object]) -> Path:
-    """The example policy with some fields' options replaced (e.g. a shorter freshness)."""
+    """The example policy with some fields' options replaced (e.g. a shorter freshness), or
+    fields added."""
     policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
     for field_name, options in field_options.items():
-        policy["fields"][field_name].update(options)
+        policy["fields"].setdefault(field_name, {}).update(options)
     path.write_text(yaml.safe_dump(policy))
     return path
 

@@ -1,8 +1,10 @@
 """Time decides on every store and guarantee: what a worker sends is replay's with the clock in it.
 
 A seeded history in which time matters (claims whose freshness runs out, a fresh claim after
-the key went insufficient, conflicts that escalate, a conflict a person resolves first,
-redeliveries) is published in real time, each record stamped with its own instant, to four
+the key went insufficient, conflicts that escalate, a conflict a person resolves first, one
+whose resolution is undone, one settled only once a second steward approves it, and an approval
+refused as stale because new evidence arrived after its steward looked, redeliveries) is
+published in real time, each record stamped with its own instant, to four
 workers at once on one Apache Kafka broker: memory and RocksDB stores, at least once and exactly
 once. Each worker is stopped cleanly and restarted, then SIGKILLed and restarted, while the
 history runs. Then, key by key, the decisions and escalations on the topics are those
@@ -25,10 +27,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from streams.core.admission.intake import admit
 from streams.core.keys.state import state_key
+from streams.core.keys.transitions import add_claim, basis_now
 from streams.core.reading.replay import replay_with_clock
-from streams.core.records.contracts import Claim, Outcome, Resolution
-from streams.core.records.policy import load_policy
+from streams.core.records.contracts import Claim, Outcome, RejectReason, Resolution
+from streams.core.records.policy import Policy, load_policy
 from streams.devkit.brokers import KafkaBroker
 from tests.stream.support import (
     CODEC,
@@ -48,6 +52,9 @@ FRESHNESS_S = 8  # order.payment_status
 ESCALATE_S = 10  # contract.seats
 KEYS_PER_CASE = 5
 RESTART_AT_S, KILL_AT_S, END_AT_S = 6.0, 14.0, 26.0
+
+
+REVIEWED = "contract.reviewed_seats"  # a resolution counts once another steward approves it
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ def _history(rng: random.Random) -> list[Event]:
                 a + 4, "resolved_first", f"resolved_first-{i}", "contract.seats", resolution, True
             )
         )
+        events += _steward_cases(a, i, claim)
     # Redeliveries: a producer retried after a lost acknowledgement.
     claims = [e for e in events if not e.resolution]
     events += [
@@ -106,23 +114,95 @@ def _history(rng: random.Random) -> list[Event]:
     return sorted(events, key=lambda e: e.at_s + e.late_s)
 
 
-def _model(event: Event, start: datetime) -> Claim | Resolution:
+def _steward_cases(a: float, i: int, claim: Callable[..., Event]) -> list[Event]:
+    """A resolution undone; a proposal approved by another steward across a restart; an
+    approval whose steward looked before new evidence arrived (stale: the proposal goes back)."""
+    seats = "contract.seats"
+    events = [
+        claim(a, "undone", f"undone-{i}", seats, source="crm", value=12),
+        claim(a + 1, "undone", f"undone-{i}", seats, source="order-form", value=15),
+        Event(a + 3, "undone", f"undone-{i}", seats, _said(f"u{i}", "alice", value=12), True),
+        Event(a + 7, "undone", f"undone-{i}", seats, _said(f"uu{i}", "bob", "undo", f"u{i}"), True),
+    ]
+    for case, approved_at in (("approved", a + 11), ("stale", a + 7)):
+        subject = f"{case}-{i}"
+        events += [
+            claim(a, case, subject, REVIEWED, source="crm", value=12),
+            claim(a + 1, case, subject, REVIEWED, source="order-form", value=15),
+            Event(a + 3, case, subject, REVIEWED, _said(f"p{i}", "alice", value=12), True),
+            Event(
+                approved_at,
+                case,
+                subject,
+                REVIEWED,
+                _said(f"ok{i}", "bob", "approve", f"p{i}", basis_at=a + 2),
+                True,
+            ),
+        ]
+    events.append(claim(a + 5, "stale", f"stale-{i}", REVIEWED, source="crm", value=13))
+    return events
+
+
+def _said(
+    statement_id: str, by: str, act: str = "resolve", target: str | None = None, **more: Any
+) -> dict[str, Any]:
+    """A steward's statement; `basis_at`: the second the approving steward looked at the key."""
+    return {"resolution_id": statement_id, "decided_by": by, "act": act, "target_id": target} | more
+
+
+def _records(history: list[Event], start: datetime, policy: Policy) -> list[Claim | Resolution]:
+    """Each event's record, in the history's order."""
+    return [_model(event, start, history, policy) for event in history]
+
+
+def _model(
+    event: Event, start: datetime, history: list[Event], policy: Policy
+) -> Claim | Resolution:
     at = start + timedelta(seconds=event.at_s)
     common = {"subject": event.subject, "field": event.field}
-    if event.resolution:
-        return Resolution.model_validate({**event.record, **common, "decided_at": at})
-    return Claim.model_validate({**event.record, **common, "observed_at": at})
+    if not event.resolution:
+        return Claim.model_validate({**event.record, **common, "observed_at": at})
+    record = dict(event.record)
+    looked = record.pop("basis_at", None)
+    if looked is not None:  # what the key's decision was when its steward looked
+        looked_at = start + timedelta(seconds=looked)
+        decision_id, digest = _basis(event, start, history, policy, looked_at)
+        record |= {"resolves_decision_id": decision_id, "basis_digest": digest}
+    return Resolution.model_validate({**record, **common, "decided_at": at})
 
 
-async def _publish(history: list[Event], start: datetime, deployments: list[Deployment]) -> None:
+def _basis(
+    event: Event, start: datetime, history: list[Event], policy: Policy, looked: datetime
+) -> tuple[str, str]:
+    """The key's decision and evidence digest at `looked`, from its claims until then."""
+    rules = policy.rules_for(event.field)
+    assert rules is not None
+    state = None
+    for earlier in history:
+        at = start + timedelta(seconds=earlier.at_s)
+        if earlier.subject == event.subject and not earlier.resolution and at <= looked:
+            claim = _model(earlier, start, history, policy)
+            assert isinstance(claim, Claim)
+            state = add_claim(state, admit(claim, policy, at), rules, policy.version, at).state
+    assert state is not None
+    basis = basis_now(state, rules, policy.version, looked)
+    assert basis is not None
+    return basis
+
+
+async def _publish(
+    history: list[Event],
+    records: list[Claim | Resolution],
+    start: datetime,
+    deployments: list[Deployment],
+) -> None:
     """Each record to every deployment at its instant, stamped with it."""
     producer = AIOKafkaProducer(bootstrap_servers=deployments[0].bootstrap, acks="all")
     await producer.start()
     try:
-        for event in history:
+        for event, model in zip(history, records, strict=True):
             at = start + timedelta(seconds=event.at_s)
             await asyncio.sleep(max(0.0, at.timestamp() + event.late_s - time.time()))
-            model = _model(event, start)
             key = state_key(event.subject, event.field).encode()
             for deployment in deployments:
                 topics = deployment.topics
@@ -158,11 +238,15 @@ class Replayed:
     cases: dict[str, str]
 
 
-def _replayed(history: list[Event], start: datetime, now: datetime, policy: Path) -> Replayed:
-    claims = [_model(e, start).model_dump_json() for e in history if not e.resolution]
-    resolutions = [_model(e, start).model_dump_json() for e in history if e.resolution]
-    timed = replay_with_clock(claims, load_policy(policy), now, resolutions)
-    assert timed.rejections == []
+def _replayed(
+    history: list[Event], records: list[Claim | Resolution], now: datetime, policy: Policy
+) -> Replayed:
+    claims = [r.model_dump_json() for r in records if isinstance(r, Claim)]
+    resolutions = [r.model_dump_json() for r in records if isinstance(r, Resolution)]
+    timed = replay_with_clock(claims, policy, now, resolutions)
+    # The only refusals: the stale approvals, one a key of that case.
+    assert [r.reason for r in timed.rejections] == [RejectReason.STALE_DECISION] * KEYS_PER_CASE
+    assert all("is sent back to its author" in r.detail for r in timed.rejections)
     assert timed.rejected_resolutions == []
     replayed = Replayed({}, {}, {}, {e.subject: e.case for e in history})
     for emitted in timed.emitted:
@@ -186,6 +270,12 @@ def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
         **{
             "order.payment_status": {"freshness": f"{FRESHNESS_S}s", "escalate_after": "1h"},
             "contract.seats": {"freshness": "none", "escalate_after": f"{ESCALATE_S}s"},
+            REVIEWED: {
+                "type": "integer",
+                "freshness": "none",
+                "escalate_after": "1h",
+                "review": {"approvals": 1},
+            },
         },
     )
     deployments = every_store_and_guarantee(kafka.bootstrap, tmp_path, policy)
@@ -194,10 +284,11 @@ def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
     try:
         asyncio.run(start_ready(workers))
         start = datetime.fromtimestamp(round(time.time() + 1.0), UTC)
-        asyncio.run(_run(history, start, deployments, workers))
+        records = _records(history, start, load_policy(policy))
+        asyncio.run(_run(history, records, start, deployments, workers))
         time.sleep(max(0.0, start.timestamp() + END_AT_S - time.time()))
         now = datetime.now(UTC)
-        replayed = _replayed(history, start, now, policy)
+        replayed = _replayed(history, records, now, load_policy(policy))
         _check_the_table(replayed)
         for deployment, worker in zip(deployments, workers, strict=True):
             _check_deployment(deployment, worker, replayed)
@@ -210,11 +301,12 @@ def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
 
 async def _run(
     history: list[Event],
+    records: list[Claim | Resolution],
     start: datetime,
     deployments: list[Deployment],
     workers: list[WorkerProcess],
 ) -> None:
-    await asyncio.gather(_publish(history, start, deployments), _faults(start, workers))
+    await asyncio.gather(_publish(history, records, start, deployments), _faults(start, workers))
 
 
 def _check_the_table(replayed: Replayed) -> None:
@@ -232,6 +324,13 @@ def _check_the_table(replayed: Replayed) -> None:
         "escalates": ([resolved, Outcome.CONFLICT], 1),
         # the same conflict, resolved by a person before it escalates
         "resolved_first": ([resolved, Outcome.CONFLICT, resolved], 0),
+        # resolved by a person, then undone: the conflict again, escalated 10 s on
+        "undone": ([resolved, Outcome.CONFLICT, resolved, Outcome.CONFLICT], 1),
+        # a proposal changes nothing; its approval, across a restart, resolves the conflict
+        "approved": ([resolved, Outcome.CONFLICT, resolved], 0),
+        # new evidence before the approval (the same conflict, with other evidence): the
+        # approval is stale, the proposal goes back, the conflict stays
+        "stale": ([resolved, Outcome.CONFLICT], 0),
     }
     counts = dict.fromkeys(wanted, 0)
     for key, outcomes in replayed.outcomes.items():
@@ -271,7 +370,35 @@ def _check_deployment(deployment: Deployment, worker: WorkerProcess, replayed: R
         answer = worker.get(f"/api/decisions/{key}")
         answers[(subject, field)] = answer["decision"]["decision_id"] if answer else None
     assert answers == {k: v[-1][0] for k, v in decisions.items()}, label
+    _check_stewards(worker, replayed, label)
     print(
         f"time[{label}]: keys={len(decisions)} decisions={sum(map(len, decisions.values()))} "
         f"escalations={sum(map(len, escalations.values()))} repeated={repeated}"
     )
+
+
+def _check_stewards(worker: WorkerProcess, replayed: Replayed, label: str) -> None:
+    """Where each steward case's statements stand in the worker's key state, restarts and all:
+    the approved proposal in force, the stale one sent back, the undone resolution kept."""
+    wanted = {
+        "approved": {"p": "in_force", "ok": "recorded"},
+        "stale": {"p": "sent_back"},
+        "undone": {"u": "undone", "uu": "applied"},
+    }
+    for (subject, field), case in {
+        key: replayed.cases[key[0]]
+        for key in replayed.decisions
+        if replayed.cases[key[0]] in wanted
+    }.items():
+        i = subject.rsplit("-", 1)[1]
+        history = worker.get(
+            f"/api/decisions/{urllib.parse.quote(f'{subject}|{field}', safe='')}/history"
+        )
+        assert history is not None, (label, subject)
+        standing = {r["resolution_id"]: "in_force" for r in history["resolutions"]} | {
+            s["resolution_id"]: s["standing"] for s in history["steward_log"]
+        }
+        assert standing == {f"{prefix}{i}": s for prefix, s in wanted[case].items()}, (
+            label,
+            subject,
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from streams.core.records.contracts import Resolution
 
@@ -35,3 +36,11 @@ class StewardStep:
     standing: Standing
     needs: int = 0
     why: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The statement as the web API and the CLI show it, with where it stands."""
+        return self.statement.model_dump(mode="json") | {
+            "standing": self.standing.value,
+            "needs": self.needs,
+            "why": self.why,
+        }

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.steward_log import Standing, StewardStep
@@ -41,8 +41,6 @@ class Stewarded:
     resolutions: tuple[Resolution, ...]
     log: tuple[StewardStep, ...]
     refused: ContractError | None = None
-    note: str | None = None
-    """Added to the decision's reason when the statement changes what counts (an undo)."""
 
 
 def basis_digest(decision: Decision) -> str:
@@ -183,9 +181,11 @@ def _applied(
         return _bounded(state.resolutions, _with(log, proposal, closed), limits)
     applied = StewardStep(said, Standing.APPLIED, proposal.needs)
     log = (*_with(log, proposal, applied), StewardStep(undone, Standing.UNDONE))
+    # The decision is then the policy's own, as it was before the resolution (the same id):
+    # the undo and the undone resolution are in the log, not in its reason, where a note would
+    # last only until the key is next decided.
     resolutions = tuple(r for r in state.resolutions if r is not undone)
-    note = f"resolution {undone.resolution_id} undone by {said.resolution_id}"
-    return replace(_bounded(resolutions, log, limits), note=note)
+    return _bounded(resolutions, log, limits)
 
 
 def _with(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from operator import attrgetter
 from typing import Literal
 
@@ -237,13 +238,7 @@ def _resolved(
         if stale is not None:
             transition = _decide(state, rules, policy_version, now, "resolution", limits)
             return replace(transition, refused=stale)
-
-    def basis() -> tuple[str, str] | None:
-        if not state.claims:
-            return None
-        decision = current_decision(state, rules, policy_version, now)
-        return decision.decision_id, stewardship.basis_digest(decision)
-
+    basis = partial(basis_now, state, rules, policy_version, now)
     taken = stewardship.take(state, resolution, rules, basis, limits)
     state.steward_log = taken.log
     transition = _decide(
@@ -254,7 +249,6 @@ def _resolved(
         "resolution",
         limits,
         resolutions=taken.resolutions,
-        note=taken.note,
     )
     return replace(transition, refused=taken.refused) if taken.refused else transition
 
@@ -349,6 +343,17 @@ def current_decision(
     if last is not None and arbitration.decision_id == last.decision_id:
         arbitration = arbitration.restated(now, last.supersedes)
     return arbitration.decision
+
+
+def basis_now(
+    state: KeyState, rules: FieldRules, policy_version: str, now: datetime
+) -> tuple[str, str] | None:
+    """The key's decision at `now` as an approval names the basis it saw: its id and evidence
+    digest (`stewardship.basis_digest`); None while the key holds no claim."""
+    if not state.claims:
+        return None
+    decision = current_decision(state, rules, policy_version, now)
+    return decision.decision_id, stewardship.basis_digest(decision)
 
 
 def _arbitrate(

@@ -197,7 +197,7 @@ def test_an_undo_returns_the_key_to_the_policys_own_decision_and_keeps_the_undon
     assert step.emitted is not None
     assert own is not None
     assert step.emitted.decision.outcome == own.outcome == "conflict"
-    assert "resolution r1 undone by u1" in step.emitted.decision.reason
+    assert step.emitted.decision.decision_id == own.decision_id  # the policy's own, again
     assert key.state.resolutions == ()
     assert key.standing("r1") is Standing.UNDONE
     assert key.standing("u1") is Standing.APPLIED
