@@ -385,20 +385,16 @@ def _check_stewards(worker: WorkerProcess, replayed: Replayed, label: str) -> No
         "stale": {"p": "sent_back"},
         "undone": {"u": "undone", "uu": "applied"},
     }
-    for (subject, field), case in {
-        key: replayed.cases[key[0]]
-        for key in replayed.decisions
-        if replayed.cases[key[0]] in wanted
-    }.items():
+    for subject, field in replayed.decisions:
+        case = replayed.cases[subject]
+        if case not in wanted:
+            continue
         i = subject.rsplit("-", 1)[1]
-        history = worker.get(
-            f"/api/decisions/{urllib.parse.quote(f'{subject}|{field}', safe='')}/history"
-        )
+        key = urllib.parse.quote(f"{subject}|{field}", safe="")
+        history = worker.get(f"/api/decisions/{key}/history")
         assert history is not None, (label, subject)
         standing = {r["resolution_id"]: "in_force" for r in history["resolutions"]} | {
             s["resolution_id"]: s["standing"] for s in history["steward_log"]
         }
-        assert standing == {f"{prefix}{i}": s for prefix, s in wanted[case].items()}, (
-            label,
-            subject,
-        )
+        expected = {f"{prefix}{i}": s for prefix, s in wanted[case].items()}
+        assert standing == expected, (label, subject)
