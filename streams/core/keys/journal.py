@@ -285,6 +285,7 @@ def _stored_resolution(resolution: Resolution, key_subject: str) -> StoredResolu
         act=resolution.act,
         target_id=resolution.target_id,
         basis_digest=resolution.basis_digest,
+        assignee=resolution.assignee,
     )
 
 
@@ -398,6 +399,7 @@ def _resolution(
             "act": stored.act,
             "target_id": stored.target_id,
             "basis_digest": stored.basis_digest,
+            "assignee": stored.assignee,
         },
     )
 

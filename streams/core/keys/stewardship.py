@@ -14,6 +14,9 @@ worker, a restart and replay take each at the same instant and reach the same st
 - A reviewer may reject a proposal, or send it back to its author, with a note.
 - An undo takes a resolution in force back: the key returns to the policy's own decision, the
   undone resolution kept in the log.
+- A key's task (its open conflict, its proposals) is held by the steward an `assign` names,
+  until their lease lapses (`review.lease` after their last statement on the key): anyone takes
+  a task nobody holds; only its holder hands it on or releases it (`task_of`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,18 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.steward_log import Standing, StewardStep
 from streams.core.keys.upkeep import latest_resolutions
-from streams.core.records.contracts import Decision, RejectReason, Resolution, StewardAct
+from streams.core.records.contracts import (
+    OPEN_OUTCOMES,
+    Decision,
+    RejectReason,
+    Resolution,
+    StewardAct,
+)
 from streams.core.records.errors import ContractError
 from streams.core.records.policy import FieldRules
 
@@ -67,6 +77,33 @@ def known(state: KeyState, statement_id: str) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A key's task for its stewards at an instant: who holds it (None: nobody, or a lease that
+    lapsed), until when, and how many proposals on it wait for review."""
+
+    assignee: str | None
+    lease_until: datetime | None
+    waiting_for_review: int
+
+
+def task_of(state: KeyState, rules: FieldRules, now: datetime) -> Task:
+    """The key's task at `now`: held by the last `assign`'s assignee until `review.lease` after
+    that steward's last statement on the key, and no longer once it has lapsed."""
+    waiting = sum(s.standing is Standing.PENDING for s in state.steward_log)
+    assigned = next(
+        (s.statement for s in reversed(state.steward_log) if s.statement.act is StewardAct.ASSIGN),
+        None,
+    )
+    if assigned is None or assigned.assignee is None:
+        return Task(None, None, waiting)
+    holder = assigned.assignee
+    said = [s.statement for s in state.steward_log] + list(state.resolutions)
+    active = max([assigned.decided_at] + [r.decided_at for r in said if r.decided_by == holder])
+    until = active + rules.review.lease
+    return Task(holder, until, waiting) if now < until else Task(None, None, waiting)
+
+
 def take(
     state: KeyState, said: Resolution, rules: FieldRules, basis: Basis | None, limits: Limits
 ) -> Stewarded:
@@ -77,6 +114,8 @@ def take(
     act = said.act
     if act is StewardAct.RESOLVE or act is StewardAct.UNDO:
         return _proposed(state, said, rules, limits)
+    if act is StewardAct.ASSIGN:
+        return _assigned(state, said, rules, limits)
     target = _pending(state.steward_log, said.target_id)
     if target is None:
         return _refused(state, _no_proposal(state, said))
@@ -86,6 +125,25 @@ def take(
     closed = StewardStep(target.statement, standing, target.needs)
     log = _replaced(state.steward_log, target, closed)
     return _bounded(state.resolutions, (*log, _recorded(said)), limits)
+
+
+def _assigned(state: KeyState, said: Resolution, rules: FieldRules, limits: Limits) -> Stewarded:
+    """Who holds the task: anyone takes one nobody holds; only its holder hands it on or
+    releases it while the lease runs."""
+    current = state.current
+    waiting = any(s.standing is Standing.PENDING for s in state.steward_log)
+    what = f"assign {said.resolution_id!r}"
+    if not waiting and (current is None or current.outcome not in OPEN_OUTCOMES):
+        return _refused(state, f"{what}: {state.subject}|{state.field} has no open task")
+    held = task_of(state, rules, said.decided_at)
+    if held.assignee is not None and held.assignee != said.decided_by:
+        assert held.lease_until is not None
+        return _refused(
+            state,
+            f"{what}: the task is {held.assignee}'s until {held.lease_until.isoformat()} "
+            "(its holder hands it on or releases it; its lease lapses without a statement)",
+        )
+    return _bounded(state.resolutions, (*state.steward_log, _recorded(said)), limits)
 
 
 def _proposed(state: KeyState, said: Resolution, rules: FieldRules, limits: Limits) -> Stewarded:

@@ -129,6 +129,7 @@ class StoredResolution(
         "act": "act",
         "target_id": "tg",
         "basis_digest": "bd",
+        "assignee": "as",
     },
 ):
     """A resolution; `sent_about`, the subject it named, where an alias put it on the key of
@@ -146,6 +147,7 @@ class StoredResolution(
     act: StewardAct = StewardAct.RESOLVE
     target_id: str | None = None
     basis_digest: str | None = None
+    assignee: str | None = None
 
 
 class StoredStep(

@@ -45,7 +45,7 @@ REASON_BYTES = (64 + 2 * (NOTE_CHARS + 2)) * _UTF8
 """A decision's reason at most: its code, then at most two notes."""
 # A steward's statement (a resolution in force, or one of the steward log's: its standing and
 # why, the worker's words, under 512 bytes); a key keeps `resolutions_per_key` of them in all.
-_RESOLUTION = 64 + 6 * _ID + _VALUE + NOTE_CHARS * _UTF8 + 3 * 10 + 512
+_RESOLUTION = 64 + 7 * _ID + _VALUE + NOTE_CHARS * _UTF8 + 3 * 10 + 512
 _SUMMARY = 64 + 2 * 40 + _VALUE + REASON_BYTES + 10
 _REFUSAL = 16 + REFUSAL_CHARS * _UTF8
 _INT64 = (-(2**63), 2**64 - 1)  # what a stored integer holds as a number, not as its digits
@@ -129,6 +129,7 @@ def check_resolution(resolution: Resolution) -> None:
         ("resolves_decision_id", resolution.resolves_decision_id, ID_CHARS),
         ("target_id", resolution.target_id, ID_CHARS),
         ("basis_digest", resolution.basis_digest, ID_CHARS),
+        ("assignee", resolution.assignee, ID_CHARS),
     ):
         if _longer(text, most):
             assert text is not None

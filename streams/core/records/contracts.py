@@ -329,13 +329,15 @@ class ReobserveRequest(_Record):
 class StewardAct(StrEnum):
     """What a steward's statement does: `resolve` decides a key's value, `undo` takes a
     resolution back; the policy may hold either as a proposal until others `approve` it, and a
-    reviewer may instead `reject` it or `send_back` to its author."""
+    reviewer may instead `reject` it or `send_back` to its author. `assign` gives the key's task
+    (its open conflict, its proposals) to a steward, or to nobody."""
 
     RESOLVE = "resolve"
     UNDO = "undo"
     APPROVE = "approve"
     REJECT = "reject"
     SEND_BACK = "send_back"
+    ASSIGN = "assign"
 
 
 REVIEWS = frozenset({StewardAct.APPROVE, StewardAct.REJECT, StewardAct.SEND_BACK})
@@ -359,13 +361,20 @@ class Resolution(_Record):
     act: StewardAct = StewardAct.RESOLVE
     target_id: str | None = None
     basis_digest: str | None = None
+    assignee: str | None = None
 
     @model_validator(mode="after")
     def _says_what_its_act_needs(self) -> Resolution:
         act = self.act
+        if self.assignee is not None and act is not StewardAct.ASSIGN:
+            raise ValueError("only assign names an assignee")
         if act is StewardAct.RESOLVE:
             if self.target_id is not None:
                 raise ValueError("a resolution names no target_id (an undo or a review does)")
+            return self
+        if act is StewardAct.ASSIGN:
+            if self.target_id is not None or self.value is not None:
+                raise ValueError("assign names an assignee (or none), no target_id or value")
             return self
         if not self.target_id:
             raise ValueError(f"{act.value} names the resolution it is about in target_id")

@@ -124,6 +124,9 @@ class Review(_Strict):
     """How many stewards must approve it; 0: it counts as soon as it is made."""
     author_may_approve: bool = False
     """Whether its author's own approval counts towards them."""
+    lease: BoundedDuration = timedelta(minutes=30)
+    """How long a steward holds a key's task without a statement on the key before it lapses
+    and another may take it."""
 
 
 class Defaults(_Strict):

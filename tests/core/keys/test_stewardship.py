@@ -13,7 +13,7 @@ from streams.core.admission.intake import admit
 from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.steward_log import Standing
-from streams.core.keys.stewardship import basis_digest
+from streams.core.keys.stewardship import basis_digest, task_of
 from streams.core.keys.transitions import Transition, add_claim, add_resolution, current_decision
 from streams.core.records.contracts import RejectReason, Resolution, StewardAct
 from streams.core.records.policy import Policy, Review, load_policy
@@ -267,3 +267,45 @@ def test_a_statement_that_lacks_what_its_act_needs_is_refused_by_the_contract(
 
 def test_the_act_defaults_to_resolve() -> None:
     assert said("r1", "alice", 1, value="paid").act is StewardAct.RESOLVE
+
+
+def assign(statement_id: str, by: str, seconds: int, to: str | None) -> Resolution:
+    return said(statement_id, by, seconds, act="assign", assignee=to)
+
+
+def test_a_task_is_taken_handed_on_and_released_only_by_its_holder() -> None:
+    key = Key(PLAIN)
+    assert task_of(key.state, key.rules, NOW).assignee is None
+    assert key.take(assign("t1", "alice", 5, "alice")).refused is None
+    taken = task_of(key.state, key.rules, NOW + timedelta(seconds=6))
+    assert taken.assignee == "alice"
+    assert taken.lease_until == NOW + timedelta(seconds=5) + key.rules.review.lease
+    grab = key.take(assign("t2", "bob", 7, "bob"))
+    assert grab.refused is not None
+    assert "alice's until" in grab.refused.detail
+    assert key.take(assign("t3", "alice", 8, "bob")).refused is None  # handed on
+    assert task_of(key.state, key.rules, NOW + timedelta(seconds=9)).assignee == "bob"
+    assert key.take(assign("t4", "bob", 10, None)).refused is None  # released
+    assert task_of(key.state, key.rules, NOW + timedelta(seconds=11)).assignee is None
+
+
+def test_a_lease_lapses_when_its_holder_goes_quiet_and_renews_with_each_statement() -> None:
+    key = Key(reviewed())
+    lease = key.rules.review.lease
+    key.take(assign("t1", "alice", 5, "alice"))
+    key.propose("r1", "alice", 65)  # a statement renews the lease
+    renewed = NOW + timedelta(seconds=65) + lease
+    assert task_of(key.state, key.rules, renewed - timedelta(seconds=1)).assignee == "alice"
+    lapsed = task_of(key.state, key.rules, renewed)
+    assert lapsed.assignee is None
+    assert lapsed.waiting_for_review == 1
+    later = int((renewed - NOW).total_seconds()) + 1
+    assert key.take(assign("t2", "bob", later, "bob")).refused is None
+
+
+def test_a_key_with_nothing_open_has_no_task_to_assign() -> None:
+    key = Key(PLAIN)
+    key.propose("r1", "alice", 5)  # resolved: nothing left for a steward
+    step = key.take(assign("t1", "bob", 6, "bob"))
+    assert step.refused is not None
+    assert "no open task" in step.refused.detail
