@@ -170,7 +170,8 @@ async def conflicts(console: Console, web: View, request: Request) -> Response:
     except ValueError as exc:
         return web.json({"error": str(exc)}, status=400)
     now, url = console.clock(), console.ownership.url
-    rows = local_rows(console.ownership.open_keys(), now, wanted, url)
+    rules_for = console.policy.rules_for
+    rows = local_rows(console.ownership.open_keys(), now, wanted, url, rules_for)
     if request.headers.get(ROUTED_HEADER):
         return web.json({"worker": url, "rows": rows})
     peers = console.ownership.peers()
