@@ -325,7 +325,8 @@ class Arbiter(Service):
         if time.monotonic() - self._last_scan < self.settings.expiry_interval_s:
             return
         self._last_scan = time.monotonic()
-        self.schedule.report(self.metrics, datetime.now(UTC))
+        now = datetime.now(UTC)
+        self.schedule.report(self.metrics, now, self.processor.policies.in_force(now))
         self.metrics.policies.in_force(self.processor.policy.version)
 
     # -- rebalances ------------------------------------------------------------------------------

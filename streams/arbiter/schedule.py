@@ -13,14 +13,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import sys
-from collections import ChainMap
+from collections import ChainMap, Counter
 from datetime import datetime
 
 from streams.arbiter.sweep import RolloutSweep
+from streams.core.keys.journal import decode_state
 from streams.core.keys.state import KeyState
+from streams.core.keys.steward_log import Standing
+from streams.core.keys.stored import holds_steward_log
 from streams.core.records.instants import instant, micros
+from streams.core.records.policy import Policy
 from streams.ops.metrics import TIMERS_COUNTED, Metrics
 from streams.state.task import TaskStore, open_since
+
+PENDING = Standing.PENDING
 
 
 class Schedule:
@@ -29,6 +35,9 @@ class Schedule:
     def __init__(self) -> None:
         self._stores: dict[int, TaskStore] = {}
         self._open: dict[int, dict[bytes, tuple[str, datetime]]] = {}
+        self._reviewed: dict[int, dict[bytes, str]] = {}
+        """key -> field of each key with proposals waiting for review, per task: those of its
+        open conflicts when it was installed, then every key as the loop applies its state."""
         self.sweep = RolloutSweep()
         """The keys that change by a policy taking effect: walked, not ordered by instant."""
 
@@ -44,10 +53,14 @@ class Schedule:
         self._open[partition] = {
             key: (name, instant(since)) for key, name, since in store.open_conflicts()
         }
+        self._reviewed[partition] = {
+            key: name for key, (name, _) in self._open[partition].items() if _waits(store, key)
+        }
 
     def detach(self, partition: int) -> None:
         self._stores.pop(partition, None)
         self._open.pop(partition, None)
+        self._reviewed.pop(partition, None)
         self.sweep.detach(partition)
 
     def waiting(self, now: datetime, counted: int) -> tuple[int, datetime | None]:
@@ -61,13 +74,19 @@ class Schedule:
                 earliest = due[0][0]
         return count, instant(earliest) if earliest is not None else None
 
-    def report(self, metrics: Metrics, now: datetime) -> None:
+    def report(self, metrics: Metrics, now: datetime, policy: Policy) -> None:
         """Refresh the gauges of what the schedule holds: the open conflicts (count and oldest
-        age per field), the timers not yet ticked (count and lag), the keys left to sweep."""
+        age per field, how many are past their field's `escalate_after` under `policy`), the
+        keys waiting for review, the timers not yet ticked (count and lag), the keys left to
+        sweep."""
         ages: dict[str, list[float]] = {}
         for field_name, since in self.open_since.values():
             ages.setdefault(field_name, []).append((now - since).total_seconds())
         metrics.set_open_conflicts(ages)
+        metrics.set_steward_tasks(
+            {name: _overdue(policy, name, field_ages) for name, field_ages in ages.items()},
+            Counter(name for listed in self._reviewed.values() for name in listed.values()),
+        )
         waiting, earliest = self.waiting(now, TIMERS_COUNTED)
         lag_s = (now - earliest).total_seconds() if earliest is not None else 0.0
         metrics.timers.set(waiting, lag_s)
@@ -79,6 +98,11 @@ class Schedule:
         listed = self._open.get(partition)
         if listed is None:
             return
+        reviewed = self._reviewed[partition]
+        if state.steward_log and any(s.standing is PENDING for s in state.steward_log):
+            reviewed[key] = state.field
+        elif reviewed:
+            reviewed.pop(key, None)
         since = open_since(state)
         if since is None:
             listed.pop(key, None)
@@ -118,3 +142,20 @@ def _earliest(
     """The first `budget` of the tasks' due timers, earliest first, with their task."""
     runs = [[(entry, p) for entry in due] for p, due in found.items()]
     return list(itertools.islice(heapq.merge(*runs), budget))
+
+
+def _waits(store: TaskStore, key: bytes) -> bool:
+    """Whether the stored key has proposals waiting for review: read only where its state holds
+    a steward log (`stored.holds_steward_log`), which few do."""
+    encoded = store.get_encoded(key)
+    if encoded is None or not holds_steward_log(encoded):
+        return False
+    return any(s.standing is PENDING for s in decode_state(encoded).steward_log)
+
+
+def _overdue(policy: Policy, field_name: str, ages: list[float]) -> int:
+    rules = policy.rules_for(field_name)
+    if rules is None:
+        return 0
+    due_s = rules.escalate_after.total_seconds()
+    return sum(age >= due_s for age in ages)

@@ -138,7 +138,11 @@ def rules_json(rules: FieldRules) -> dict[str, Any]:
         "min_independent_sources": rules.min_independent_sources,
         "epoch_change": rules.epoch_change.value,
         "escalate_after": duration_text(rules.escalate_after),
-        "review": rules.review.model_dump(),
+        "review": {
+            "approvals": rules.review.approvals,
+            "author_may_approve": rules.review.author_may_approve,
+            "lease": duration_text(rules.review.lease),
+        },
         "authorities": {source: a.value for source, a in sorted(rules.authorities.items())},
     }
 

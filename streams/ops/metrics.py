@@ -13,6 +13,7 @@ published once per batch (`flush`); `StageClock` sums the stage times the same w
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Mapping
 from time import perf_counter
 
 from prometheus_client import (
@@ -134,6 +135,20 @@ class Metrics:
         self.oldest_open_conflict_age = Gauge(
             "claimstream_oldest_open_conflict_age_seconds",
             "Age of the oldest open conflict on this worker, by field.",
+            ["field"],
+            registry=r,
+        )
+        self.overdue_tasks = Gauge(
+            "claimstream_overdue_tasks",
+            "Open conflicts past their field's escalate_after: stewards' tasks overdue, on "
+            "this worker.",
+            ["field"],
+            registry=r,
+        )
+        self.reviews_waiting = Gauge(
+            "claimstream_reviews_waiting",
+            "Keys with a steward's proposal waiting for review, on this worker (after a "
+            "restart, a key that is not an open conflict counts again once its state changes).",
             ["field"],
             registry=r,
         )
@@ -327,6 +342,11 @@ class Metrics:
     def rebalanced(self, restore_s: float) -> None:
         self.rebalances.inc()
         self.restore_seconds.observe(restore_s)
+
+    def set_steward_tasks(self, overdue: dict[str, int], reviews: Mapping[str, int]) -> None:
+        for field in self._fields:
+            self.overdue_tasks.labels(field).set(overdue.get(field, 0))
+            self.reviews_waiting.labels(field).set(reviews.get(field, 0))
 
     def set_open_conflicts(self, ages_by_field: dict[str, list[float]]) -> None:
         for field in self._fields:

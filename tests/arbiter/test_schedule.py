@@ -12,11 +12,18 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streams.arbiter.schedule import Schedule
+from streams.core.admission.intake import admit
+from streams.core.keys.journal import encode_state
 from streams.core.keys.state import KeyState
+from streams.core.keys.transitions import add_claim, add_resolution
+from streams.core.records.contracts import Resolution
 from streams.core.records.instants import instant, micros
+from streams.core.records.policy import load_policy
+from streams.ops.metrics import Metrics
 from streams.state.cache import StateCache
 from streams.state.keystore import Changes, Timer
-from streams.state.task import TaskStore
+from streams.state.task import TaskStore, timer_of
+from tests.support.builders import NOW, REPO, claim
 
 
 class Planner:
@@ -114,3 +121,53 @@ def test_the_tasks_asked_for_their_share_give_what_the_whole_budget_from_each_wo
     for seconds, limit in takes:
         now = NOON + timedelta(seconds=seconds)
         assert schedule.take_due(now, limit) == _reference_take_due(reference, now, limit)
+
+
+def test_the_gauges_count_overdue_tasks_and_keys_waiting_for_review_across_a_restart() -> None:
+    policy = load_policy(REPO / "examples" / "policy.yaml")
+    review = policy.defaults.review.model_copy(update={"approvals": 1})
+    policy = policy.model_copy(
+        update={"defaults": policy.defaults.model_copy(update={"review": review})}
+    )
+    field = "order.payment_status"
+    rules = policy.rules_for(field)
+    assert rules is not None
+    state = None
+    for c in (claim(1), claim(2, source="billing-export", value="overdue")):
+        state = add_claim(state, admit(c, policy, NOW), rules, policy.version, NOW).state
+    assert state is not None
+    proposal = Resolution.model_validate(
+        {
+            "resolution_id": "r1",
+            "subject": state.subject,
+            "field": field,
+            "value": "paid",
+            "decided_by": "alice",
+            "decided_at": NOW,
+        }
+    )
+    state = add_resolution(state, proposal, rules, policy.version, NOW).state
+    key = f"{state.subject}|{field}".encode()
+    store = TaskStore(StateCache(10))
+    store.store.write(Changes(states={key: encode_state(state)}, timers={key: timer_of(state)}))
+    schedule, metrics = Schedule(), Metrics(policy)
+    schedule.attach(0, store)  # as a restart installs the task: from its store
+    late = NOW + rules.escalate_after
+
+    def gauges() -> tuple[float | None, float | None]:
+        def value(name: str) -> float | None:
+            return metrics.registry.get_sample_value(name, {"field": field})
+
+        return value("claimstream_overdue_tasks"), value("claimstream_reviews_waiting")
+
+    schedule.report(metrics, late - timedelta(seconds=1), policy)
+    assert gauges() == (0.0, 1.0)
+    schedule.report(metrics, late, policy)
+    assert gauges() == (1.0, 1.0)
+    rejected = proposal.model_copy(
+        update={"resolution_id": "x1", "act": "reject", "target_id": "r1", "value": None}
+    )
+    state = add_resolution(state, rejected, rules, policy.version, NOW).state
+    schedule.note(0, key, state)
+    schedule.report(metrics, late, policy)
+    assert gauges() == (1.0, 0.0)

@@ -273,7 +273,7 @@ function rulesList(rules) {
   const rows = Object.entries(rules).filter(([, v]) => v !== null && !(typeof v === "object" && !Array.isArray(v) && !Object.keys(v).length));
   return el("dl", { class: "rules", id: "rules" }, rows.flatMap(([name, value]) => [
     el("dt", {}, name),
-    el("dd", {}, ruleValue(value)),
+    el("dd", {}, name === "review" ? reviewRule(value) : ruleValue(value)),
   ]));
 }
 
@@ -283,46 +283,213 @@ function ruleValue(value) {
   if (Array.isArray(value)) return value.join(", ");
   if (typeof value !== "object") return String(value);
   return el("ul", { class: "pairs" }, Object.entries(value).map(([name, level]) =>
-    el("li", {}, el("span", {}, name), " ", el("span", { class: "muted" }, String(level)))));
+    el("li", {}, el("span", {}, name), " ", el("span", { class: "muted" }, showValue(level)))));
 }
 
-function resolveForm(key, current) {
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+function reviewRule(review) {
+  // The policy's `review:` in words: who must agree before a steward's word counts.
+  const needs = review.approvals || 0;
+  const rest = Object.entries(review).filter(([name]) => name !== "approvals" && name !== "author_may_approve");
+  return el("div", { id: "review-rule" },
+    needs ? `${plural(needs, "approval")} by other stewards before a resolution or undo counts; its author's own ${review.author_may_approve ? "counts" : "does not"}`
+      : "none: a resolution or undo counts at once",
+    rest.length ? ruleValue(Object.fromEntries(rest)) : null);
+}
+
+// ---- a key's stewards: proposals, reviews, undos ------------------------------------------
+// GET /api/decisions/{key}/history gives the resolutions in force and the steward log (each
+// statement with its standing); GET /api/decisions/{key} the basis an approval names.
+
+const STANDING = {
+  pending: "pending", in_force: "in force", applied: "applied", undone: "undone",
+  rejected: "rejected", sent_back: "sent back", recorded: "",
+};
+const REVIEW_ACTS = new Set(["approve", "reject", "send_back"]);
+const ACT_WORDS = { approve: "approve", reject: "reject", send_back: "send back" };
+
+function stewardStatements(history) {
+  // Each statement the key holds, once: the resolutions in force, then the log.
+  const all = history.resolutions.map((r) => ({ ...r, standing: "in_force", needs: 0, why: "" }));
+  const seen = new Set(all.map((s) => s.resolution_id));
+  for (const step of history.steward_log || []) {
+    if (!seen.has(step.resolution_id)) { seen.add(step.resolution_id); all.push(step); }
+  }
+  return all;
+}
+
+function resolutionWords(s) {
+  return s.status === "present" ? showValue(s.value, s.unit) : s.status;
+}
+
+function approvalsText(s, approvers) {
+  if (s.act !== "resolve" && s.act !== "undo") return "";
+  const who = approvers.length ? ` (${approvers.join(", ")})` : "";
+  if (s.needs) return `${approvers.length} of ${s.needs}${who}`;
+  return approvers.length ? `approved by ${approvers.join(", ")}` : "—";
+}
+
+function stewardSection(ctx, statements) {
+  if (!statements.length) return null;
+  const byId = new Map(statements.map((s) => [s.resolution_id, s]));
+  const reviewsOf = new Map();
+  const top = [];
+  for (const s of statements) {
+    if (REVIEW_ACTS.has(s.act) && byId.has(s.target_id)) {
+      if (!reviewsOf.has(s.target_id)) reviewsOf.set(s.target_id, []);
+      reviewsOf.get(s.target_id).push(s);
+    } else top.push(s);
+  }
+  const at = (s) => Date.parse(s.decided_at);
+  top.sort((a, b) => at(b) - at(a)); // newest first, as the emitted decisions
+  const rows = [];
+  for (const s of top) {
+    const reviews = (reviewsOf.get(s.resolution_id) || []).sort((a, b) => at(a) - at(b));
+    rows.push(statementRow(ctx, s, byId, reviews.filter((r) => r.act === "approve").map((r) => r.decided_by)));
+    for (const review of reviews) rows.push(statementRow(ctx, review, byId, []));
+  }
+  const heads = ["When", "Statement", "By", "Note", "Standing", "Approvals", ctx.writable ? "Your review" : null];
+  return [
+    el("h2", {}, "Stewards' history"),
+    el("p", { class: "muted" }, "Resolutions and undos (proposals where the field's policy asks for review), each with the reviews of it: who, when, and the decision and evidence each approval saw."),
+    el("div", { class: "scroll" }, el("table", { id: "steward-log" },
+      el("thead", {}, el("tr", {}, heads.filter(Boolean).map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows))),
+  ];
+}
+
+function statementRow(ctx, s, byId, approvers) {
+  const review = REVIEW_ACTS.has(s.act) && byId.has(s.target_id);
+  const basis = s.resolves_decision_id || s.basis_digest
+    ? el("div", { class: "muted basis" }, s.act === "approve" ? "saw " : "on ",
+      s.resolves_decision_id ? `decision ${s.resolves_decision_id}` : "", s.basis_digest ? ` · evidence ${s.basis_digest}` : "")
+    : null;
+  let what;
+  if (s.act === "resolve") {
+    const moved = s.standing === "pending" && s.resolves_decision_id && s.resolves_decision_id !== ctx.basis.decision_id;
+    what = [`resolve: `, el("span", { class: "value" }, resolutionWords(s)),
+      el("div", { class: "muted id" }, s.resolution_id), basis,
+      moved ? el("div", { class: "warn moved" }, "the key has been decided again since: approving it sends it back to its author") : null];
+  } else if (s.act === "undo") {
+    const undone = byId.get(s.target_id);
+    what = [`undo ${s.target_id}`, undone ? [": ", el("span", { class: "value" }, resolutionWords(undone)), ` by ${undone.decided_by}`] : null,
+      el("div", { class: "muted id" }, s.resolution_id)];
+  } else if (s.act === "assign") {
+    what = s.assignee ? `takes the task for ${s.assignee}` : "releases the task";
+  } else {
+    what = [ACT_WORDS[s.act] || s.act, review ? null : ` ${s.target_id}`, basis];
+  }
+  const standing = STANDING[s.standing] ?? s.standing;
+  return el("tr", { class: review ? "review" : null, "data-id": s.resolution_id, "data-act": s.act, "data-standing": s.standing },
+    el("td", {}, instant(s.decided_at)),
+    el("td", { class: "statement" }, what),
+    el("td", { class: "by" }, s.decided_by),
+    el("td", { class: "note" }, s.note || ""),
+    el("td", { class: "standing" }, standing ? el("span", { class: `standing ${s.standing}` }, standing) : "",
+      s.why ? el("div", { class: "why" }, s.why) : null),
+    el("td", { class: "approvals" }, approvalsText(s, approvers)),
+    ctx.writable ? el("td", { class: "actions" }, review ? null : stewardActions(ctx, s)) : null);
+}
+
+function stewardActions(ctx, s) {
+  // What the steward may say of this statement: review a proposal; undo a resolution in force.
+  const id = s.resolution_id;
+  const reviewing = s.standing === "pending";
+  const undoing = s.standing === "in_force" && s.act === "resolve";
+  const status = ctx.status(id);
+  if (!reviewing && !undoing) return status.textContent ? status : null;
+  const note = el("input", { type: "text", class: "review-note", "aria-label": `note on ${id}`,
+    placeholder: reviewing ? "note (why reject or send back)" : "why undo", value: ctx.drafts.get(id) || "" });
+  note.addEventListener("input", () => ctx.drafts.set(id, note.value));
+  const act = (name, extra, refusal) => async () => {
+    const said = await ctx.publish(id, { act: name, target_id: id, note: note.value, ...extra });
+    if (!said) return;
+    ctx.drafts.delete(id);
+    const refused = refusal ? refusal(said) : null;
+    if (refused) ctx.say(id, refused, true);
+    else ctx.follow(said, id);
+  };
+  if (undoing) {
+    return el("div", { class: "review-form" }, note,
+      el("button", { type: "button", class: "undo", onclick: act("undo", { resolves_decision_id: ctx.current.decision_id }) },
+        ctx.needs ? "Propose undo" : "Undo"),
+      status);
+  }
+  // The console cannot tell who a token is before it answers: an author's own approval, where
+  // the policy does not count it, is published, and the key's owner refuses it (a dead letter).
+  const ownApproval = (said) => said.decided_by === s.decided_by && !ctx.rules.review.author_may_approve
+    ? `Refused: ${said.decided_by} made ${id}, and its author's own approval does not count (review.author_may_approve is false): another steward must approve it. The key's owner refuses approval ${said.resolution_id}.`
+    : null;
+  // The basis this page loaded: the decision and evidence the steward approves as seen.
+  const seen = { resolves_decision_id: ctx.basis.decision_id, basis_digest: ctx.basis.evidence_digest };
+  return el("div", { class: "review-form" }, note,
+    el("button", { type: "button", class: "approve", title: `as seen: decision ${seen.resolves_decision_id}, evidence ${seen.basis_digest}`, onclick: act("approve", seen, ownApproval) }, "Approve"),
+    el("button", { type: "button", class: "reject", onclick: act("reject") }, "Reject"),
+    el("button", { type: "button", class: "send-back", onclick: act("send_back") }, "Send back"),
+    status);
+}
+
+function resolveForm(ctx) {
   if (!state.config.writes_enabled) return null;
+  const { key, current } = ctx;
+  const needs = ctx.needs;
   const options = new Map();
   for (const item of current.evidence) {
     if (item.status === "present") options.set(JSON.stringify(item.value), item.value);
   }
-  const choices = [...options.entries()].map(([id, value], i) => el("label", {},
-    el("input", { type: "radio", name: "choice", value: id, checked: i === 0 }), " ", showValue(value, current.unit)));
-  choices.push(el("label", {}, el("input", { type: "radio", name: "choice", value: "not_found", checked: !options.size }), " not_found (it does not exist)"));
+  const picked = ctx.drafts.get("resolve-choice");
+  const first = picked && (options.has(picked) || picked === "not_found") ? picked : options.size ? options.keys().next().value : "not_found";
+  const choices = [...options.entries()].map(([id, value]) => el("label", {},
+    el("input", { type: "radio", name: "choice", value: id, checked: id === first }), " ", showValue(value, current.unit)));
+  choices.push(el("label", {}, el("input", { type: "radio", name: "choice", value: "not_found", checked: first === "not_found" }), " not_found (it does not exist)"));
   const note = el("textarea", { id: "note", placeholder: "why (kept in the published record)" });
-  const status = el("p", { class: "status muted", id: "resolve-status" });
+  note.value = ctx.drafts.get("resolve") || "";
+  note.addEventListener("input", () => ctx.drafts.set("resolve", note.value));
   const form = el("form", { class: "resolve card", id: "resolve" },
-    el("h2", {}, "Resolve"),
+    el("h2", {}, needs ? "Propose a resolution" : "Resolve"),
+    needs ? el("p", { class: "review-needed", id: "review-needed" },
+      `This field's policy asks for ${plural(needs, "approval")} by other stewards (review.approvals): what you publish is a proposal, kept pending and not applied until approved${ctx.rules.review.author_may_approve ? "" : "; your own approval does not count"}.`) : null,
     el("fieldset", {}, el("legend", { class: "muted" }, "The value that holds"), choices),
     el("p", { class: "muted" }, "Published as the steward your token is bound to."),
     el("label", {}, "Note", note),
-    state.token ? el("button", { type: "submit", id: "resolve-submit" }, "Publish resolution")
-      : el("p", { class: "muted" }, "Enter a steward token (top right) to resolve."),
-    status);
+    state.token ? el("button", { type: "submit", id: "resolve-submit" }, needs ? "Propose resolution" : "Publish resolution")
+      : el("p", { class: "muted" }, `Enter a steward token (top right) to ${needs ? "propose" : "resolve"}.`),
+    ctx.status("resolve", "resolve-status"));
+  form.addEventListener("change", () => {
+    const chosen = form.querySelector("input[name=choice]:checked");
+    if (chosen) ctx.drafts.set("resolve-choice", chosen.value);
+  });
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const picked = form.querySelector("input[name=choice]:checked").value;
-    const body = { key, note: note.value, resolves_decision_id: current.decision_id };
-    if (picked === "not_found") body.status = "not_found";
-    else { body.status = "present"; body.value = options.get(picked); }
-    status.textContent = "Publishing…";
-    const { ok, body: answer } = await api("/api/resolutions", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${state.token}` },
-      body: JSON.stringify(body),
-    });
-    status.textContent = ok
-      ? `Published ${answer.resolution.resolution_id} as ${answer.resolution.decided_by}; waiting for the decision…`
-      : `Refused: ${answer.error}`;
-    if (ok && state.view) state.view.awaitChange(current.decision_id);
+    const chosen = form.querySelector("input[name=choice]:checked").value;
+    const body = { resolves_decision_id: current.decision_id, note: note.value };
+    if (chosen === "not_found") body.status = "not_found";
+    else { body.status = "present"; body.value = options.get(chosen); }
+    const said = await ctx.publish("resolve", body);
+    if (!said) return;
+    ctx.drafts.delete("resolve");
+    ctx.drafts.delete("resolve-choice");
+    ctx.follow(said, "resolve");
   });
   return form;
+}
+
+function watchWords(watch, statements) {
+  // What became of a statement this page published, once the key's history tells; null: not yet.
+  const mine = statements.find((s) => s.resolution_id === watch.id);
+  const target = watch.target ? statements.find((s) => s.resolution_id === watch.target) : null;
+  if (REVIEW_ACTS.has(watch.act)) {
+    const now = target ? STANDING[target.standing] || target.standing : "no longer kept";
+    if (mine) return { text: `${ACT_WORDS[watch.act]} ${watch.id} taken: ${watch.target} is ${now}.` };
+    if (target && target.standing === "pending") return null;
+    return { text: `Refused: ${watch.target} is ${now}${target && target.why ? `: ${target.why}` : ""}`, warn: true };
+  }
+  if (!mine) return null;
+  if (mine.standing === "pending") return { text: `Proposed ${watch.id} as ${mine.decided_by}: pending, it waits for ${plural(mine.needs, "approval")}.` };
+  return { text: `${watch.id} is ${STANDING[mine.standing] || mine.standing}.` };
 }
 
 function keyView(key, asOf) {
@@ -331,8 +498,62 @@ function keyView(key, asOf) {
   const records = sourceRecords().then((all) => new Map(
     [...all.values()].filter((row) => row.field === field).map((row) => [row.source, row])));
   let cursor = asOf; // an RFC 3339 instant, kept as given (decisions carry microseconds)
-  let shownId = null;
-  let waiting = null;
+  let asked = 0; // refreshes asked for: an answer to an older one is dropped
+  const notices = new Map(); // what the steward was told, by statement id (or "resolve")
+  const drafts = new Map(); // notes being written, kept across the page's refreshes
+  let statusNodes = new Map();
+  let watching = null; // a statement this page published, until the key's history shows it
+
+  function paint(node, notice) {
+    node.textContent = notice ? notice.text : "";
+    node.className = `status ${notice && notice.warn ? "warn" : "muted"}`;
+  }
+
+  function status(id, domId) {
+    const node = el("p", { class: "status muted", id: domId, "data-for": id });
+    paint(node, notices.get(id));
+    statusNodes.set(id, node);
+    return node;
+  }
+
+  function say(id, text, warn) {
+    notices.set(id, { text, warn: Boolean(warn) });
+    const node = statusNodes.get(id);
+    if (node) paint(node, notices.get(id));
+  }
+
+  async function publish(notice, body) {
+    say(notice, "Publishing…");
+    const { ok, body: answer } = await api("/api/resolutions", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${state.token}` },
+      body: JSON.stringify({ key, ...body }),
+    });
+    if (!ok) { say(notice, `Refused: ${answer.error}`, true); return null; }
+    const said = answer.resolution;
+    say(notice, `Published ${said.act} ${said.resolution_id} as ${said.decided_by}; waiting for the key's owner…`);
+    return said;
+  }
+
+  function unwatch() {
+    if (watching) clearInterval(watching.timer);
+    watching = null;
+  }
+
+  function follow(said, notice) {
+    // The live feed brings a new decision; polling covers a statement that changes none (a
+    // proposal, a review) and a reconnect that missed one.
+    unwatch();
+    const watch = { id: said.resolution_id, act: said.act, target: said.target_id, notice, polls: 0 };
+    watch.timer = setInterval(() => {
+      if (watching !== watch) return;
+      watch.polls += 1;
+      if (watch.polls <= 30) { refresh(); return; }
+      unwatch();
+      say(notice, `Not taken yet: ${watch.id} has not appeared on the key; its owner may have refused it (see the dead-letter topic).`, true);
+    }, 1000);
+    watching = watch;
+  }
 
   async function belief(iso, panel) {
     panel.replaceChildren(el("p", { class: "muted" }, `Loading the belief at ${iso}…`));
@@ -348,16 +569,25 @@ function keyView(key, asOf) {
   }
 
   async function refresh(live) {
+    const mine = ++asked;
     const [now, history, known, spellings] = await Promise.all([
       api(`/api/decisions/${encodeURIComponent(key)}`),
       api(`/api/decisions/${encodeURIComponent(key)}/history`),
       records,
       api(`/api/aliases?subject=${encodeURIComponent(key.slice(0, key.lastIndexOf("|")))}`),
     ]);
+    if (mine !== asked) return;
     if (!now.ok || !history.ok) { render(el("h1", {}, key), el("p", { class: "warn" }, (now.ok ? history : now).body.error)); return; }
     const current = now.body.decision;
-    shownId = now.body.last_emitted ? now.body.last_emitted.decision_id : current.decision_id;
-    if (waiting && shownId !== waiting.from) { clearInterval(waiting.timer); waiting = null; }
+    const statements = stewardStatements(history.body);
+    const told = watching && watchWords(watching, statements);
+    if (told) { say(watching.notice, told.text, told.warn); unwatch(); }
+    statusNodes = new Map();
+    const rules = now.body.rules;
+    const ctx = {
+      key, current, rules, basis: now.body.basis || {}, needs: (rules.review && rules.review.approvals) || 0,
+      writable: Boolean(state.config.writes_enabled && state.token), drafts, status, say, publish, follow,
+    };
     const roles = Object.fromEntries(current.evidence.map((e) => [e.claim_id, e.role]));
     const asofPanel = el("div", { class: "card", id: "asof" });
     const asofInput = el("input", { type: "text", id: "asof-input", placeholder: "2026-11-30T09:14:00Z", value: cursor || "" });
@@ -366,16 +596,18 @@ function keyView(key, asOf) {
     container.replaceChildren(
       el("h1", {}, `${subject} · ${field}`),
       el("p", { id: "outcome", class: live ? "fresh" : null }, badge(current.outcome, current.conflict_kind), " ",
+        OPEN.has(current.outcome) ? "" : [el("span", { class: "value", id: "value" }, current.status && current.status !== "present" ? current.status : showValue(current.value, current.unit)), " · "],
         `reason ${current.reason} · action ${current.action}`,
         current.resolution_id ? ` · resolution ${current.resolution_id}` : "",
         now.body.open_since ? ` · open since ${now.body.open_since}` : ""),
       el("div", { class: "grid2" },
         el("pre", { class: "explain", id: "explain" }, now.body.explain),
         el("div", {},
-          OPEN.has(current.outcome) ? resolveForm(key, current) : null,
-          el("div", { class: "card" }, el("h2", {}, `Policy for ${field}`), rulesList(now.body.rules)),
+          OPEN.has(current.outcome) ? resolveForm(ctx) : null,
+          el("div", { class: "card" }, el("h2", {}, `Policy for ${field}`), rulesList(rules)),
           el("p", { class: "muted" }, `Answered by ${now.body.worker}`))),
       el("div", {},
+        stewardSection(ctx, statements),
         el("h2", {}, "Evidence"), evidenceTable(current.evidence, "evidence", known),
         el("h2", {}, "Timeline"),
         el("p", { class: "muted" }, "Bars: validity periods (open-ended ones run to the end); dots: when observed; grey: stale, superseded or excluded. Click to see the belief at that instant."),
@@ -397,12 +629,7 @@ function keyView(key, asOf) {
           el("p", { class: "muted" }, "The alias changes that moved evidence into or out of this key."),
           el("table", { id: "merges" }, el("tbody", {}, spellings.body.changes.map((c) => el("tr", {},
             el("td", {}, instant(c.at)), el("td", {}, c.alias),
-            el("td", {}, c.canonical === null ? retraction(c) : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null,
-        history.body.resolutions.length ? [
-          el("h2", {}, "Resolutions"),
-          el("table", { id: "resolutions" }, el("tbody", {}, history.body.resolutions.map((r) => el("tr", {},
-            el("td", {}, instant(r.decided_at)), el("td", {}, r.decided_by), el("td", { class: "value" }, r.status === "present" ? showValue(r.value) : r.status),
-            el("td", {}, r.note), el("td", { class: "muted" }, r.resolution_id)))))] : null),
+            el("td", {}, c.canonical === null ? retraction(c) : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null),
     );
     if (cursor) belief(cursor, asofPanel);
     else asofPanel.replaceChildren(el("p", { class: "muted" }, "Pick an instant on the timeline or a decision to see what was believed then."));
@@ -413,15 +640,10 @@ function keyView(key, asOf) {
     key,
     refresh,
     onDecision(event) { if (event.key === key) refresh(true); },
-    awaitChange(from) {
-      // The live feed brings the new decision; polling covers a reconnect that missed it.
-      if (waiting) clearInterval(waiting.timer);
-      let polls = 0;
-      waiting = { from, timer: setInterval(() => { polls += 1; if (polls > 30) { clearInterval(waiting.timer); waiting = null; } else refresh(); }, 1000) };
-    },
     nodes: [container],
   };
 }
+
 
 // ---- the sources ---------------------------------------------------------------------------
 // How often each source matched what settled conflicts settled on (GET /api/sources), and each

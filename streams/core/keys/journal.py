@@ -26,6 +26,7 @@ from streams.core.decision.summary import DecisionSummary
 from streams.core.keys.state import KeyState
 from streams.core.keys.steward_log import StewardStep
 from streams.core.keys.stored import (
+    STEWARD_LOG_VERSION,
     EarlierSummary,
     StoredClaim,
     StoredMoney,
@@ -57,7 +58,7 @@ from streams.core.records.lean import NO_ATTRIBUTES, LeanClaim
 # that the key already holds and without the fields at their defaults, times in microseconds
 # since the epoch. Version 2 stored resolutions and summaries as `model_dump` wrote them, and
 # all times outside claims as ISO text; version 1, claims as nested records.
-_VERSION: Final = 5
+_VERSION: Final = STEWARD_LOG_VERSION
 _WITHOUT_STEWARD_LOG: Final = 4
 _LAST_JSON_VERSION: Final = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

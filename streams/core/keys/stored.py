@@ -17,7 +17,7 @@ the epoch; the subject and field are the key's and stored once, on the state.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 from pydantic import BaseModel, ConfigDict
@@ -230,3 +230,24 @@ class EarlierSummary(BaseModel):
     reason: str
     decided_at: datetime
     supersedes: str | None = None
+
+
+STEWARD_LOG_VERSION: Final = 5
+"""The version of a state that holds a steward log (journal.py writes 4 for one without)."""
+
+
+class _Version(msgspec.Struct):
+    version: object
+
+
+_VERSION_ONLY = msgspec.msgpack.Decoder(_Version)
+
+
+def holds_steward_log(data: bytes) -> bool:
+    """Whether a stored state holds a steward log, read without decoding the rest of it."""
+    if data[:1] == b"{":
+        return False
+    try:
+        return _VERSION_ONLY.decode(data).version == STEWARD_LOG_VERSION
+    except msgspec.DecodeError:
+        return False
