@@ -364,6 +364,13 @@ class Settings(Connection):
     steward_tokens_file: Path | None = Field(
         default=None, description="a file of steward tokens, one per line (# comments)"
     )
+    steward_signing_keys: str | None = Field(
+        default=None,
+        description="comma-separated steward:key_id:VARIABLE entries: the console signs what "
+        "a steward's token writes with that key of the policy's stewards section, its secret "
+        "(or base64 Ed25519 private key) read from the environment variable VARIABLE at start; "
+        "needed where the stewards section requires signatures",
+    )
     console_live_clients: int = Field(
         default=32, ge=1, description="live decision streams a worker serves at once"
     )

@@ -7,9 +7,7 @@ policy would refuse is a clear error before anything is sent.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from streams.core.records.errors import ClaimstreamError
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
 
 def steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
     """Signs as the policy's steward key `--key-id` (which must be bound to `--by`)."""
-    from streams.core.admission.authenticity import ED25519, sign
+    from streams.core.admission import authenticity
 
     policy = load_policy(args.policy or settings.policy)
     key = next((k for k in policy.stewards.keys if k.key_id == args.key_id), None)
@@ -38,11 +36,6 @@ def steward_signer(args: argparse.Namespace, settings: Settings) -> Signer:
             f"--key-id {args.key_id!r}: set --key-env to a variable with its key"
         )
     try:
-        if key.algorithm == ED25519:
-            raw = base64.b64decode(material, validate=True)
-        else:
-            raw = material.encode()
-        sign(b"", key.key_id, key.algorithm, raw, datetime.now(UTC))  # the key checked up front
-    except ValueError as exc:  # binascii.Error is one
+        return authenticity.steward_signer(policy.stewards, args.by, args.key_id, material)
+    except ValueError as exc:
         raise ClaimstreamError(f"--key-id {args.key_id!r}: the key in ${variable}: {exc}") from exc
-    return lambda value: sign(value, key.key_id, key.algorithm, raw, datetime.now(UTC))

@@ -386,8 +386,16 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
     stale = _stale_here(console, resolution)
     if stale is not None:
         return refused(Refusal.STALE_DECISION, 409, stale)
+    signer = console.stewards.signer(steward, console.policy.stewards)
+    if isinstance(signer, Refusal):
+        return refused(
+            signer,
+            403,
+            f"the policy asks for steward signatures and no key signs for {steward} here "
+            "(steward_signing_keys)",
+        )
     try:
-        await publish_resolutions(console.settings, [resolution])
+        await publish_resolutions(console.settings, [resolution], signer)
     except (KafkaError, ClaimstreamError) as exc:
         return web.json({"error": f"could not publish the resolution: {exc}"}, status=503)
     console.metrics.console_resolutions.labels(console.metrics.field_label(field)).inc()

@@ -7,17 +7,27 @@ every resolution written with it (the request cannot name anyone else); a bare t
 `steward-<first 8 hex digits of its SHA-256>`, stable and revealing nothing of the token.
 A token travels only in the `Authorization: Bearer` header: never in a URL (logged, kept in
 history) nor a cookie (sent by the browser on its own, which is what cross-site forgery abuses).
+
+Where the policy's `stewards` section asks for signatures, what a token writes is signed as its
+steward: `steward_signing_keys` names, per steward, a key of that section and the environment
+variable holding its secret (or base64 Ed25519 private key), read when the worker starts. The
+token proves who writes; the signature proves it to every worker that applies it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 
+from streams.core.admission.authenticity import SignatureHeaders, steward_signer
 from streams.core.records.errors import ClaimstreamError
+from streams.core.records.policy import Signing
 from streams.settings import Settings
+
+Signer = Callable[[bytes], SignatureHeaders]
 
 MIN_TOKEN_LENGTH = 16
 BEARER = "bearer "
@@ -31,10 +41,13 @@ class Refusal(StrEnum):
     BAD_TOKEN = "bad_token"  # 403
     INVALID = "invalid_resolution"  # 400: the policy refuses the resolution
     STALE_DECISION = "stale_decision"  # 409: resolved a decision no longer the key's current one
+    UNSIGNED = "unsigned"  # 403: the policy asks for a signature; no key for this steward
 
 
 class StewardTokens:
-    def __init__(self, tokens: Iterable[str]) -> None:
+    def __init__(self, tokens: Iterable[str], keys: Mapping[str, tuple[str, str]] = {}) -> None:
+        """`keys`: per steward, the stewards section's key id and its material."""
+        self._keys = dict(keys)
         kept = [_named(entry.strip()) for entry in tokens if entry.strip()]
         short = [token for _, token in kept if len(token) < MIN_TOKEN_LENGTH]
         if short:
@@ -47,7 +60,9 @@ class StewardTokens:
         self._stewards = [name or f"steward-{_digest(token).hex()[:8]}" for name, token in kept]
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> StewardTokens:
+    def from_settings(
+        cls, settings: Settings, environ: Mapping[str, str] = os.environ
+    ) -> StewardTokens:
         tokens: list[str] = []
         if settings.steward_tokens is not None:
             tokens += settings.steward_tokens.get_secret_value().split(",")
@@ -59,7 +74,19 @@ class StewardTokens:
                     f"{settings.steward_tokens_file}: cannot read steward tokens: {exc.strerror}"
                 ) from exc
             tokens += [line for line in lines if not line.lstrip().startswith("#")]
-        return cls(tokens)
+        return cls(tokens, _signing_keys(settings.steward_signing_keys or "", environ))
+
+    def signer(self, steward: str, stewards: Signing) -> Signer | Refusal | None:
+        """What signs `steward`'s writes under the policy's stewards section `stewards`: None
+        where it asks for no signature and none is configured; UNSIGNED where it asks for one
+        and none can be made."""
+        if steward not in self._keys:
+            return Refusal.UNSIGNED if stewards.required else None
+        key_id, material = self._keys[steward]
+        try:
+            return steward_signer(stewards, steward, key_id, material)
+        except ValueError:
+            return Refusal.UNSIGNED
 
     @property
     def writes_enabled(self) -> bool:
@@ -93,3 +120,23 @@ def _named(entry: str) -> tuple[str, str]:
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def _signing_keys(entries: str, environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """`steward:key_id:VARIABLE` entries, comma-separated, each with its variable's value."""
+    keys = {}
+    for entry in filter(None, (e.strip() for e in entries.split(","))):
+        parts = [part.strip() for part in entry.split(":")]
+        if len(parts) != 3 or not all(parts):
+            raise ClaimstreamError(
+                f"steward_signing_keys: {entry!r} is not steward:key_id:VARIABLE"
+            )
+        steward, key_id, variable = parts
+        material = environ.get(variable)
+        if not material:
+            raise ClaimstreamError(
+                f"steward_signing_keys: {steward}'s key {key_id!r} is read from ${variable}, "
+                "which is not set"
+            )
+        keys[steward] = (key_id, material)
+    return keys

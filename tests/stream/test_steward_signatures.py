@@ -1,13 +1,17 @@
 """On a real worker and broker: where the policy's `stewards` section requires signatures, an
 unsigned resolution is dead-lettered `unauthenticated` and an unsigned alias record passed over
 (the aliases topic is a history every worker reads whole), and the steward's signed ones are
-applied (the resolution, the alias)."""
+applied (the resolution, the alias); the console signs what a steward's token writes with that
+steward's key, and refuses a steward it holds no key for."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from streams.settings import Settings
 from tests.stream.support import REPO, Deployment, read_topic
 
 SECRET = "ann-steward-secret-ann-steward-secret!"
+ANN_TOKEN, BO_TOKEN = "ann-console-token-0123", "bo-console-token-012345"
 FIELD = "order.payment_status"
 
 
@@ -49,7 +54,12 @@ def test_unsigned_steward_records_are_refused_and_signed_ones_applied(
         bootstrap=kafka.bootstrap, workdir=tmp_path, policy=stewarded_policy(tmp_path / "p.yaml")
     )
     settings = Settings(broker=kafka.bootstrap, topics=deployment.topics)
-    worker = deployment.worker(0, ANN_KEY=SECRET).start()
+    worker = deployment.worker(
+        0,
+        ANN_KEY=SECRET,
+        CLAIMSTREAM_STEWARD_TOKENS=f"ann:{ANN_TOKEN},bo:{BO_TOKEN}",
+        CLAIMSTREAM_STEWARD_SIGNING_KEYS="ann:ann-1:ANN_KEY",
+    ).start()
     subject = "invoice:77"
     key = state_key(subject, FIELD)
     path = "/api/decisions/" + urllib.parse.quote(key, safe="")
@@ -108,6 +118,44 @@ def test_unsigned_steward_records_are_refused_and_signed_ones_applied(
             time.sleep(0.5)
         history = worker.get(path + "/history")
         assert [r["decided_by"] for r in history["resolutions"]] == ["ann"]
+
+        # From the console: bo's token is good, but no key signs for bo; ann's writes are signed.
+        other = "invoice:78"
+        asyncio.run(publish_claims(settings, [{**c, "subject": other} for c in claims]))
+        other_path = "/api/decisions/" + urllib.parse.quote(state_key(other, FIELD), safe="")
+        deadline = time.monotonic() + 60
+        while (worker.get(other_path) or {}).get("decision", {}).get("outcome") != "conflict":
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.5)
+        body = {"subject": other, "field": FIELD, "value": "paid", "note": "checked"}
+        status, answer = post(worker, "/api/resolutions", body, BO_TOKEN)
+        assert (status, answer["refused"]) == (403, "unsigned"), answer
+        status, answer = post(worker, "/api/resolutions", body, ANN_TOKEN)
+        assert status == 202, answer
+        while (worker.get(other_path) or {}).get("decision", {}).get("reason") != "manual":
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.5)
+        history = worker.get(other_path + "/history")
+        assert [r["decided_by"] for r in history["resolutions"]] == ["ann"]
         assert worker.restarts() == 0
     finally:
         worker.stop()
+
+
+async def publish_claims(settings: Settings, claims: list[dict[str, Any]]) -> None:
+    async with ClaimPublisher(settings) as publisher:
+        await publisher.publish_many(claims)
+
+
+def post(worker: Any, path: str, body: dict[str, Any], token: str) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{worker.web_port}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.load(refused)

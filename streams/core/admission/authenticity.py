@@ -34,7 +34,7 @@ import hashlib
 import hmac
 import re
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
         Ed25519PrivateKey,
         Ed25519PublicKey,
     )
+
+    from streams.core.records.policy import Signing
 
 SIGNATURE_HEADER = "claimstream.signature"
 KEY_ID_HEADER = "claimstream.key-id"
@@ -221,6 +223,25 @@ def sign(
         (KEY_ID_HEADER, key_id_bytes),
         (SIGNED_AT_HEADER, signed_at_bytes),
     ]
+
+
+SignatureHeaders = list[tuple[str, bytes]]
+
+
+def steward_signer(
+    stewards: Signing, steward: str, key_id: str, material: str
+) -> Callable[[bytes], SignatureHeaders]:
+    """What signs a record value as `steward`, with the stewards section's key `key_id` (which
+    must be bound to `steward`): `material` is its HMAC secret, or its base64 raw Ed25519 private
+    key. Checked at once by signing an empty value; ValueError says what is wrong."""
+    key = next((k for k in stewards.keys if k.key_id == key_id), None)
+    if key is None or steward not in key.sources:
+        raise ValueError(f"{key_id!r} is not a key of the stewards section bound to {steward!r}")
+    raw = (
+        base64.b64decode(material, validate=True) if key.algorithm == ED25519 else material.encode()
+    )
+    sign(b"", key.key_id, key.algorithm, raw, datetime.now(UTC))  # binascii.Error is a ValueError
+    return lambda value: sign(value, key.key_id, key.algorithm, raw, datetime.now(UTC))
 
 
 def _signature_headers(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, bytes]:
