@@ -141,14 +141,16 @@ def build_resolution(
     act: StewardAct | str = StewardAct.RESOLVE,
     target_id: str | None = None,
     basis_digest: str | None = None,
+    assignee: str | None = None,
 ) -> Resolution:
     """A person's statement about one key as a `Resolution` record: by default a resolution
     (`act` resolve), which covers the claims observed before `decided_at`; else an undo of the
-    resolution `target_id`, or a review of that proposal (approve, naming the decision and
-    evidence digest it saw; reject; send_back). Without `resolution_id` it gets a fresh one.
-    With `policy`, a bare value takes the field's unit and the statement is checked the way the
-    worker will check it, so a mistake is refused here rather than dead-lettered later. Raises
-    ClaimstreamError naming `origin`, one problem per line."""
+    resolution `target_id`, a review of that proposal (approve, naming the decision and
+    evidence digest it saw; reject; send_back), or the key's task given to `assignee`. Without
+    `resolution_id` it gets a fresh one. With `policy`, a bare value takes the field's unit and
+    the statement is checked the way the worker will check it, so a mistake is refused here
+    rather than dead-lettered later. Raises ClaimstreamError naming `origin`, one problem per
+    line."""
     if not decided_by.strip():
         raise ClaimstreamError(f"{origin}: a resolution names who decided it (decided_by)")
     rules = policy.rules_for(field) if policy is not None else None
@@ -170,6 +172,7 @@ def build_resolution(
                 "act": act,
                 "target_id": target_id,
                 "basis_digest": basis_digest,
+                "assignee": assignee,
             }
         )
     except ValidationError as exc:

@@ -17,12 +17,10 @@ from typing import Any, NamedTuple, cast
 
 import aiohttp
 from aiohttp import web as aioweb
-from aiokafka.errors import KafkaError
 from faust.web import Request, Response, View
 
 from streams.arbiter.routing import Ownership
 from streams.arbiter.sources import LEDGER_KEY, merged, readable, sources_report
-from streams.client import build_resolution, publish_resolutions
 from streams.console.cluster_alias_preview import Unreadable, cluster_states, owned_states
 from streams.console.cluster_preview import (
     cluster_answer,
@@ -33,23 +31,19 @@ from streams.console.cluster_preview import (
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
-from streams.console.stewards import Refusal, StewardTokens
-from streams.core.keys.state import KeyState, split_key, state_key
+from streams.console.stewards import StewardTokens
+from streams.core.keys.state import KeyState, split_key
 from streams.core.keys.stewardship import basis_digest
-from streams.core.keys.transitions import basis_now, current_decision, stale_view
+from streams.core.keys.transitions import current_decision
 from streams.core.reading.alias_preview import alias_preview, touched_keys
 from streams.core.reading.asof import NoBeliefAsOf, belief_as_of
 from streams.core.reading.explain import explain
 from streams.core.reading.policy_preview import Previewer
 from streams.core.records import contracts
 from streams.core.records.contracts import (
-    PROPOSALS,
-    ClaimStatus,
     ConflictKind,
-    Resolution,
-    StewardAct,
 )
-from streams.core.records.errors import AliasError, ClaimstreamError, PolicyError
+from streams.core.records.errors import AliasError, PolicyError
 from streams.core.records.policy import FieldRules, Policy, policy_from_text
 from streams.core.sources.settlement import ledger_document
 from streams.core.timeline.aliases import AliasChange, AliasHistory
@@ -61,7 +55,6 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 10.0
-MAX_NOTE = 2000
 
 Clock = Callable[[], datetime]
 
@@ -344,104 +337,6 @@ def _as_of_answer(
     )
 
 
-async def resolve(console: Console, web: View, request: Request) -> Response:
-    """A steward's statement (a resolution by default; `act`: undo, approve, reject,
-    send_back), published to the resolutions topic as the token's steward."""
-
-    def refused(refusal: Refusal, status: int, message: str) -> Response:
-        console.metrics.console_writes_refused.labels(refusal.value).inc()
-        return web.json({"error": message, "refused": refusal.value}, status=status)
-
-    steward = console.stewards.steward(request.headers.get("Authorization"))
-    if steward is Refusal.WRITES_DISABLED:
-        return refused(steward, 403, "writes are disabled: no steward token is configured")
-    if steward is Refusal.MISSING_TOKEN:
-        return refused(steward, 401, "a steward token is required (Authorization: Bearer ...)")
-    if isinstance(steward, Refusal):
-        return refused(steward, 403, "this steward token is not accepted")
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise ClaimstreamError("the body must be a JSON object")
-        subject, field = _subject_and_field(body)
-        note = str(body.get("note") or "")
-        if len(note) > MAX_NOTE:
-            raise ClaimstreamError(f"the note is longer than {MAX_NOTE} characters")
-        resolution = build_resolution(
-            console.policy,
-            subject,
-            field,
-            decided_by=steward,  # the token's steward, never what the request says
-            decided_at=console.clock(),
-            status=ClaimStatus(body.get("status") or ClaimStatus.PRESENT),
-            value=body.get("value"),
-            note=note,
-            resolves_decision_id=body.get("resolves_decision_id") or None,
-            act=StewardAct(body.get("act") or StewardAct.RESOLVE),
-            target_id=body.get("target_id") or None,
-            basis_digest=body.get("basis_digest") or None,
-        )
-    except (ClaimstreamError, ValueError) as exc:
-        return refused(Refusal.INVALID, 400, str(exc))
-    stale = _stale_here(console, resolution)
-    if stale is not None:
-        return refused(Refusal.STALE_DECISION, 409, stale)
-    signer = console.stewards.signer(steward, console.policy.stewards)
-    if isinstance(signer, Refusal):
-        return refused(
-            signer,
-            403,
-            f"the policy asks for steward signatures and no key signs for {steward} here "
-            "(steward_signing_keys)",
-        )
-    try:
-        await publish_resolutions(console.settings, [resolution], signer)
-    except (KafkaError, ClaimstreamError) as exc:
-        return web.json({"error": f"could not publish the resolution: {exc}"}, status=503)
-    console.metrics.console_resolutions.labels(console.metrics.field_label(field)).inc()
-    log.info("console: resolution %s published for field %s", resolution.resolution_id, field)
-    return web.json(
-        {"key": state_key(subject, field), "resolution": resolution.model_dump(mode="json")},
-        status=202,
-    )
-
-
-def _stale_here(console: Console, resolution: Resolution) -> str | None:
-    """Why the resolution is of a decision no longer current, when this worker owns the key (so
-    the steward hears it at once); the key's owner checks again when it applies it, as a
-    decision may change between this answer and that."""
-    key = canonical_key(state_key(resolution.subject, resolution.field), console.alias_of)
-    if not console.ownership.owner_of(key.encode()).here:
-        return None
-    state = console.ownership.state_of(key.encode())
-    rules = console.policy.rules_for(resolution.field)
-    if state is None or rules is None:
-        return None
-    version, now = console.policy.version, console.clock()
-    if resolution.act is StewardAct.APPROVE:
-        seen, now_is = (
-            (resolution.resolves_decision_id, resolution.basis_digest),
-            basis_now(state, rules, version, now),
-        )
-        if seen == now_is:
-            return None
-        return f"approve saw {seen}, but the key's decision and evidence are {now_is}: look again"
-    if resolution.act not in PROPOSALS:
-        return None
-    stale = stale_view(state, resolution, rules, version, now)
-    return None if stale is None else stale.detail
-
-
-def _subject_and_field(body: dict[str, Any]) -> tuple[str, str]:
-    if body.get("key"):
-        subject, field = split_key(str(body["key"]))
-    else:
-        subject, field = str(body.get("subject") or ""), str(body.get("field") or "")
-    if not subject or not field:
-        raise ClaimstreamError("name the key (subject|field), or its subject and field")
-    return subject, field
-
-
 async def live(console: Console, web: View, request: Request) -> aioweb.StreamResponse:
     """Server-sent events: this worker's decisions and, relayed, its peers' (or one key's)."""
     key = request.query.get("key") or None
@@ -488,6 +383,5 @@ ROUTES = (
     Route("get", "/api/aliases/preview", "alias_preview", alias_change_preview),
     Route("get", "/api/decisions/{key}", "decision", decision),
     Route("get", "/api/decisions/{key}/history", "decision_history", decision_history),
-    Route("post", "/api/resolutions", "resolutions", resolve),
     Route("get", "/api/live", "live", live),
 )

@@ -42,6 +42,7 @@ class Refusal(StrEnum):
     INVALID = "invalid_resolution"  # 400: the policy refuses the resolution
     STALE_DECISION = "stale_decision"  # 409: resolved a decision no longer the key's current one
     UNSIGNED = "unsigned"  # 403: the policy asks for a signature; no key for this steward
+    REVIEW_REFUSED = "review_refused"  # 409: the key's owner would refuse the review or task
 
 
 class StewardTokens:

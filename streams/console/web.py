@@ -37,6 +37,7 @@ from streams.console.api import ROUTES, Clock, Console, Route, wall_clock
 from streams.console.forward import Peers
 from streams.console.live import LiveDecisions
 from streams.console.stewards import Refusal, StewardTokens
+from streams.console.writes import WRITE_ROUTES
 from streams.core.timeline.aliases import AliasHistory
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import Metrics
@@ -102,7 +103,7 @@ def register_console(
     web_app.on_cleanup.append(lambda _: console.peers.close())
     web_app.middlewares.append(_browsers_to_console)
     _register_pages(app, static_assets())
-    for route in ROUTES:
+    for route in ROUTES + WRITE_ROUTES:
         app.page(route.path, name=route.name)(_view(console, route))
     return console
 
