@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from streams.core.admission.intake import admit_resolution
 from streams.core.keys.state import state_key
 from streams.core.records.contracts import (
+    VALUED,
     Action,
     Claim,
     ClaimStatus,
@@ -154,7 +155,7 @@ def build_resolution(
     if not decided_by.strip():
         raise ClaimstreamError(f"{origin}: a resolution names who decided it (decided_by)")
     rules = policy.rules_for(field) if policy is not None else None
-    if unit is None and rules is not None and act == StewardAct.RESOLVE:
+    if unit is None and rules is not None and act in VALUED:
         unit = rules.unit or rules.currency
     try:
         resolution = Resolution.model_validate(

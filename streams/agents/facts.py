@@ -210,3 +210,15 @@ class Recorded(BaseModel):
         "(the worker dead-letters a claim its policy refuses); None: not waited for"
     )
     fact: Fact | None = None
+
+
+class Proposed(BaseModel):
+    resolution_id: str
+    key: str
+    proposed_by: str = Field(description="the steward identity it was sent as: agent:<name>")
+    on_decision: str = Field(description="the key's decision it proposes to settle")
+    waits_for: str = Field(
+        default="a steward's approval",
+        description="a proposal changes nothing until a steward approves it in the console or "
+        "with `claimstream review approve`",
+    )

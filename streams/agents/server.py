@@ -18,7 +18,15 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from streams import __version__
-from streams.agents.facts import ConflictList, Explanation, Fact, PlanCheck, PlanStep, Recorded
+from streams.agents.facts import (
+    ConflictList,
+    Explanation,
+    Fact,
+    PlanCheck,
+    PlanStep,
+    Proposed,
+    Recorded,
+)
 from streams.agents.tools import MAX_WAIT_S, ClaimInput, FactTools
 from streams.core.records.errors import ClaimstreamError
 
@@ -119,5 +127,21 @@ def build_server(tools: FactTools) -> MCPServer:
         channel (e.g. 'chat'). It counts as an assertion, the weakest authority: it never
         outweighs a system's observation, and never settles a fact alone."""
         return await _answer(tools.record(claim, wait_s, user_assertion=True))
+
+    @server.tool(annotations=WRITES)
+    async def propose_resolution(
+        subject: Subject,
+        field: FieldName,
+        value: Annotated[
+            str | int | float | bool | dict[str, object],
+            Field(description="the value you propose, as the field's type (money: an object)"),
+        ],
+        note: Annotated[str, Field(description="why, citing the evidence you relied on")],
+        proposed_by: Annotated[str, Field(description="your name, e.g. 'billing-agent'")],
+    ) -> Proposed:
+        """Ask a person to settle a disputed fact with the value you propose. It changes nothing
+        until a steward approves it: the fact stays disputed meanwhile, and there is no tool to
+        approve it. Propose only on a conflict or quarantine, and say in `note` why."""
+        return await _answer(tools.propose(subject, field, value, note, proposed_by))
 
     return server

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -17,20 +18,29 @@ from streams.agents.facts import (
     Fact,
     PlanCheck,
     PlanStep,
+    Proposed,
     Recorded,
     blocked_step,
     fact_from_decision,
     parse_read,
 )
-from streams.client import ClaimPublisher, FactsClient, judge
+from streams.client import (
+    ClaimPublisher,
+    FactsClient,
+    build_resolution,
+    judge,
+    publish_resolutions,
+)
 from streams.core.keys.state import state_key
 from streams.core.reading.explain import explain
 from streams.core.records.contracts import (
+    OPEN_OUTCOMES,
     Claim,
     ClaimStatus,
     ConflictKind,
     Decision,
     SourceClass,
+    StewardAct,
     Value,
     parse_instant,
 )
@@ -151,14 +161,52 @@ class FactTools:
             raise ClaimstreamError(_nothing_known(subject, field))
         return Explanation(key=state_key(decision.subject, decision.field), text=explain(decision))
 
-    async def record(
-        self, claim: ClaimInput, wait_s: float | None, *, user_assertion: bool
-    ) -> Recorded:
+    async def propose(
+        self, subject: str, field: str, value: object, note: str, proposed_by: str
+    ) -> Proposed:
+        """A resolution of the key's current decision, sent as a proposal (act `propose`): it
+        waits for a steward's approval whatever the policy asks, and an agent has no tool to
+        approve it."""
+        self._writes_on()
+        decision = await self.facts.get_fact(subject, field)
+        if decision is None:
+            raise ClaimstreamError(_nothing_known(subject, field))
+        if decision.outcome not in OPEN_OUTCOMES:
+            raise ClaimstreamError(
+                f"{subject} {field} is {decision.outcome.value}, not in dispute: there is "
+                "nothing for a person to settle"
+            )
+        statement = build_resolution(
+            None,
+            decision.subject,
+            field,
+            decided_by=f"agent:{proposed_by.strip()}",
+            decided_at=datetime.now(UTC),
+            value=cast(Value, value),  # validated as the contract's value by build_resolution
+            note=note,
+            resolves_decision_id=decision.decision_id,
+            act=StewardAct.PROPOSE,
+            origin="proposal",
+        )
+        await publish_resolutions(self.settings, [statement])
+        return Proposed(
+            resolution_id=statement.resolution_id,
+            key=state_key(decision.subject, field),
+            proposed_by=statement.decided_by,
+            on_decision=decision.decision_id,
+        )
+
+    def _writes_on(self) -> None:
         if not self.allow_writes:
             raise ClaimstreamError(
                 "writes are off: this MCP server was started without --allow-writes, so it "
                 "only reads facts (get_fact, check_plan, list_conflicts, explain_fact)"
             )
+
+    async def record(
+        self, claim: ClaimInput, wait_s: float | None, *, user_assertion: bool
+    ) -> Recorded:
+        self._writes_on()
         if wait_s is not None and not 0 <= wait_s <= MAX_WAIT_S:
             raise ClaimstreamError(f"wait_s is {wait_s}; give 0 to {MAX_WAIT_S:g} seconds")
         source_class = SourceClass.USER if user_assertion else SourceClass.OBSERVATION

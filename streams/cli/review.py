@@ -122,7 +122,7 @@ def cmd_review_show(args: argparse.Namespace) -> int:
 
 def _line(statement: dict[str, Any], standing: str) -> str:
     about = f" {statement['target_id']}" if statement.get("target_id") else ""
-    value = f" = {statement['value']}" if statement.get("act") == "resolve" else ""
+    value = f" = {statement['value']}" if statement.get("act") in ("resolve", "propose") else ""
     why = f" ({statement['why']})" if statement.get("why") else ""
     note = f": {statement['note']}" if statement.get("note") else ""
     return (

@@ -42,6 +42,7 @@ TOOLS = {
     "explain_fact",
     "record_observation",
     "record_user_assertion",
+    "propose_resolution",
 }
 
 
@@ -266,6 +267,41 @@ async def test_over_http_a_recorded_claim_is_read_back_in_its_decision(cluster: 
             mine = [e for e in user["fact"]["evidence"] if e["claim_id"] == "user-says-paid"]
             assert mine[0]["authority"] == "asserted"
             assert user["fact"]["outcome"] == "conflict"  # an assertion settles nothing
+
+            # An agent may ask a person to settle the conflict, never settle it: its proposal
+            # waits for a steward's approval, and no tool approves.
+            asked = {"subject": DISPUTED, "field": PAYMENT, "value": "paid",
+                     "note": "the ledger shows it", "proposed_by": "billing-agent"}  # fmt: skip
+            proposed = structured(await session.call_tool("propose_resolution", asked))
+            assert proposed["proposed_by"] == "agent:billing-agent"
+            assert proposed["on_decision"] == user["fact"]["decision_id"]
+            history = f"/api/decisions/{urllib.parse.quote(proposed['key'], safe='')}/history"
+            deadline = time.monotonic() + 30
+            while not (cluster.worker.get(history) or {}).get("steward_log"):
+                assert time.monotonic() < deadline, cluster.worker.log_tail()
+                time.sleep(0.3)
+            (waiting,) = cluster.worker.get(history)["steward_log"]
+            assert (waiting["act"], waiting["standing"], waiting["needs"]) == (
+                "propose",
+                "pending",
+                1,
+            )
+            still = structured(
+                await session.call_tool("get_fact", {"subject": DISPUTED, "field": PAYMENT})
+            )
+            assert still["outcome"] == "conflict"
+            approve = {
+                "subject": DISPUTED,
+                "field": PAYMENT,
+                "target_id": proposed["resolution_id"],
+            }
+            assert "approve_resolution" in error_text(
+                await session.call_tool("approve_resolution", approve)
+            )
+            settled = {**asked, "subject": "invoice:41"}
+            assert "not in dispute" in error_text(
+                await session.call_tool("propose_resolution", settled)
+            )
 
             bad_status = {**claim, "status": "maybe", "claim_id": "bad-status"}
             assert "status" in error_text(

@@ -22,6 +22,7 @@ from streams.core.records.contracts import (
     ASSERTED_RANK,
     AUTHORITY_RANKS,
     CLAIM_FIELDS,
+    VALUED,
     Authority,
     Claim,
     ClaimFields,
@@ -29,7 +30,6 @@ from streams.core.records.contracts import (
     RejectReason,
     Resolution,
     SourceClass,
-    StewardAct,
     Value,
     instant,
     micros,
@@ -276,8 +276,8 @@ def admit_resolution(resolution: Resolution, policy: Policy, now: datetime) -> R
             f"decided_at {resolution.decided_at.isoformat()} is beyond the allowed clock skew of "
             f"{policy.defaults.max_clock_skew} past {now.isoformat()}",
         )
-    if resolution.act is not StewardAct.RESOLVE:
-        return resolution  # an undo or a review: no value (the contract refuses one)
+    if resolution.act not in VALUED:
+        return resolution  # an undo, a review, an assignment: no value (the contract refuses one)
     if resolution.status not in (ClaimStatus.PRESENT, ClaimStatus.NOT_FOUND):
         raise ContractError(
             RejectReason.INVALID_VALUE, "a resolution decides present (with a value) or not_found"

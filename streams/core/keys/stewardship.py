@@ -5,7 +5,8 @@ Where it sits: `transitions.add_resolution` calls `take` with the key's state an
 over what it returns; the key's own clock orders the statements as it orders claims, so a
 worker, a restart and replay take each at the same instant and reach the same standing.
 
-- A resolution (or an undo) of a field whose policy asks for no review counts at once.
+- A resolution (or an undo) of a field whose policy asks for no review counts at once; a
+  `propose` (an agent's resolution) waits for one approval even there.
 - Where the policy's `review.approvals` is N, it is a proposal until N stewards approve it;
   its author's approval counts only where `review.author_may_approve` says so.
 - An approval names the basis it saw: the key's decision and the digest of its evidence. If
@@ -32,6 +33,7 @@ from streams.core.keys.steward_log import Standing, StewardStep
 from streams.core.keys.upkeep import latest_resolutions
 from streams.core.records.contracts import (
     OPEN_OUTCOMES,
+    PROPOSALS,
     Decision,
     RejectReason,
     Resolution,
@@ -112,7 +114,7 @@ def take(
     key's decision to judge an approval's basis by; None judges none (replay at once takes
     every claim at once, so it cannot tell what a steward saw when; `replay_with_clock` can)."""
     act = said.act
-    if act is StewardAct.RESOLVE or act is StewardAct.UNDO:
+    if act in PROPOSALS:
         return _proposed(state, said, rules, limits)
     if act is StewardAct.ASSIGN:
         return _assigned(state, said, rules, limits)
@@ -154,6 +156,8 @@ def _proposed(state: KeyState, said: Resolution, rules: FieldRules, limits: Limi
             f"{state.subject}|{state.field}",
         )
     needs = rules.review.approvals
+    if said.act is StewardAct.PROPOSE:
+        needs = max(needs, 1)
     if needs == 0:
         return _applied(state, StewardStep(said, Standing.PENDING), state.steward_log, limits)
     waiting = sum(s.standing is Standing.PENDING for s in state.steward_log)
@@ -230,7 +234,7 @@ def _applied(
 ) -> Stewarded:
     """`proposal` (pending in `log`, or new) put in force."""
     said = proposal.statement
-    if said.act is StewardAct.RESOLVE:
+    if said.act is not StewardAct.UNDO:
         kept = tuple(s for s in log if s is not proposal)
         return _bounded((*state.resolutions, said), kept, limits)
     undone = _in_force(state, said.target_id)

@@ -329,8 +329,10 @@ class ReobserveRequest(_Record):
 class StewardAct(StrEnum):
     """What a steward's statement does: `resolve` decides a key's value, `undo` takes a
     resolution back; the policy may hold either as a proposal until others `approve` it, and a
-    reviewer may instead `reject` it or `send_back` to its author. `assign` gives the key's task
-    (its open conflict, its proposals) to a steward, or to nobody."""
+    reviewer may instead `reject` it or `send_back` to its author. `propose` is a resolution that
+    waits for at least one approval whatever the policy asks (what an agent sends: it may propose,
+    never decide). `assign` gives the key's task (its open conflict, its proposals) to a steward,
+    or to nobody."""
 
     RESOLVE = "resolve"
     UNDO = "undo"
@@ -338,10 +340,13 @@ class StewardAct(StrEnum):
     REJECT = "reject"
     SEND_BACK = "send_back"
     ASSIGN = "assign"
+    PROPOSE = "propose"
 
 
 REVIEWS = frozenset({StewardAct.APPROVE, StewardAct.REJECT, StewardAct.SEND_BACK})
-PROPOSALS = frozenset({StewardAct.RESOLVE, StewardAct.UNDO})
+PROPOSALS = frozenset({StewardAct.RESOLVE, StewardAct.PROPOSE, StewardAct.UNDO})
+VALUED = frozenset({StewardAct.RESOLVE, StewardAct.PROPOSE})
+"""The acts whose statement carries a value: the resolutions."""
 
 
 class Resolution(_Record):
@@ -368,7 +373,7 @@ class Resolution(_Record):
         act = self.act
         if self.assignee is not None and act is not StewardAct.ASSIGN:
             raise ValueError("only assign names an assignee")
-        if act is StewardAct.RESOLVE:
+        if act in VALUED:
             if self.target_id is not None:
                 raise ValueError("a resolution names no target_id (an undo or a review does)")
             return self

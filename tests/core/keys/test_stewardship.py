@@ -310,3 +310,14 @@ def test_a_key_with_nothing_open_has_no_task_to_assign() -> None:
     step = key.take(assign("t1", "bob", 6, "bob"))
     assert step.refused is not None
     assert "no open task" in step.refused.detail
+
+
+def test_a_proposal_waits_for_an_approval_even_where_the_policy_asks_for_none() -> None:
+    key = Key(PLAIN)
+    basis = key.basis(5)
+    step = key.take(said("p1", "agent:billing", 5, act="propose", value="paid", **basis))
+    assert step.emitted is None
+    assert key.standing("p1") is Standing.PENDING
+    approved = key.approve("p1", "alice", 6)
+    assert approved.emitted is not None
+    assert approved.emitted.decision.resolution_id == "p1"
