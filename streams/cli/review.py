@@ -1,6 +1,7 @@
-"""The review commands of the `claimstream` command line: `review approve`, `reject` and
-`send-back` of a steward's proposed resolution or undo, and `review show`, a key's statements
-with where each stands. `streams.cli.main` adds them to its parser.
+"""The stewards' commands of the `claimstream` command line: `review approve`, `reject` and
+`send-back` of a steward's proposed resolution or undo; `take`, `release` and `hand` of a key's
+task; `review queue`, the open tasks as the console lists them, and `review show`, a key's
+statements with where each stands. `streams.cli.main` adds them to its parser.
 
 An approval names the basis its steward saw: the key's decision and its evidence digest, which
 `approve` asks the key's worker for (`GET /api/decisions/KEY`) and prints before it publishes.
@@ -30,40 +31,63 @@ _VERDICTS = {
     "reject": StewardAct.REJECT,
     "send-back": StewardAct.SEND_BACK,
 }
+_TASKS = {
+    "take": "take a key's task: yours until your lease lapses (the policy's review.lease)",
+    "release": "release a task you hold: anyone may take it",
+    "hand": "hand a task you hold to another steward (--to)",
+}
 
 
 def add_review_commands(commands: Any, connection: argparse.ArgumentParser) -> None:
     """Add `review` and its subcommands (`connection`: the --settings, --broker parent)."""
     review_parser = commands.add_parser(
         "review",
-        help="review a steward's proposed resolution or undo: approve, reject or send it back",
+        help="the stewards' work: review proposals (approve, reject, send back), take, hand on "
+        "or release a key's task, list the queue, show a key's statements",
     )
     review_commands = review_parser.add_subparsers(dest="review_command", required=True)
     worker = argparse.ArgumentParser(add_help=False)
     worker.add_argument(
         "--url", help="any worker's web URL: it asks the key's owner (default: the settings')"
     )
+    said = argparse.ArgumentParser(add_help=False)
+    said.add_argument("key", metavar="KEY", help="the key, subject|field")
+    said.add_argument("--by", required=True, metavar="NAME", help="who you are (the steward)")
+    said.add_argument("--note", default="", metavar="TEXT", help="why, in your words")
+    said.add_argument(
+        "--policy", type=Path, metavar="FILE", help="the policy to sign by (with --key-id)"
+    )
+    said.add_argument(
+        "--key-id", metavar="ID", help="sign as --by with this key of the stewards section"
+    )
+    said.add_argument(
+        "--key-env", metavar="VAR", help="the environment variable holding the key's secret"
+    )
     for name, act in _VERDICTS.items():
         verdict = review_commands.add_parser(
             name,
-            parents=[connection, worker],
+            parents=[connection, worker, said],
             help=f"{name.replace('-', ' ')} a proposal"
             + (": names the decision and evidence you saw" if act is StewardAct.APPROVE else ""),
         )
-        verdict.add_argument("key", metavar="KEY", help="the key, subject|field")
         verdict.add_argument("proposal", metavar="ID", help="the proposal's resolution_id")
-        verdict.add_argument("--by", required=True, metavar="NAME", help="who reviews")
-        verdict.add_argument("--note", default="", metavar="TEXT", help="why, in your words")
-        verdict.add_argument(
-            "--policy", type=Path, metavar="FILE", help="the policy to sign by (with --key-id)"
-        )
-        verdict.add_argument(
-            "--key-id", metavar="ID", help="sign as --by with this key of the stewards section"
-        )
-        verdict.add_argument(
-            "--key-env", metavar="VAR", help="the environment variable holding the key's secret"
-        )
         verdict.set_defaults(handler=cmd_review, act=act)
+    for name, help_text in _TASKS.items():
+        task = review_commands.add_parser(name, parents=[connection, worker, said], help=help_text)
+        if name == "hand":
+            task.add_argument("--to", required=True, metavar="NAME", help="the steward")
+        task.set_defaults(handler=cmd_review, act=StewardAct.ASSIGN, proposal=None)
+    queue = review_commands.add_parser(
+        "queue",
+        parents=[worker],
+        help="the open tasks across the cluster, oldest first (the console's queue)",
+    )
+    queue.add_argument("--field", metavar="F", help="only this field")
+    queue.add_argument("--mine", metavar="NAME", help="only the tasks NAME holds")
+    queue.add_argument("--unassigned", action="store_true", help="only tasks nobody holds")
+    queue.add_argument("--overdue", action="store_true", help="only tasks past their due time")
+    queue.add_argument("--settings", type=Path, metavar="FILE", help="YAML settings file")
+    queue.set_defaults(handler=cmd_review_queue)
     show = review_commands.add_parser(
         "show",
         parents=[worker],
@@ -89,6 +113,7 @@ def cmd_review(args: argparse.Namespace) -> int:
             f"({decision['outcome']}, evidence {seen['evidence_digest']})",
             file=sys.stderr,
         )
+    assignee = {"take": args.by, "hand": getattr(args, "to", None)}.get(args.review_command)
     statement = build_resolution(
         load_policy(args.policy) if args.policy else None,
         subject,
@@ -98,6 +123,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         note=args.note,
         act=args.act,
         target_id=args.proposal,
+        assignee=assignee,
         resolves_decision_id=seen.get("decision_id"),
         basis_digest=seen.get("evidence_digest"),
         origin=f"review {args.act.value}",
@@ -106,7 +132,27 @@ def cmd_review(args: argparse.Namespace) -> int:
     signer = steward_signer(args, settings) if args.key_id else None
     asyncio.run(publish_resolutions(settings, [statement], signer))
     print(statement.model_dump_json())
-    print(f"review: {args.act.value} {args.proposal} sent for {args.key}", file=sys.stderr)
+    what = args.proposal if args.proposal else f"the task to {assignee or 'nobody'}"
+    print(f"review: {args.review_command} {what} sent for {args.key}", file=sys.stderr)
+    return 0
+
+
+def cmd_review_queue(args: argparse.Namespace) -> int:
+    query = {"field": args.field, "assignee": args.mine}
+    wanted = {name: value for name, value in query.items() if value}
+    wanted |= {flag: "1" for flag in ("unassigned", "overdue") if getattr(args, flag)}
+    answer = ask_worker(args, "/api/conflicts", wanted, "read the queue")
+    for row in answer["open_conflicts"]:
+        holder = f"{row['assignee']} until {row['lease_until']}" if row["assignee"] else "nobody"
+        late = "  OVERDUE" if row["overdue"] else ""
+        count = row["waiting_for_review"]
+        waiting = f"  {count} waiting for review" if count else ""
+        print(
+            f"{row['key']}  {row['outcome']}  open {row['age_s']:.0f} s  due {row['due_at']}"
+            f"  held by {holder}{waiting}{late}"
+        )
+    for url in answer["unanswered"]:
+        print(f"review: {url} did not answer: its tasks are missing above", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Two stewards' work on a real worker and broker, through the console's write API and the
 command line: proposals in bulk, each answered on its own; an author's own approvals refused
 where the steward sees them; a second steward's approvals in bulk, each naming the basis it saw;
-the queue's tasks taken and filtered by who holds them; the gauges of reviews waiting."""
+the queue's tasks taken, listed and released, filtered by who holds them; the gauges of reviews
+waiting."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
         assert [r["index"] for r in answer["results"]] == list(range(KEYS))
         until("every approved key resolved", lambda: _open(worker, queue) == 1, worker)
         assert worker.get(path_of(subjects[0]))["decision"]["reason"] == "manual"
-        assert gauge(worker, "claimstream_reviews_waiting") == 0
+        until("none waiting", lambda: gauge(worker, "claimstream_reviews_waiting") == 0, worker)
 
         # The last conflict is a task: bob takes it; alice cannot, and sees it is bob's.
         last = subjects[-1]
@@ -132,6 +133,12 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
         status, refused = post(worker, "/api/resolutions", grab, ALICE)
         assert (status, refused["refused"]) == (409, "review_refused"), refused
         assert "the task is bob's until" in refused["error"]
+
+        listed = _cli(deployment, worker, "review", "queue", "--mine", "bob")
+        assert f"{state_key(last, FIELD)}  conflict" in listed, listed
+        assert "held by bob until" in listed
+        _cli(deployment, worker, "review", "release", state_key(last, FIELD), "--by", "bob")
+        until("the task released", lambda: _open(worker, f"{queue}&unassigned=1") == 1, worker)
 
         shown = _cli(deployment, worker, "review", "show", state_key(subjects[0], FIELD))
         assert f"in_force   resolve = 12  {ids[0]} by alice" in shown, shown
