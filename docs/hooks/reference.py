@@ -263,7 +263,7 @@ def web_api_page() -> str:
     intro = """
 What a worker serves on `web_host`:`web_port` (default `127.0.0.1:6066`), read from its endpoint
 table (`ENDPOINTS` in `streams/worker/app.py`; the console's routes are `ROUTES` in
-`streams/console/api.py`). A key is `{subject}|{field}`, its `|` written `%7C` in a path.
+`streams/console/api.py` and `WRITE_ROUTES` in `streams/console/writes.py`). A key is `{subject}|{field}`, its `|` written `%7C` in a path.
 `GET /` and `GET /api` answer this table as JSON.
 """
     return page("Web API", intro, table(["method", "path", "what it answers"], rows))

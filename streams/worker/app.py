@@ -219,15 +219,19 @@ ENDPOINTS = {
     "GET /api/console": "what the console's pages need: this worker, whether steward writes are "
     "enabled, the policy version, its fields, conflict kinds and sources",
     "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
-    "evidence, recomputed now, and the last emitted one; or the belief in force at as_of, with "
+    "evidence, recomputed now, the last emitted one and `basis` (the decision id and evidence "
+    "digest an approval names); or the belief in force at as_of, with "
     "the evidence it had, rebuilt from the key's retained claims (evidence_basis rebuilt, or "
     "not_retained once they are evicted; 404 when no belief was in force). Any worker answers, "
     "forwarding to the key's owner",
     "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
-    "claims and resolutions",
-    "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]": "open conflicts and "
-    "quarantines across the cluster, oldest first, with counts per field and the workers that "
-    "did not answer",
+    "claims, resolutions in force and steward log (proposals, reviews, undos, assignments, each "
+    "with its standing)",
+    (
+        "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N&assignee=A&unassigned=1&overdue=1]"
+    ): "open conflicts and quarantines across the cluster, oldest first, each a stewards' task "
+    "(who holds it until when, when it is due, proposals waiting for review), with counts per "
+    "field and the workers that did not answer",
     "GET /api/sources[?since=RFC3339]": "how often each source's claims matched what closed "
     "conflicts settled on, per source and field, with candidate shared lineages and authorities "
     "to review (across the cluster)",
@@ -236,11 +240,16 @@ ENDPOINTS = {
     "to, example keys), keys not judged, kept claims it would refuse; nothing is sent or "
     "changed (at most N keys per worker, default 100000); 400 with the loader's error for a bad "
     "policy",
-    "POST /api/resolutions": "a steward's resolution (key, status, value, note, "
-    "resolves_decision_id), published to the resolutions topic (Authorization: Bearer <steward "
-    "token>), 202 once published: 401 without a token, 403 with a wrong one or when writes are "
-    "off, 400 for a body that is no resolution, 409 stale_decision when resolves_decision_id is "
-    "no longer the key's current decision",
+    "POST /api/resolutions": "a steward's statement (key, act: resolve by default, undo, "
+    "approve, reject, send_back or assign; status, value, note, resolves_decision_id, target_id, "
+    "basis_digest, assignee), published to the resolutions topic as the token's steward "
+    "(Authorization: Bearer <steward token>), signed as that steward where the policy asks; 202 "
+    "once published: 401 without a token, 403 with a wrong one, when writes are off or no key "
+    "signs for the steward (unsigned), 400 for a body that is no statement, 409 stale_decision "
+    "or review_refused when the key's owner would refuse it",
+    "POST /api/resolutions/batch": 'many statements at once ({"statements": [...]}, at most '
+    "500), answered one by one: each accepted one (202) with its record, each refused one with "
+    "its status, reason and error; accepted ones are published together",
     "GET /api/aliases[?subject=S&at=RFC3339]": "the subject aliases this worker follows: each "
     "change with its instant and steward, oldest first, and the aliases in force at `at` "
     "(default now), each spelling with the subject it names after following chains; with "

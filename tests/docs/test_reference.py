@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from streams.cli.main import build_parser
 from streams.console.api import ROUTES
+from streams.console.writes import WRITE_ROUTES
 from streams.core.records.policy import Policy, load_policy
 from streams.core.rules.engine import RULES
 from streams.ops.metrics import Metrics
@@ -100,8 +101,8 @@ UNLISTED = {("GET", "/ui/{asset}")}
 
 def served_routes() -> set[tuple[str, str]]:
     """What a worker serves: the pages streams/worker/app.py and streams/console/web.py add, the
-    console's ROUTES and the Prometheus endpoint."""
-    served = {(route.method.upper(), route.path) for route in ROUTES}
+    console's ROUTES and WRITE_ROUTES, and the Prometheus endpoint."""
+    served = {(route.method.upper(), route.path) for route in ROUTES + WRITE_ROUTES}
     for module in ("worker/app.py", "console/web.py"):
         source = (REPO / "streams" / module).read_text()
         served |= {("GET", path) for path in re.findall(r"\.page\(\"([^\"]+)\"", source)}
