@@ -144,17 +144,14 @@ def encode_state(state: KeyState) -> bytes:
             ),
             timer_waits=state.timer_waits,
             aliases_at=_micros_or_none(state.aliases_at),
-            steward_log=tuple(
-                StoredStep(
-                    statement=_stored_resolution(step.statement, subject),
-                    standing=step.standing,
-                    needs=step.needs,
-                    why=step.why,
-                )
-                for step in steward_log
-            ),
+            steward_log=tuple([_stored_step(step, subject) for step in steward_log]),
         )
     )
+
+
+def _stored_step(step: StewardStep, subject: str) -> StoredStep:
+    statement = _stored_resolution(step.statement, subject)
+    return StoredStep(statement=statement, standing=step.standing, needs=step.needs, why=step.why)
 
 
 def decode_state(data: bytes) -> KeyState:
@@ -201,16 +198,13 @@ def _state(stored: StoredState, reader: _Reader) -> KeyState:
         ),
         timer_waits=stored.timer_waits,
         aliases_at=_time(stored.aliases_at),
-        steward_log=tuple(
-            StewardStep(
-                _resolution(step.statement, subject, field, amounts),
-                step.standing,
-                step.needs,
-                step.why,
-            )
-            for step in stored.steward_log
-        ),
+        steward_log=tuple([_step(step, subject, field, amounts) for step in stored.steward_log]),
     )
+
+
+def _step(stored: StoredStep, subject: str, field: str, amounts: _Amounts) -> StewardStep:
+    statement = _resolution(stored.statement, subject, field, amounts)
+    return StewardStep(statement, stored.standing, stored.needs, stored.why)
 
 
 def stored_summary(summary: DecisionSummary) -> msgspec.Raw:
