@@ -144,9 +144,13 @@ def encode_state(state: KeyState) -> bytes:
             ),
             timer_waits=state.timer_waits,
             aliases_at=_micros_or_none(state.aliases_at),
-            steward_log=tuple([_stored_step(step, subject) for step in steward_log]),
+            steward_log=_stored_log(steward_log, subject),
         )
     )
+
+
+def _stored_log(log: tuple[StewardStep, ...], subject: str) -> tuple[StoredStep, ...]:
+    return tuple([_stored_step(step, subject) for step in log]) if log else ()
 
 
 def _stored_step(step: StewardStep, subject: str) -> StoredStep:
@@ -198,8 +202,14 @@ def _state(stored: StoredState, reader: _Reader) -> KeyState:
         ),
         timer_waits=stored.timer_waits,
         aliases_at=_time(stored.aliases_at),
-        steward_log=tuple([_step(step, subject, field, amounts) for step in stored.steward_log]),
+        steward_log=_steps(stored.steward_log, subject, field, amounts),
     )
+
+
+def _steps(
+    log: tuple[StoredStep, ...], subject: str, field: str, amounts: _Amounts
+) -> tuple[StewardStep, ...]:
+    return tuple([_step(stored, subject, field, amounts) for stored in log]) if log else ()
 
 
 def _step(stored: StoredStep, subject: str, field: str, amounts: _Amounts) -> StewardStep:
