@@ -83,7 +83,7 @@ class Schedule:
         for field_name, since in self.open_since.values():
             ages.setdefault(field_name, []).append((now - since).total_seconds())
         metrics.set_open_conflicts(ages)
-        metrics.set_steward_tasks(
+        metrics.stewards.set(
             {name: _overdue(policy, name, field_ages) for name, field_ages in ages.items()},
             Counter(name for listed in self._reviewed.values() for name in listed.values()),
         )

@@ -32,9 +32,9 @@ from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
 from streams.console.stewards import StewardTokens
+from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState, split_key
 from streams.core.keys.stewardship import basis_digest
-from streams.core.keys.transitions import current_decision
 from streams.core.reading.alias_preview import alias_preview, touched_keys
 from streams.core.reading.asof import NoBeliefAsOf, belief_as_of
 from streams.core.reading.explain import explain

@@ -138,20 +138,7 @@ class Metrics:
             ["field"],
             registry=r,
         )
-        self.overdue_tasks = Gauge(
-            "claimstream_overdue_tasks",
-            "Open conflicts past their field's escalate_after: stewards' tasks overdue, on "
-            "this worker.",
-            ["field"],
-            registry=r,
-        )
-        self.reviews_waiting = Gauge(
-            "claimstream_reviews_waiting",
-            "Keys with a steward's proposal waiting for review, on this worker (after a "
-            "restart, a key that is not an open conflict counts again once its state changes).",
-            ["field"],
-            registry=r,
-        )
+
         self.decision_latency = Histogram(
             "claimstream_decision_latency_seconds",
             "From a claim's record timestamp to the decision it caused being sent.",
@@ -197,6 +184,7 @@ class Metrics:
             registry=r,
         )
         self.timers = TimerGauges(r)
+        self.stewards = StewardGauges(r, self._fields)
         self.stalled = StalledTasks(r)
 
     def _stage_families(self, r: CollectorRegistry) -> None:
@@ -343,16 +331,38 @@ class Metrics:
         self.rebalances.inc()
         self.restore_seconds.observe(restore_s)
 
-    def set_steward_tasks(self, overdue: dict[str, int], reviews: Mapping[str, int]) -> None:
-        for field in self._fields:
-            self.overdue_tasks.labels(field).set(overdue.get(field, 0))
-            self.reviews_waiting.labels(field).set(reviews.get(field, 0))
-
     def set_open_conflicts(self, ages_by_field: dict[str, list[float]]) -> None:
         for field in self._fields:
             ages = ages_by_field.get(field, [])
             self.open_conflicts.labels(field).set(len(ages))
             self.oldest_open_conflict_age.labels(field).set(max(ages, default=0.0))
+
+
+class StewardGauges:
+    """The stewards' backlog on this worker, per field (the loop refreshes them every
+    `expiry_interval_s`)."""
+
+    def __init__(self, r: CollectorRegistry, fields: frozenset[str]) -> None:
+        self._fields = fields
+        self.overdue = Gauge(
+            "claimstream_overdue_tasks",
+            "Open conflicts past their field's escalate_after: stewards' tasks overdue, on "
+            "this worker.",
+            ["field"],
+            registry=r,
+        )
+        self.reviews_waiting = Gauge(
+            "claimstream_reviews_waiting",
+            "Keys with a steward's proposal waiting for review, on this worker (after a "
+            "restart, a key that is not an open conflict counts again once its state changes).",
+            ["field"],
+            registry=r,
+        )
+
+    def set(self, overdue: Mapping[str, int], reviews: Mapping[str, int]) -> None:
+        for field in self._fields:
+            self.overdue.labels(field).set(overdue.get(field, 0))
+            self.reviews_waiting.labels(field).set(reviews.get(field, 0))
 
 
 class TimerGauges:

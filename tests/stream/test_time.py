@@ -28,8 +28,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from streams.core.admission.intake import admit
+from streams.core.keys.belief import basis_now
 from streams.core.keys.state import state_key
-from streams.core.keys.transitions import add_claim, basis_now
+from streams.core.keys.transitions import add_claim
 from streams.core.reading.replay import replay_with_clock
 from streams.core.records.contracts import Claim, Outcome, RejectReason, Resolution
 from streams.core.records.policy import Policy, load_policy

@@ -15,7 +15,7 @@ function el(tag, attrs, ...children) {
     else if (name === "class") node.className = value;
     else node.setAttribute(name, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -295,9 +295,17 @@ function reviewRule(review) {
   const needs = review.approvals || 0;
   const rest = Object.entries(review).filter(([name]) => name !== "approvals" && name !== "author_may_approve");
   return el("div", { id: "review-rule" },
-    needs ? `${plural(needs, "approval")} by other stewards before a resolution or undo counts; its author's own ${review.author_may_approve ? "counts" : "does not"}`
+    needs ? `${plural(needs, "approval")} by other stewards before a resolution or undo counts (its author's own ${review.author_may_approve ? "counts too" : "does not count"})`
       : "none: a resolution or undo counts at once",
-    rest.length ? ruleValue(Object.fromEntries(rest)) : null);
+    rest.map(([name, value]) => el("div", {}, el("span", { class: "muted" }, name), " ", durationWords(value))));
+}
+
+function durationWords(value) {
+  // An ISO 8601 duration (PT30M) as the policy file writes one (30m); anything else as it is.
+  const parts = typeof value === "string" && value.match(/^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$/);
+  if (!parts || value === "P" || value.endsWith("T")) return showValue(value);
+  return [["d", parts[1]], ["h", parts[2]], ["m", parts[3]], ["s", parts[4]]]
+    .filter(([, n]) => n !== undefined).map(([unit, n]) => `${n}${unit}`).join("") || "0s";
 }
 
 // ---- a key's stewards: proposals, reviews, undos ------------------------------------------
@@ -308,7 +316,10 @@ const STANDING = {
   pending: "pending", in_force: "in force", applied: "applied", undone: "undone",
   rejected: "rejected", sent_back: "sent back", recorded: "",
 };
+const STEWARD_POLL_MS = 3000;
 const REVIEW_ACTS = new Set(["approve", "reject", "send_back"]);
+const PROPOSAL_ACTS = new Set(["resolve", "propose", "undo"]); // what reviews are of
+const VALUED_ACTS = new Set(["resolve", "propose"]); // a resolution (`propose`: an agent's)
 const ACT_WORDS = { approve: "approve", reject: "reject", send_back: "send back" };
 
 function stewardStatements(history) {
@@ -326,7 +337,7 @@ function resolutionWords(s) {
 }
 
 function approvalsText(s, approvers) {
-  if (s.act !== "resolve" && s.act !== "undo") return "";
+  if (!PROPOSAL_ACTS.has(s.act)) return "";
   const who = approvers.length ? ` (${approvers.join(", ")})` : "";
   if (s.needs) return `${approvers.length} of ${s.needs}${who}`;
   return approvers.length ? `approved by ${approvers.join(", ")}` : "—";
@@ -368,11 +379,11 @@ function statementRow(ctx, s, byId, approvers) {
       s.resolves_decision_id ? `decision ${s.resolves_decision_id}` : "", s.basis_digest ? ` · evidence ${s.basis_digest}` : "")
     : null;
   let what;
-  if (s.act === "resolve") {
+  if (VALUED_ACTS.has(s.act)) {
     const moved = s.standing === "pending" && s.resolves_decision_id && s.resolves_decision_id !== ctx.basis.decision_id;
-    what = [`resolve: `, el("span", { class: "value" }, resolutionWords(s)),
+    what = [`${s.act}: `, el("span", { class: "value" }, resolutionWords(s)),
       el("div", { class: "muted id" }, s.resolution_id), basis,
-      moved ? el("div", { class: "warn moved" }, "the key has been decided again since: approving it sends it back to its author") : null];
+      moved ? el("div", { class: "warn moved" }, "the key has been decided again since it was proposed: an approval is refused (the key's owner sends it back to its author); look at the new evidence") : null];
   } else if (s.act === "undo") {
     const undone = byId.get(s.target_id);
     what = [`undo ${s.target_id}`, undone ? [": ", el("span", { class: "value" }, resolutionWords(undone)), ` by ${undone.decided_by}`] : null,
@@ -398,7 +409,7 @@ function stewardActions(ctx, s) {
   // What the steward may say of this statement: review a proposal; undo a resolution in force.
   const id = s.resolution_id;
   const reviewing = s.standing === "pending";
-  const undoing = s.standing === "in_force" && s.act === "resolve";
+  const undoing = s.standing === "in_force" && VALUED_ACTS.has(s.act);
   const status = ctx.status(id);
   if (!reviewing && !undoing) return status.textContent ? status : null;
   const note = el("input", { type: "text", class: "review-note", "aria-label": `note on ${id}`,
@@ -418,9 +429,10 @@ function stewardActions(ctx, s) {
         ctx.needs ? "Propose undo" : "Undo"),
       status);
   }
-  // The console cannot tell who a token is before it answers: an author's own approval, where
-  // the policy does not count it, is published, and the key's owner refuses it (a dead letter).
-  const ownApproval = (said) => said.decided_by === s.decided_by && !ctx.rules.review.author_may_approve
+  // A worker that owns the key refuses an author's own approval at once (409); one that does
+  // not publishes it, and the key's owner refuses it later (a dead letter): the page, which
+  // learns who its token is from the answer, says so then.
+  const ownApproval = (said) => said.decided_by === s.decided_by && !ctx.review.author_may_approve
     ? `Refused: ${said.decided_by} made ${id}, and its author's own approval does not count (review.author_may_approve is false): another steward must approve it. The key's owner refuses approval ${said.resolution_id}.`
     : null;
   // The basis this page loaded: the decision and evidence the steward approves as seen.
@@ -451,7 +463,7 @@ function resolveForm(ctx) {
   const form = el("form", { class: "resolve card", id: "resolve" },
     el("h2", {}, needs ? "Propose a resolution" : "Resolve"),
     needs ? el("p", { class: "review-needed", id: "review-needed" },
-      `This field's policy asks for ${plural(needs, "approval")} by other stewards (review.approvals): what you publish is a proposal, kept pending and not applied until approved${ctx.rules.review.author_may_approve ? "" : "; your own approval does not count"}.`) : null,
+      `This field's policy asks for ${plural(needs, "approval")} by other stewards (review.approvals): what you publish is a proposal, kept pending and not applied until approved${ctx.review.author_may_approve ? "" : "; your own approval does not count"}.`) : null,
     el("fieldset", {}, el("legend", { class: "muted" }, "The value that holds"), choices),
     el("p", { class: "muted" }, "Published as the steward your token is bound to."),
     el("label", {}, "Note", note),
@@ -488,8 +500,9 @@ function watchWords(watch, statements) {
     return { text: `Refused: ${watch.target} is ${now}${target && target.why ? `: ${target.why}` : ""}`, warn: true };
   }
   if (!mine) return null;
-  if (mine.standing === "pending") return { text: `Proposed ${watch.id} as ${mine.decided_by}: pending, it waits for ${plural(mine.needs, "approval")}.` };
-  return { text: `${watch.id} is ${STANDING[mine.standing] || mine.standing}.` };
+  const what = mine.act === "undo" ? "undo" : "resolution";
+  if (mine.standing === "pending") return { text: `Proposed ${what} ${watch.id} as ${mine.decided_by}: pending, it waits for ${plural(mine.needs, "approval")}.` };
+  return { text: `${what} ${watch.id} is ${STANDING[mine.standing] || mine.standing}.` };
 }
 
 function keyView(key, asOf) {
@@ -502,7 +515,11 @@ function keyView(key, asOf) {
   const notices = new Map(); // what the steward was told, by statement id (or "resolve")
   const drafts = new Map(); // notes being written, kept across the page's refreshes
   let statusNodes = new Map();
+  let standings = new Map(); // each statement's standing, as the page last read the history
+  let decided = null; // the key's decision id, as the page last read it
   let watching = null; // a statement this page published, until the key's history shows it
+  let lastDrawn = null; // what the page last drew, to tell whether a poll brought anything new
+  let fresh = false; // a live decision asked for the refresh still to be drawn
 
   function paint(node, notice) {
     node.textContent = notice ? notice.text : "";
@@ -510,14 +527,19 @@ function keyView(key, asOf) {
   }
 
   function status(id, domId) {
+    // What the steward was told lasts while what it was about stands as it did: the statement
+    // (its standing), or before one was published, the key's decision.
+    const notice = notices.get(id);
+    if (notice && (notice.standing !== standings.get(notice.about) || (!notice.kept && notice.decision !== decided))) notices.delete(id);
     const node = el("p", { class: "status muted", id: domId, "data-for": id });
     paint(node, notices.get(id));
     statusNodes.set(id, node);
     return node;
   }
 
-  function say(id, text, warn) {
-    notices.set(id, { text, warn: Boolean(warn) });
+  function say(id, text, warn, about) {
+    const on = about || (id === "resolve" ? null : id);
+    notices.set(id, { text, warn: Boolean(warn), about: on, kept: Boolean(on), standing: standings.get(on), decision: decided });
     const node = statusNodes.get(id);
     if (node) paint(node, notices.get(id));
   }
@@ -531,7 +553,7 @@ function keyView(key, asOf) {
     });
     if (!ok) { say(notice, `Refused: ${answer.error}`, true); return null; }
     const said = answer.resolution;
-    say(notice, `Published ${said.act} ${said.resolution_id} as ${said.decided_by}; waiting for the key's owner…`);
+    say(notice, `Published ${said.act} ${said.resolution_id} as ${said.decided_by}; waiting for the key's owner…`, false, notice === "resolve" ? said.resolution_id : null);
     return said;
   }
 
@@ -548,7 +570,7 @@ function keyView(key, asOf) {
     watch.timer = setInterval(() => {
       if (watching !== watch) return;
       watch.polls += 1;
-      if (watch.polls <= 30) { refresh(); return; }
+      if (watch.polls <= 30) { refresh(false, true); return; }
       unwatch();
       say(notice, `Not taken yet: ${watch.id} has not appeared on the key; its owner may have refused it (see the dead-letter topic).`, true);
     }, 1000);
@@ -568,8 +590,10 @@ function keyView(key, asOf) {
         : el("p", { class: "muted" }, "The claims behind this decision are no longer retained for this key (max_claims_per_key); only the decision itself is.")));
   }
 
-  async function refresh(live) {
+  async function refresh(live, quiet) {
+    // `quiet` (a poll): draw only what changed, so a steward's typing is not disturbed for nothing.
     const mine = ++asked;
+    if (live) fresh = true; // drawn by whichever refresh answers last
     const [now, history, known, spellings] = await Promise.all([
       api(`/api/decisions/${encodeURIComponent(key)}`),
       api(`/api/decisions/${encodeURIComponent(key)}/history`),
@@ -577,15 +601,31 @@ function keyView(key, asOf) {
       api(`/api/aliases?subject=${encodeURIComponent(key.slice(0, key.lastIndexOf("|")))}`),
     ]);
     if (mine !== asked) return;
-    if (!now.ok || !history.ok) { render(el("h1", {}, key), el("p", { class: "warn" }, (now.ok ? history : now).body.error)); return; }
+    if (!now.ok || !history.ok) {
+      // Drawn in the view's own box, so a later refresh (the key's first decision) replaces it.
+      lastDrawn = null;
+      container.replaceChildren(el("h1", {}, key), el("p", { class: "warn" }, (now.ok ? history : now).body.error));
+      return;
+    }
     const current = now.body.decision;
     const statements = stewardStatements(history.body);
+    standings = new Map(statements.map((s) => [s.resolution_id, s.standing]));
     const told = watching && watchWords(watching, statements);
-    if (told) { say(watching.notice, told.text, told.warn); unwatch(); }
+    decided = current.decision_id;
+    if (told) { say(watching.notice, told.text, told.warn, watching.notice === "resolve" ? watching.id : null); unwatch(); }
+    const drawn = JSON.stringify([current.decision_id, current.outcome, now.body.basis, history.body.decisions.length,
+      statements.map((s) => [s.resolution_id, s.standing, s.why]), Boolean(state.token)]);
+    if (quiet && !fresh && drawn === lastDrawn) return;
+    lastDrawn = drawn;
+    const highlight = fresh;
+    fresh = false;
+    const focused = container.contains(document.activeElement) ? document.activeElement : null;
+    const refocus = focused && (focused.id ? `#${CSS.escape(focused.id)}` : focused.getAttribute("aria-label") ? `[aria-label="${CSS.escape(focused.getAttribute("aria-label"))}"]` : null);
     statusNodes = new Map();
     const rules = now.body.rules;
+    const review = rules.review || {};
     const ctx = {
-      key, current, rules, basis: now.body.basis || {}, needs: (rules.review && rules.review.approvals) || 0,
+      key, current, rules, review, basis: now.body.basis || {}, needs: review.approvals || 0,
       writable: Boolean(state.config.writes_enabled && state.token), drafts, status, say, publish, follow,
     };
     const roles = Object.fromEntries(current.evidence.map((e) => [e.claim_id, e.role]));
@@ -595,7 +635,7 @@ function keyView(key, asOf) {
     const [subject, field] = [current.subject, current.field];
     container.replaceChildren(
       el("h1", {}, `${subject} · ${field}`),
-      el("p", { id: "outcome", class: live ? "fresh" : null }, badge(current.outcome, current.conflict_kind), " ",
+      el("p", { id: "outcome", class: highlight ? "fresh" : null }, badge(current.outcome, current.conflict_kind), " ",
         OPEN.has(current.outcome) ? "" : [el("span", { class: "value", id: "value" }, current.status && current.status !== "present" ? current.status : showValue(current.value, current.unit)), " · "],
         `reason ${current.reason} · action ${current.action}`,
         current.resolution_id ? ` · resolution ${current.resolution_id}` : "",
@@ -631,17 +671,31 @@ function keyView(key, asOf) {
             el("td", {}, instant(c.at)), el("td", {}, c.alias),
             el("td", {}, c.canonical === null ? retraction(c) : `→ ${c.canonical}`), el("td", {}, c.by || "—")))))] : null),
     );
+    if (refocus) {
+      const again = container.querySelector(refocus);
+      if (again) {
+        again.focus();
+        if (again.tagName === "TEXTAREA" || again.type === "text") again.setSelectionRange(again.value.length, again.value.length);
+      }
+    }
     if (cursor) belief(cursor, asofPanel);
     else asofPanel.replaceChildren(el("p", { class: "muted" }, "Pick an instant on the timeline or a decision to see what was believed then."));
   }
 
   render(container);
-  return {
+  const view = {
     key,
     refresh,
     onDecision(event) { if (event.key === key) refresh(true); },
     nodes: [container],
   };
+  // Proposals and reviews change no decision, so the live feed does not bring them: the page
+  // asks for the key's history now and then while it is shown.
+  const polling = setInterval(() => {
+    if (state.view !== view) clearInterval(polling);
+    else if (document.visibilityState === "visible" && !watching) refresh(false, true);
+  }, STEWARD_POLL_MS);
+  return view;
 }
 
 

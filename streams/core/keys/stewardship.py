@@ -110,7 +110,7 @@ def take(
     state: KeyState, said: Resolution, rules: FieldRules, basis: Basis | None, limits: Limits
 ) -> Stewarded:
     """The key's resolutions in force and steward log once `said` is taken (a statement the key
-    does not hold yet; a resolution or undo has passed `transitions.stale_view`). `basis`: the
+    does not hold yet; a resolution or undo has passed `belief.stale_view`). `basis`: the
     key's decision to judge an approval's basis by; None judges none (replay at once takes
     every claim at once, so it cannot tell what a steward saw when; `replay_with_clock` can)."""
     act = said.act

@@ -21,6 +21,7 @@ from typing import Literal
 from streams.core.admission.intake import AdmittedClaim
 from streams.core.decision.arbitration import Arbitration
 from streams.core.keys import stewardship, upkeep
+from streams.core.keys.belief import basis_now, stale_view
 from streams.core.keys.emission import emitted_by, escalation_of
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.upkeep import (
@@ -253,27 +254,6 @@ def _resolved(
     return replace(transition, refused=taken.refused) if taken.refused else transition
 
 
-def stale_view(
-    state: KeyState, resolution: Resolution, rules: FieldRules, policy_version: str, now: datetime
-) -> ContractError | None:
-    """Why `resolution` no longer applies, if it names a decision that is not the key's current
-    one: neither the last emitted nor the one time alone reached by `now` (a view can show that
-    before the key's timer fires)."""
-    viewed, last = resolution.resolves_decision_id, state.current
-    if viewed is None or (last is not None and viewed == last.decision_id):
-        return None
-    current = _arbitrate(state, rules, policy_version, now) if state.claims else None
-    if current is not None and viewed == current.decision_id:
-        return None
-    now_is = f"{current.decision_id} ({current.outcome.value})" if current is not None else "none"
-    return ContractError(
-        RejectReason.STALE_DECISION,
-        f"resolution {resolution.resolution_id!r} was made against decision {viewed!r}, but the "
-        f"key's current decision is {now_is}: the evidence changed since; look again and "
-        "resolve the current decision",
-    )
-
-
 def advance(
     state: KeyState,
     rules: FieldRules,
@@ -331,47 +311,6 @@ def regroup(
         refused=refused[-limits.max_claims :],
         note=note,
     )
-
-
-def current_decision(
-    state: KeyState, rules: FieldRules, policy_version: str, now: datetime
-) -> Decision:
-    """What the worker believes about this key at `now` (for the web API). When that is the
-    belief last emitted, it names what that decision superseded, not itself."""
-    arbitration = _arbitrate(state, rules, policy_version, now)
-    last = state.current
-    if last is not None and arbitration.decision_id == last.decision_id:
-        arbitration = arbitration.restated(now, last.supersedes)
-    return arbitration.decision
-
-
-def basis_now(
-    state: KeyState, rules: FieldRules, policy_version: str, now: datetime
-) -> tuple[str, str] | None:
-    """The key's decision at `now` as an approval names the basis it saw: its id and evidence
-    digest (`stewardship.basis_digest`); None while the key holds no claim."""
-    if not state.claims:
-        return None
-    decision = current_decision(state, rules, policy_version, now)
-    return decision.decision_id, stewardship.basis_digest(decision)
-
-
-def _arbitrate(
-    state: KeyState, rules: FieldRules, policy_version: str, now: datetime
-) -> Arbitration:
-    last = state.current
-    arbitration = arbitrate(
-        state.subject,
-        state.field,
-        state.claims,
-        rules,
-        policy_version,
-        now,
-        state.resolutions,
-        supersedes=last.decision_id if last else None,
-        previous=state.arbitration,
-    )
-    return upkeep.noting_refusals(arbitration, state.refused, policy_version)
 
 
 def _decide(

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState, Limits, state_key
-from streams.core.keys.transitions import current_decision
 from streams.core.reading.preview_report import Gist, KeyPreview, said
 from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import (

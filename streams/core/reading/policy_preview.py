@@ -18,8 +18,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
 
+from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState, Limits
-from streams.core.keys.transitions import Transition, adopt_policy, current_decision
+from streams.core.keys.transitions import Transition, adopt_policy
 from streams.core.reading.preview_report import Gist, KeyPreview, Preview, Tally
 from streams.core.records.errors import PolicyError
 from streams.core.records.policy import Policy

@@ -10,12 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from streams.core.admission.intake import admit
+from streams.core.keys.belief import current_decision
 from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.steward_log import Standing
 from streams.core.keys.stewardship import basis_digest, task_of
 from streams.core.keys.stored import holds_steward_log
-from streams.core.keys.transitions import Transition, add_claim, add_resolution, current_decision
+from streams.core.keys.transitions import Transition, add_claim, add_resolution
 from streams.core.records.contracts import RejectReason, Resolution, StewardAct
 from streams.core.records.policy import Policy, Review, load_policy
 from tests.support.builders import NOW, REPO, claim

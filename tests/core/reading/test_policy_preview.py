@@ -17,9 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.admission.intake import admit, admit_resolution
+from streams.core.keys.belief import current_decision
 from streams.core.keys.journal import encode_state
 from streams.core.keys.state import KeyState, Limits
-from streams.core.keys.transitions import add_claim, add_resolution, current_decision
+from streams.core.keys.transitions import add_claim, add_resolution
 from streams.core.reading.policy_preview import Previewer, preview
 from streams.core.reading.preview_report import (
     MAX_EXAMPLES,

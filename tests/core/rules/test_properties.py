@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from streams.core.admission.intake import admit
 from streams.core.decision.agreement import distinct
+from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState
-from streams.core.keys.transitions import add_claim, advance, current_decision
+from streams.core.keys.transitions import add_claim, advance
 from streams.core.records.contracts import Claim
 from streams.core.rules.engine import arbitrate
 from tests.support.builders import NOW, POLICY, WIDE, decide

@@ -10,8 +10,9 @@ import pytest
 
 from streams.core.admission.intake import admit, admit_resolution
 from streams.core.admission.normalize import normalize_value
+from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState
-from streams.core.keys.transitions import add_claim, current_decision
+from streams.core.keys.transitions import add_claim
 from streams.core.reading.replay import replay
 from streams.core.records.contracts import Claim, RejectReason, Resolution
 from streams.core.records.errors import ContractError

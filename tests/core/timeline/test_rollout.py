@@ -21,8 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution
+from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState, Limits
-from streams.core.keys.transitions import Transition, add_claim, add_resolution, current_decision
+from streams.core.keys.transitions import Transition, add_claim, add_resolution
 from streams.core.reading.replay import replay_with_clock
 from streams.core.records.contracts import Claim, Decision, Outcome, Resolution, SourceClass
 from streams.core.records.errors import ContractError
