@@ -1,5 +1,5 @@
 """What the console's browser tests share: Chromium's options, screenshots, and two real workers
-(`Cluster`: worker 0 with a steward token, worker 1 without) to publish to and ask."""
+(`Cluster`: worker 0 with steward tokens, worker 1 without) to publish to and ask."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ from streams.settings import Settings
 from tests.stream.support import REPO, Deployment, WorkerProcess
 
 TOKEN = "steward-token-for-the-browser-test"
+STEWARDS = {
+    "alice": "alice-steward-token-for-the-browser-test",
+    "bob": "bob-steward-token-for-the-browser-test",
+}
+"""Two more stewards on worker 0: a proposal's review needs a steward other than its author."""
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -31,6 +36,11 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 WAIT_MS = 60_000
+
+
+def steward_tokens() -> str:
+    """Worker 0's CLAIMSTREAM_STEWARD_TOKENS: Ann Steward's token, alice's and bob's."""
+    return ",".join(f"{name}:{token}" for name, token in {"Ann Steward": TOKEN, **STEWARDS}.items())
 
 
 class Cluster:

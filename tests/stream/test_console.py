@@ -1,15 +1,18 @@
 """The steward console in a real browser (Debian's Chromium driven by Playwright) against two real
 workers on Apache Kafka, fed by the demo's scenarios.
 
-Worker 0 has a steward token configured, worker 1 none: the queue is the same on both (each fans
-out to the other), only worker 0 accepts writes. Screenshots are kept in artifacts/screenshots/;
-the documentation's pictures of the console (docs/images/console-*.png) are taken here too, each
-once the test has asserted what it shows.
+Worker 0 has steward tokens configured (Ann Steward's, alice's and bob's), worker 1 none: the queue
+is the same on both (each fans out to the other), only worker 0 accepts writes. One field,
+contract.reviewed_seats, needs another steward's approval before a resolution or undo counts:
+alice and bob review each other there, each in a browser context of their own. Screenshots are
+kept in artifacts/screenshots/; the documentation's pictures of the console
+(docs/images/console-*.png) are taken here too, each once the test has asserted what it shows.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -21,13 +24,22 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import BrowserContext, FloatRect, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    FloatRect,
+    Page,
+    Playwright,
+    Route,
+    expect,
+    sync_playwright,
+)
 
 from streams.core.keys.state import split_key, state_key
 from streams.core.timeline.aliases import AliasChange
@@ -38,6 +50,7 @@ from streams.worker.alias_log import publish_alias
 from tests.stream.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    STEWARDS,
     TOKEN,
     WAIT_MS,
     Cluster,
@@ -45,6 +58,7 @@ from tests.stream.browser import (
     open_keys,
     run_into,
     shoot,
+    steward_tokens,
 )
 from tests.stream.support import REPO, Deployment, read_topic, write_policy
 
@@ -56,6 +70,7 @@ SCRIPT_VALUE = "<script>window.__pwned = 1</script>"
 MARKUP_SUBJECT = '<img src=x onerror="window.__pwned = 2">'
 ADDRESS = "customer.shipping_address"
 PAYMENT = "order.payment_status"
+SEATS = "contract.reviewed_seats"  # a resolution or undo here needs another steward's approval
 DEMO_CONFLICTS = {
     "invoice:42|order.payment_status": "value",
     "api:checkout|api.latency": "semantic",
@@ -107,13 +122,18 @@ def markup_claims(now: datetime) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def cluster(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("console")
-    # Fresh for ten minutes (no conflict ages out during the test); the address field blocks.
+    # Fresh for ten minutes (no conflict ages out during the test); the address field blocks; the
+    # reviewed seats need one approval by a steward other than the author.
     policy = write_policy(
         workdir / "policy.yaml",
-        **{PAYMENT: {"freshness": "10m"}, ADDRESS: {"on_conflict": "block"}},
+        **{
+            PAYMENT: {"freshness": "10m"},
+            ADDRESS: {"on_conflict": "block"},
+            SEATS: {"type": "integer", "freshness": "none", "review": {"approvals": 1}},
+        },
     )
     deployment = Deployment(bootstrap=kafka.bootstrap, workdir=workdir, policy=policy)
-    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=f"Ann Steward:{TOKEN}")
+    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=steward_tokens())
     reader = deployment.worker(1)
     try:
         writer.start()
@@ -143,9 +163,15 @@ def cluster(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[BrowserContext]:
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
-        context = playwright.chromium.launch_persistent_context(
+def driver() -> Iterator[Playwright]:
+    with sync_playwright() as playwright:
+        yield playwright
+
+
+@pytest.fixture(scope="module")
+def browser(driver: Playwright) -> Iterator[BrowserContext]:
+    with tempfile.TemporaryDirectory() as profile:
+        context = driver.chromium.launch_persistent_context(
             profile,
             executable_path=CHROMIUM,
             headless=True,
@@ -156,6 +182,62 @@ def browser() -> Iterator[BrowserContext]:
             yield context
         finally:
             context.close()
+
+
+@pytest.fixture(scope="module")
+def chromium(driver: Playwright) -> Iterator[Browser]:
+    """A second Chromium, for stewards who share nothing: each a browser context of their own."""
+    launched = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        yield launched
+    finally:
+        launched.close()
+
+
+def hold_live_silent(route: Route) -> None:
+    """The live feed held silent, as when it drops: the page keeps the view it loaded."""
+    route.fulfill(
+        status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 600000\n\n"
+    )
+
+
+LOGGED_REFUSAL = "the server responded with a status of 409"  # Chromium logs a refused write
+
+
+@pytest.fixture
+def steward(cluster: Cluster, chromium: Browser) -> Iterator[Callable[..., Page]]:
+    """`steward(name, key)`: the steward's page of `key` on worker 0, in a browser context of
+    their own (a session each), at 1400 px, their token in the session as the steward form
+    keeps it (the other tests enter it). A script error or a CSP violation fails the test; the
+    409 of a refused write is the page's to show."""
+    contexts: list[BrowserContext] = []
+    errors: list[str] = []
+
+    def open_as(name: str, key: str, live: bool = True) -> Page:
+        context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+        contexts.append(context)
+        if not live:
+            context.route("**/api/live*", hold_live_silent)
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(f"{name}: {error}"))
+        page.on(
+            "console",
+            lambda m: (
+                errors.append(f"{name}: {m.text}")
+                if m.type == "error" and LOGGED_REFUSAL not in m.text
+                else None
+            ),
+        )
+        token = json.dumps(STEWARDS[name])
+        context.add_init_script(f"sessionStorage.setItem('claimstream.steward', {token})")
+        page.goto(key_page(cluster, cluster.writer, key))
+        expect(page.locator("#token-forget")).to_be_visible()  # the page took the token
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+    assert errors == []
 
 
 @pytest.fixture
@@ -383,7 +465,9 @@ def test_a_steward_resolves_the_demos_conflict_from_the_browser(
     page.locator("#resolve-submit").click()
     expect(page.locator("#outcome")).to_contain_text("resolved", timeout=WAIT_MS)
     expect(page.locator("#outcome")).to_contain_text("reason manual")
-    expect(page.locator("#resolutions")).to_contain_text("Ann Steward")
+    resolution = page.locator('#steward-log tr[data-act="resolve"]')
+    expect(resolution.locator("td.by")).to_have_text("Ann Steward")
+    expect(resolution.locator("td.standing")).to_have_text("in force")
     expect(page.locator("#resolve")).to_have_count(0)
     shoot(page, "resolved")
 
@@ -464,6 +548,31 @@ def spread_owners(cluster: Cluster) -> dict[str, bool]:
     return owners
 
 
+def dead_letter(cluster: Cluster, reason: str, naming: str = "") -> str:
+    """The detail of a dead letter refused for `reason` whose detail names `naming`, read from
+    the dead-letter topic until one is there (a minute at most)."""
+    topic = cluster.deployment.topics.dead_letters
+    found: list[Any] = []
+    failures: list[BaseException] = []
+
+    async def dead_letters() -> None:
+        found.extend(await read_topic(cluster.deployment.bootstrap, topic, idle_s=1))
+
+    deadline = time.monotonic() + 60
+    while True:
+        found.clear()
+        reading = threading.Thread(target=lambda: run_into(dead_letters(), failures))
+        reading.start()
+        reading.join(90)
+        assert not failures, failures
+        for message in found:
+            headers = {name: value.decode() for name, value in message.headers}
+            detail = headers.get("claimstream.error.detail", "")
+            if headers.get("claimstream.error.reason") == reason and naming in detail:
+                return detail
+        assert time.monotonic() < deadline, f"no dead letter {reason} naming {naming!r}"
+
+
 def test_a_resolution_of_a_decision_no_longer_current_is_refused_where_the_steward_sees_it(
     cluster: Cluster,
 ) -> None:
@@ -487,23 +596,7 @@ def test_a_resolution_of_a_decision_no_longer_current_is_refused_where_the_stewa
         else:
             assert status == 202, answer
             assert answer["resolution"]["decided_by"] == "Ann Steward"
-    found: list[Any] = []
-
-    async def dead_letters() -> None:
-        topic = cluster.deployment.topics.dead_letters
-        found.extend(await read_topic(cluster.deployment.bootstrap, topic, idle_s=2))
-
-    failures: list[BaseException] = []
-    deadline = time.monotonic() + 60
-    reasons: list[str] = []
-    while "stale_decision" not in reasons and time.monotonic() < deadline:
-        found.clear()
-        reading = threading.Thread(target=lambda: run_into(dead_letters(), failures))
-        reading.start()
-        reading.join(90)
-        assert not failures, failures
-        reasons = [dict(m.headers)["claimstream.error.reason"].decode() for m in found]
-    assert "stale_decision" in reasons
+    dead_letter(cluster, "stale_decision")
     assert set(owners.values()) <= open_keys(cluster.reader)
 
 
@@ -517,12 +610,7 @@ def test_a_steward_whose_view_went_stale_sees_the_resolution_refused_in_the_brow
     page = browser.new_page()
     script_errors: list[str] = []  # the 409 itself is logged by Chromium: only scripts count
     page.on("pageerror", lambda error: script_errors.append(str(error)))
-    page.route(
-        "**/api/live*",
-        lambda route: route.fulfill(
-            status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 600000\n\n"
-        ),
-    )
+    page.route("**/api/live*", hold_live_silent)
     try:
         page.goto(cluster.url(cluster.writer, "/ui/"))
         page.locator("#token").fill(TOKEN)
@@ -620,3 +708,259 @@ def test_a_key_shows_the_spelling_each_claim_was_sent_about_and_its_merges(
     expect(page.locator("#evidence .sent-about")).to_have_text(f"sent about {alias}")
     expect(page.locator("#merges")).to_contain_text(alias)
     expect(page.locator("#merges")).to_contain_text(f"→ {canonical}")
+
+
+# ---- stewards reviewing each other: contract.reviewed_seats needs one approval ----------------
+
+
+def seats_claim(subject: str, suffix: str, source: str, seats: int, at: datetime) -> dict[str, Any]:
+    """A claim on the reviewed field: `source` says `seats`."""
+    return {"claim_id": f"{subject}-{suffix}", "subject": subject, "field": SEATS,
+            "status": "present", "value": seats, "source": source,
+            "observed_at": at.isoformat()}  # fmt: skip
+
+
+def seats_conflict(cluster: Cluster, name: str, writer_owns: bool = True) -> str:
+    """A new value conflict on the reviewed field (two systems of record say 10 and 12), on a
+    key worker 0 owns (it refuses a stale basis at once, 409) or, `writer_owns` false, not;
+    its key, once decided (a page asking before would be answered 404)."""
+    partitions = cluster.deployment.partitions
+    owned = {
+        partition_of(k.encode(), partitions) for k, here in spread_owners(cluster).items() if here
+    }
+    subject = next(
+        subject
+        for subject in (f"{name}{n}" for n in itertools.count(1))
+        if (partition_of(state_key(subject, SEATS).encode(), partitions) in owned) == writer_owns
+    )
+    at = datetime.now(UTC)
+    cluster.publish(
+        [seats_claim(subject, "a", "crm", 10, at), seats_claim(subject, "b", "order-form", 12, at)]
+    )
+    decision_of(cluster, state_key(subject, SEATS), "conflict")
+    return state_key(subject, SEATS)
+
+
+def decision_of(cluster: Cluster, key: str, outcome: str) -> dict[str, Any]:
+    """Worker 0's answer for `key` once its decision is `outcome` (a minute at most)."""
+    path = "/api/decisions/" + urllib.parse.quote(key, safe="")
+    deadline = time.monotonic() + 60
+    while (answer := cluster.writer.get(path) or {}).get("decision", {}).get("outcome") != outcome:
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.3)
+    return answer
+
+
+def history_of(cluster: Cluster, key: str) -> dict[str, Any]:
+    return cluster.writer.get("/api/decisions/" + urllib.parse.quote(key, safe="") + "/history")
+
+
+def standing_of(cluster: Cluster, key: str, statement_id: str, standing: str) -> None:
+    """Wait until worker 0 says the statement stands so on the key (a minute at most)."""
+    deadline = time.monotonic() + 60
+    while True:
+        history = history_of(cluster, key)
+        found = {s["resolution_id"]: s["standing"] for s in history["steward_log"]}
+        found |= {r["resolution_id"]: "in_force" for r in history["resolutions"]}
+        if found.get(statement_id) == standing:
+            return
+        assert time.monotonic() < deadline, history
+        time.sleep(0.2)
+
+
+def propose(page: Page, value: str, note: str) -> None:
+    """The key's resolve form, where the field needs review: a proposal, and it says so."""
+    expect(page.locator("#review-needed")).to_contain_text("1 approval", timeout=WAIT_MS)
+    expect(page.locator("#resolve-submit")).to_have_text("Propose resolution")
+    page.locator("#resolve").get_by_label(value, exact=True).check()
+    page.locator("#note").fill(note)
+    page.locator("#resolve-submit").click()
+    expect(page.locator("#resolve-status")).to_contain_text(
+        "pending, it waits for 1 approval", timeout=WAIT_MS
+    )
+
+
+def laid_out_at_1400(page: Page) -> None:
+    """At 1400 px nothing runs under anything else: the policy panel beside the explanation, the
+    stewards' history and the evidence (its last column on screen) below both."""
+    panel = page.locator("#rules").bounding_box()
+    history = page.locator("#steward-log").bounding_box()
+    last_column = page.locator("#evidence th").last.bounding_box()
+    assert panel is not None
+    assert history is not None
+    assert last_column is not None
+    for box in (history, last_column):
+        assert apart(box, panel), (box, panel)
+        assert box["x"] + box["width"] <= 1400, box
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+
+
+def test_a_proposal_counts_once_another_steward_approves_it_never_its_author(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """On a key worker 0 owns, alice's approval of her own proposal is refused at once (409);
+    bob's approval, naming what his page showed, puts it in force."""
+    key = seats_conflict(cluster, "seats-four-eyes-")
+    alice = steward("alice", key)
+    propose(alice, "10", "the signed order says 10")
+    proposal = alice.locator('#steward-log tr[data-act="resolve"]')
+    expect(proposal).to_have_attribute("data-standing", "pending")
+    expect(proposal.locator("td.approvals")).to_have_text("0 of 1")
+    expect(proposal.locator("td.note")).to_have_text("the signed order says 10")
+    expect(alice.locator("#outcome")).to_contain_text("conflict")  # not applied
+
+    proposal.locator("button.approve").click()
+    refused = proposal.locator("p.status.warn")
+    expect(refused).to_contain_text("Refused: approve", timeout=WAIT_MS)
+    expect(refused).to_contain_text("'alice' made")
+    expect(refused).to_contain_text("its author's approval does not count")
+    assert re.search(
+        r'claimstream_console_writes_refused_total\{reason="review_refused"\} [1-9]',
+        cluster.writer.get("/metrics"),
+    )
+    log = history_of(cluster, key)["steward_log"]
+    assert [(s["act"], s["standing"], s["decided_by"]) for s in log] == [
+        ("resolve", "pending", "alice")
+    ]
+
+    # Bob approves as he saw it: the value is in force, for him and (live) for her.
+    bob = steward("bob", key)
+    basis = cluster.writer.get("/api/decisions/" + urllib.parse.quote(key, safe=""))["basis"]
+    reviewed = bob.locator('#steward-log tr[data-act="resolve"]')
+    expect(reviewed).to_have_attribute("data-standing", "pending", timeout=WAIT_MS)
+    reviewed.locator("button.approve").click()
+    expect(bob.locator("#outcome")).to_contain_text("reason manual", timeout=WAIT_MS)
+    expect(bob.locator("#value")).to_have_text("10")
+    expect(reviewed.locator("td.standing")).to_have_text("in force")
+    expect(reviewed.locator("td.approvals")).to_have_text("approved by bob")
+    seen = bob.locator('#steward-log tr[data-act="approve"]')
+    expect(seen.locator("td.by")).to_have_text("bob")
+    expect(seen).to_contain_text(
+        f"saw decision {basis['decision_id']} · evidence {basis['evidence_digest']}"
+    )
+    expect(alice.locator("#value")).to_have_text("10", timeout=WAIT_MS)
+    expect(proposal.locator("td.standing")).to_have_text("in force")
+    laid_out_at_1400(bob)
+    shoot(bob, "proposal-approved")
+    history = history_of(cluster, key)
+    assert [r["decided_by"] for r in history["resolutions"]] == ["alice"]
+    assert [(s["act"], s["decided_by"]) for s in history["steward_log"]] == [("approve", "bob")]
+
+
+def test_an_approval_of_a_view_gone_stale_is_refused_and_the_proposal_goes_back(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """Bob's page keeps the view it loaded (its live feed silent); new evidence decides the key
+    meanwhile. His approval of that view, published through worker 0 (which does not own the
+    key), is refused by the key's owner, which sends the proposal back to alice, saying why."""
+    key = seats_conflict(cluster, "seats-stale-", writer_owns=False)
+    subject = split_key(key)[0]
+    alice = steward("alice", key)
+    propose(alice, "10", "crm first")
+    bob = steward("bob", key, live=False)
+    reviewed = bob.locator('#steward-log tr[data-act="resolve"]')
+    expect(reviewed).to_have_attribute("data-standing", "pending", timeout=WAIT_MS)
+    viewed = decision_of(cluster, key, "conflict")["basis"]["decision_id"]
+    cluster.publish([seats_claim(subject, "c", "crm", 12, datetime.now(UTC))])
+    now = decision_of(cluster, key, "resolved")["basis"]["decision_id"]  # both say 12 now
+    reviewed.locator("button.approve").click()
+    refused = reviewed.locator("p.status.warn")
+    expect(refused).to_contain_text("is sent back", timeout=WAIT_MS)
+    expect(refused).to_contain_text(f"its decision is now {now}")
+    proposal = alice.locator('#steward-log tr[data-act="resolve"]')
+    expect(proposal).to_have_attribute("data-standing", "sent_back", timeout=WAIT_MS)
+    expect(proposal.locator("td.standing")).to_contain_text("sent back")
+    expect(proposal.locator(".why")).to_contain_text("look at the new evidence and propose again")
+    expect(proposal).to_contain_text(f"on decision {viewed}")
+    shoot(alice, "proposal-sent-back")
+    (step,) = history_of(cluster, key)["steward_log"]
+    assert (step["standing"], step["decided_by"]) == ("sent_back", "alice")
+    answer = decision_of(cluster, key, "resolved")["decision"]
+    assert (answer["value"], answer["reason"]) == (12, "system_of_record_precedence")
+
+
+def test_the_owner_refuses_an_authors_approval_later_and_a_rejection_shows_with_its_note(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """On a key another worker owns, worker 0 publishes alice's approval of her own proposal
+    (202): her page says it is refused, and the owner dead-letters it. Bob rejects the proposal
+    with a note (markup in it shows as text); her page shows it."""
+    key = seats_conflict(cluster, "seats-rejected-", writer_owns=False)
+    alice = steward("alice", key)
+    propose(alice, "10", "crm first")
+    proposal = alice.locator('#steward-log tr[data-act="resolve"]')
+    proposal.locator("button.approve").click()
+    refused = proposal.locator("p.status.warn")
+    expect(refused).to_contain_text("its author's own approval does not count", timeout=WAIT_MS)
+    approval = re.search(r"refuses approval (res-[0-9a-f]+)", refused.inner_text())
+    assert approval is not None, refused.inner_text()
+
+    bob = steward("bob", key)
+    reviewed = bob.locator('#steward-log tr[data-act="resolve"]')
+    expect(reviewed).to_have_attribute("data-standing", "pending", timeout=WAIT_MS)
+    note = f"{MARKUP_SUBJECT} the signed order form says 12"
+    reviewed.locator("input.review-note").fill(note)
+    reviewed.locator("button.reject").click()
+    expect(reviewed.locator("p.status")).to_contain_text("is rejected", timeout=WAIT_MS)
+    expect(proposal.locator("td.standing")).to_have_text("rejected", timeout=WAIT_MS)
+    rejection = alice.locator('#steward-log tr[data-act="reject"]')
+    expect(rejection.locator("td.by")).to_have_text("bob")
+    expect(rejection.locator("td.note")).to_have_text(note)  # a steward's markup: text too
+    assert alice.evaluate("window.__pwned") is None
+    assert alice.locator("#steward-log img").count() == 0
+    expect(alice.locator("#outcome")).to_contain_text("conflict")
+    shoot(alice, "proposal-rejected")
+    log = history_of(cluster, key)["steward_log"]
+    assert [(s["act"], s["standing"], s["note"]) for s in log] == [
+        ("resolve", "rejected", "crm first"),
+        ("reject", "recorded", note),
+    ]
+    # Her approval went before bob's rejection, to the same partition: refused by then.
+    assert "'alice' made" in dead_letter(cluster, "review_refused", approval[1])
+
+
+def test_an_approved_undo_returns_the_policys_own_decision(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """Alice's resolution, approved by bob (through the API), is in force; her undo, approved
+    by bob in his browser, takes it back: the key is decided as the policy decides it, the very
+    decision it had before (its id), and her page shows the resolution undone."""
+    key = seats_conflict(cluster, "seats-undone-")
+    own = decision_of(cluster, key, "conflict")
+    basis = own["basis"]
+    body = {"key": key, "value": 10, "resolves_decision_id": basis["decision_id"]}
+    status, proposed = cluster.post(cluster.writer, body, STEWARDS["alice"])
+    assert status == 202, proposed
+    resolution_id = proposed["resolution"]["resolution_id"]
+    standing_of(cluster, key, resolution_id, "pending")  # what bob's approval is checked against
+    approve = {"key": key, "act": "approve", "target_id": resolution_id,
+               "resolves_decision_id": basis["decision_id"],
+               "basis_digest": basis["evidence_digest"]}  # fmt: skip
+    status, answer = cluster.post(cluster.writer, approve, STEWARDS["bob"])
+    assert status == 202, answer
+
+    alice = steward("alice", key)
+    resolution = alice.locator(f'#steward-log tr[data-id="{resolution_id}"]')
+    expect(resolution).to_have_attribute("data-standing", "in_force", timeout=WAIT_MS)
+    resolution.locator("input.review-note").fill("the order form was amended")
+    undo = resolution.locator("button.undo")
+    expect(undo).to_have_text("Propose undo")
+    undo.click()
+    proposed_undo = alice.locator('#steward-log tr[data-act="undo"]')
+    expect(proposed_undo).to_have_attribute("data-standing", "pending", timeout=WAIT_MS)
+    expect(alice.locator("#outcome")).to_contain_text("reason manual")  # not undone yet
+
+    bob = steward("bob", key)
+    reviewed = bob.locator('#steward-log tr[data-act="undo"]')
+    expect(reviewed).to_have_attribute("data-standing", "pending", timeout=WAIT_MS)
+    reviewed.locator("button.approve").click()
+    expect(alice.locator("#outcome")).to_contain_text("conflict", timeout=WAIT_MS)
+    expect(resolution.locator("td.standing")).to_have_text("undone")
+    expect(proposed_undo.locator("td.standing")).to_have_text("applied")
+    expect(proposed_undo.locator("td.approvals")).to_have_text("1 of 1 (bob)")
+    expect(proposed_undo.locator("td.note")).to_have_text("the order form was amended")
+    expect(alice.locator("#resolve")).to_be_visible()  # open again: another may be proposed
+    shoot(alice, "undo-approved")
+    answer = cluster.writer.get("/api/decisions/" + urllib.parse.quote(key, safe=""))
+    assert answer["decision"]["decision_id"] == own["decision"]["decision_id"]
+    assert history_of(cluster, key)["resolutions"] == []
