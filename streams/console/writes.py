@@ -5,8 +5,10 @@ the request's token names, and signed as that steward where the policy asks.
 Where this worker owns the key, a statement is first taken on a copy of the key's state, as the
 owner will take it (`transitions.add_resolution`): one the owner would refuse (made against a
 decision no longer current, an author approving their own proposal, a task someone else holds)
-is refused here, where the steward sees it. The owner checks again when it applies it, as the
-key may change in between; what it refuses then goes to the dead-letter topic.
+is refused here, where the steward sees it; but an approval that saw the key as it is, of a
+proposal made before the key was decided again, is published, for the owner to send the
+proposal back to its author. The owner checks again when it applies a statement, as the key
+may change in between; what it refuses then goes to the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from faust.web import Request, Response, View
 from streams.client import build_resolution, publish_resolutions
 from streams.console.api import Console, Route
 from streams.console.stewards import Refusal
+from streams.core.keys.belief import basis_now
 from streams.core.keys.state import split_key, state_key
 from streams.core.keys.transitions import add_resolution
 from streams.core.records.contracts import ClaimStatus, RejectReason, Resolution, StewardAct
@@ -176,10 +179,16 @@ def _taken_here(console: Console, statement: Resolution) -> None:
     rules = policy.rules_for(statement.field)
     if state is None or rules is None:
         return
-    refusal = add_resolution(state, statement, rules, policy.version, console.clock()).refused
+    now = console.clock()
+    refusal = add_resolution(state, statement, rules, policy.version, now).refused
     if refusal is None:
         return
     if refusal.reason is RejectReason.STALE_DECISION:
+        seen = (statement.resolves_decision_id, statement.basis_digest)
+        if statement.act is StewardAct.APPROVE and seen == basis_now(
+            state, rules, policy.version, now
+        ):
+            return  # it saw the key as it is, its proposal did not: the owner sends that back
         raise Refused(Refusal.STALE_DECISION, 409, refusal.detail)
     raise Refused(Refusal.REVIEW_REFUSED, 409, refusal.detail)
 

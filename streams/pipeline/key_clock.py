@@ -146,6 +146,7 @@ class KeyClock:
             policy.version,
             at,
             self.limits,
+            steward_log=stays.steward_log,
             note=None if stays else left_for(away),
         )
 
@@ -220,7 +221,7 @@ class KeyClock:
             # It arrives after the key regrouped at a later change: what those aliases send
             # elsewhere goes on there, as it would have had it arrived in time.
             arriving = self._sent_on(current, arriving, regrouped_at, moves)
-        own = Moved(current.claims, current.refused, current.resolutions)
+        own = Moved.held(current)
         evidence, disputed = gathered(own, [arriving])
         known = set(current.disputed)
         step = regroup(
@@ -232,6 +233,7 @@ class KeyClock:
             policy.version,
             due,
             self.limits,
+            steward_log=evidence.steward_log,
             disputed=(*current.disputed, *sorted(disputed - known)) if disputed - known else None,
         )
         if moves:
@@ -250,6 +252,7 @@ class KeyClock:
             claims=arriving.claims,
             refused=arriving.refused,
             resolutions=arriving.resolutions,
+            steward_log=arriving.steward_log,
         )
         stays, away = regrouped(held, self.aliases.in_force(at))
         self._send(state, away, at, moves)

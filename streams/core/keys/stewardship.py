@@ -126,7 +126,7 @@ def take(
     standing = Standing.REJECTED if act is StewardAct.REJECT else Standing.SENT_BACK
     closed = StewardStep(target.statement, standing, target.needs)
     log = _replaced(state.steward_log, target, closed)
-    return _bounded(state.resolutions, (*log, _recorded(said)), limits)
+    return bounded(state.resolutions, (*log, _recorded(said)), limits)
 
 
 def _assigned(state: KeyState, said: Resolution, rules: FieldRules, limits: Limits) -> Stewarded:
@@ -145,7 +145,7 @@ def _assigned(state: KeyState, said: Resolution, rules: FieldRules, limits: Limi
             f"{what}: the task is {held.assignee}'s until {held.lease_until.isoformat()} "
             "(its holder hands it on or releases it; its lease lapses without a statement)",
         )
-    return _bounded(state.resolutions, (*state.steward_log, _recorded(said)), limits)
+    return bounded(state.resolutions, (*state.steward_log, _recorded(said)), limits)
 
 
 def _proposed(state: KeyState, said: Resolution, rules: FieldRules, limits: Limits) -> Stewarded:
@@ -169,7 +169,7 @@ def _proposed(state: KeyState, said: Resolution, rules: FieldRules, limits: Limi
             "them first",
         )
     log = (*state.steward_log, StewardStep(said, Standing.PENDING, needs))
-    return _bounded(state.resolutions, log, limits)
+    return bounded(state.resolutions, log, limits)
 
 
 def _approved(
@@ -203,7 +203,7 @@ def _approved(
         )
     log = (*state.steward_log, _recorded(said))
     if len(approvals) + 1 < target.needs:
-        return _bounded(state.resolutions, log, limits)
+        return bounded(state.resolutions, log, limits)
     return _applied(state, target, log, limits)
 
 
@@ -236,18 +236,18 @@ def _applied(
     said = proposal.statement
     if said.act is not StewardAct.UNDO:
         kept = tuple(s for s in log if s is not proposal)
-        return _bounded((*state.resolutions, said), kept, limits)
+        return bounded((*state.resolutions, said), kept, limits)
     undone = _in_force(state, said.target_id)
     if undone is None:  # taken back by another undo while this one waited
         closed = StewardStep(said, Standing.SENT_BACK, proposal.needs, "nothing left to undo")
-        return _bounded(state.resolutions, _with(log, proposal, closed), limits)
+        return bounded(state.resolutions, _with(log, proposal, closed), limits)
     applied = StewardStep(said, Standing.APPLIED, proposal.needs)
     log = (*_with(log, proposal, applied), StewardStep(undone, Standing.UNDONE))
     # The decision is then the policy's own, as it was before the resolution (the same id):
     # the undo and the undone resolution are in the log, not in its reason, where a note would
     # last only until the key is next decided.
     resolutions = tuple(r for r in state.resolutions if r is not undone)
-    return _bounded(resolutions, log, limits)
+    return bounded(resolutions, log, limits)
 
 
 def _with(
@@ -263,7 +263,7 @@ def _replaced(
     return tuple(new if step is old else step for step in log)
 
 
-def _bounded(
+def bounded(
     resolutions: tuple[Resolution, ...], log: tuple[StewardStep, ...], limits: Limits
 ) -> Stewarded:
     """At most `limits.max_resolutions` statements in all (as the changelog record's size bound

@@ -24,12 +24,12 @@ from streams.core.keys import stewardship, upkeep
 from streams.core.keys.belief import basis_now, stale_view
 from streams.core.keys.emission import emitted_by, escalation_of
 from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.steward_log import StewardStep
 from streams.core.keys.upkeep import (
     RefusedClaim,
     evicted,
     expiry,
     fits,
-    latest_resolutions,
     next_check,
 )
 from streams.core.records.contracts import (
@@ -291,22 +291,26 @@ def regroup(
     now: datetime,
     limits: Limits = Limits(),
     *,
+    steward_log: tuple[StewardStep, ...] = (),
     disputed: tuple[str, ...] | None = None,
     note: str | None = None,
 ) -> Transition:
     """The key re-decided over the evidence an alias change leaves it: what stays of its own and
-    what arrives from the keys of its other spellings (`aliases.regrouped`). `note`: what the
-    decision says of the move (a key left with nothing names where its evidence went). On a
-    copy."""
+    what arrives from the keys of its other spellings (`aliases.regrouped`), its stewards'
+    statements with it. `note`: what the decision says of the move (a key left with nothing
+    names where its evidence went). On a copy."""
+    copy = _copied(state)
+    kept = stewardship.bounded(resolutions, steward_log, limits)
+    copy.steward_log = kept.log
     return _decide(
-        _copied(state),
+        copy,
         rules,
         policy_version,
         now,
         "alias",
         limits,
         claims=claims,
-        resolutions=latest_resolutions(resolutions, limits.max_resolutions),
+        resolutions=kept.resolutions,
         disputed=disputed,
         refused=refused[-limits.max_claims :],
         note=note,

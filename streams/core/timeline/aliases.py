@@ -29,6 +29,7 @@ from streams.core.admission.normalize import normalize_string
 from streams.core.decision.agreement import RECENCY, distinct
 from streams.core.keys.journal import decode_state, encode_state
 from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.steward_log import StewardStep
 from streams.core.keys.transitions import Transition, regroup
 from streams.core.keys.upkeep import RefusedClaim
 from streams.core.records.contracts import Resolution, parse_instant
@@ -263,38 +264,36 @@ class Moved:
     claims: tuple[AdmittedClaim, ...] = ()
     refused: tuple[RefusedClaim, ...] = ()
     resolutions: tuple[Resolution, ...] = ()
+    steward_log: tuple[StewardStep, ...] = ()
+
+    @classmethod
+    def held(cls, state: KeyState) -> Moved:
+        """Everything `state` holds that an alias change can move."""
+        return cls(state.claims, state.refused, state.resolutions, state.steward_log)
 
     def __bool__(self) -> bool:
-        return bool(self.claims or self.refused or self.resolutions)
+        return bool(self.claims or self.refused or self.resolutions or self.steward_log)
 
 
 def regrouped(state: KeyState, table: Mapping[str, str]) -> tuple[Moved, dict[str, Moved]]:
-    """A key's kept claims and resolutions split by the subject each belongs to under `table`:
-    what stays (about `state.subject`) and what goes, by canonical subject. Pure: the state is
-    not changed."""
-    here = state.subject
-    stay_claims: list[AdmittedClaim] = []
-    stay_refused: list[RefusedClaim] = []
-    stay_resolutions: list[Resolution] = []
-    away: dict[str, tuple[list[AdmittedClaim], list[RefusedClaim], list[Resolution]]] = {}
+    """A key's kept claims, resolutions and stewards' statements split by the subject each
+    belongs to under `table`: what stays (about `state.subject`) and what goes, by canonical
+    subject. Pure: the state is not changed."""
+    parts: dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]] = {}
 
-    def bucket(subject: str) -> tuple[list[AdmittedClaim], list[RefusedClaim], list[Resolution]]:
-        return away.setdefault(subject, ([], [], []))
+    def bucket(subject: str) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        return parts.setdefault(belongs_to(subject, table), ([], [], [], []))
 
     for admitted in state.claims:
-        target = belongs_to(admitted.claim.subject, table)
-        (stay_claims if target == here else bucket(target)[0]).append(admitted)
+        bucket(admitted.claim.subject)[0].append(admitted)
     for refused in state.refused:
-        target = belongs_to(refused.claim.claim.subject, table)
-        (stay_refused if target == here else bucket(target)[1]).append(refused)
+        bucket(refused.claim.claim.subject)[1].append(refused)
     for resolution in state.resolutions:
-        target = belongs_to(resolution.subject, table)
-        (stay_resolutions if target == here else bucket(target)[2]).append(resolution)
-    stays = Moved(tuple(stay_claims), tuple(stay_refused), tuple(stay_resolutions))
-    return stays, {
-        subject: Moved(tuple(claims), tuple(refused), tuple(resolutions))
-        for subject, (claims, refused, resolutions) in sorted(away.items())
-    }
+        bucket(resolution.subject)[2].append(resolution)
+    for step in state.steward_log:
+        bucket(step.statement.subject)[3].append(step)
+    moved = {subject: Moved(*map(tuple, lists)) for subject, lists in sorted(parts.items())}
+    return moved.pop(state.subject, Moved()), moved
 
 
 def gathered(stays: Moved, arriving: Iterable[Moved]) -> tuple[Moved, frozenset[str]]:
@@ -308,7 +307,9 @@ def gathered(stays: Moved, arriving: Iterable[Moved]) -> tuple[Moved, frozenset[
     refused = sorted((r for move in moves for r in move.refused), key=lambda r: RECENCY(r.claim))
     resolutions = {r.resolution_id: r for move in moves for r in move.resolutions}
     ordered = sorted(resolutions.values(), key=lambda r: (r.decided_at, r.resolution_id))
-    return Moved(tuple(claims), tuple(refused), tuple(ordered)), disputed
+    steps = {s.statement.resolution_id: s for move in moves for s in move.steward_log}
+    log = sorted(steps.values(), key=lambda s: (s.statement.decided_at, s.statement.resolution_id))
+    return Moved(tuple(claims), tuple(refused), tuple(ordered), tuple(log)), disputed
 
 
 def regroup_keys(
@@ -340,7 +341,7 @@ def regroup_keys(
         if rules is None:  # a field no policy in force decides: nothing re-decides it
             continue
         state = states.get(key) or KeyState(subject=key[0], field=key[1])
-        own = stays[key] if key in stays else Moved(state.claims, state.refused, state.resolutions)
+        own = stays[key] if key in stays else Moved.held(state)
         evidence, disputed = gathered(own, arriving.get(key, []))
         step = regroup(
             state,
@@ -351,6 +352,7 @@ def regroup_keys(
             policy.version,
             at,
             limits,
+            steward_log=evidence.steward_log,
             disputed=(*state.disputed, *sorted(disputed - set(state.disputed))),
             note=notes.get(key),
         )
@@ -438,6 +440,7 @@ def moved_record(subject: str, field: str, moved: Moved) -> bytes:
             claims=moved.claims,
             refused=moved.refused,
             resolutions=moved.resolutions,
+            steward_log=moved.steward_log,
         )
     )
 
@@ -450,4 +453,4 @@ def moved_from(data: bytes, subject: str) -> Moved:
     for admitted in (*sent.claims, *(refused.claim for refused in sent.refused)):
         if admitted.claim.subject != subject:
             admitted.journaled = None
-    return Moved(sent.claims, sent.refused, sent.resolutions)
+    return Moved.held(sent)

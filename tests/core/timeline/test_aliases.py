@@ -11,8 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.core.admission.intake import admit
-from streams.core.keys.state import KeyState
-from streams.core.records.contracts import Claim
+from streams.core.keys.belief import basis_now
+from streams.core.keys.state import KeyState, Limits
+from streams.core.keys.steward_log import Standing
+from streams.core.keys.transitions import add_claim, add_resolution
+from streams.core.records.contracts import Claim, Resolution
 from streams.core.records.errors import AliasError
 from streams.core.timeline.aliases import (
     AliasChange,
@@ -23,6 +26,9 @@ from streams.core.timeline.aliases import (
     gathered,
     history_from_lines,
     left_for,
+    moved_from,
+    moved_record,
+    regroup_keys,
     regrouped,
 )
 from tests.support.builders import POLICY
@@ -218,3 +224,56 @@ def test_a_retraction_a_later_merge_of_the_same_spelling_undoes_is_superseded_by
     resplit = AliasChange("Acme Corp", None, T0 + timedelta(hours=4), "bo")
     twice = AliasHistory([merge, split, AliasChange("Acme Corp", None, again.at), resplit])
     assert twice.superseded_by(split) is None  # the next change of it splits again
+
+
+def test_a_merge_moves_a_keys_stewards_statements_and_its_proposal_is_approved_there() -> None:
+    review = POLICY.defaults.review.model_copy(update={"approvals": 1})
+    policy = POLICY.model_copy(
+        update={"defaults": POLICY.defaults.model_copy(update={"review": review})}
+    )
+    rules = policy.rules_for("contract.seats")
+    assert rules is not None
+    state: KeyState | None = None
+    for claim in (_kept(1, "ACME-2231", "crm", 40), _kept(2, "ACME-2231", "order-form", 25)):
+        admitted = admit(claim, policy, T1)
+        state = add_claim(state, admitted, rules, policy.version, T1).state
+    assert state is not None
+    proposal = Resolution(
+        resolution_id="r1",
+        subject="ACME-2231",
+        field="contract.seats",
+        value=40,
+        decided_by="ann",
+        decided_at=T1,
+    )
+    state = add_resolution(state, proposal, rules, policy.version, T1).state
+    table = AliasHistory([AliasChange("ACME-2231", "acme", T2)]).in_force(T2)
+    stays, away = regrouped(state, table)
+    assert not stays
+    assert [s.statement.resolution_id for s in away["acme"].steward_log] == ["r1"]
+    sent = moved_from(moved_record("ACME-2231", "contract.seats", away["acme"]), "acme")
+    assert sent.steward_log == away["acme"].steward_log  # as the rekeyed topic carries it
+
+    ((_, left), (_, merged)) = regroup_keys(
+        {("ACME-2231", "contract.seats"): state}, table, policy, T2, Limits()
+    )
+    assert left.state.steward_log == ()
+    assert [s.standing for s in merged.state.steward_log] == [Standing.PENDING]
+    basis = basis_now(merged.state, rules, policy.version, T3)
+    assert basis is not None
+    approval = Resolution.model_validate(
+        {
+            "resolution_id": "a1",
+            "subject": "acme",
+            "field": "contract.seats",
+            "decided_by": "bo",
+            "decided_at": T3,
+            "act": "approve",
+            "target_id": "r1",
+            "resolves_decision_id": basis[0],
+            "basis_digest": basis[1],
+        }
+    )
+    approved = add_resolution(merged.state, approval, rules, policy.version, T3)
+    assert approved.emitted is not None
+    assert approved.emitted.decision.resolution_id == "r1"
