@@ -336,8 +336,8 @@ def in_force_at_once(
     state = KeyState(subject=subject, field=field)
     refusals = []
     for said in sorted(statements, key=lambda r: (r.decided_at, r.resolution_id)):
-        if known(state, said.resolution_id):
-            continue
+        if said.act is StewardAct.ASSIGN or known(state, said.resolution_id):
+            continue  # who holds a task changes no belief
         taken = take(state, said, rules, None, limits)
         state.resolutions, state.steward_log = taken.resolutions, taken.log
         if taken.refused is not None:
