@@ -25,6 +25,7 @@ from streams.cli.commands import _client_logs_quiet, ask_worker, settings_from
 from streams.cli.signing import steward_signer
 from streams.core.reading.alias_preview import render
 from streams.core.records.errors import AliasError, ClaimstreamError
+from streams.core.records.policy import load_policy
 from streams.core.timeline.aliases import AliasChange, AliasHistory, alias_key, change_line
 from streams.settings import Settings
 
@@ -151,15 +152,17 @@ def _on_broker(settings: Settings, work: Coroutine[Any, Any, T]) -> T:
 
 
 def _published(settings: Settings) -> tuple[AliasHistory, list[str]]:
-    """The history the aliases topic makes as every worker applies it (signatures not checked),
-    and the records passed over: unreadable, or closing a cycle (each as `where: why`)."""
+    """The history the aliases topic makes as every worker applies it (signatures not checked;
+    changes counted once approved as the settings' policy asks), and the records passed over:
+    unreadable, or closing a cycle (each as `where: why`)."""
     from streams.worker import alias_log
 
+    review = load_policy(settings.policy).defaults.review
     level = alias_log.log.level
     alias_log.log.setLevel(logging.CRITICAL)  # what it passes over is told below, once
     try:
         found = _on_broker(settings, alias_log.published_history(settings))
-        history = found.history()
+        history = found.history(lambda _: review)
     finally:
         alias_log.log.setLevel(level)
     return history, [f"{p['record']}: {p['error']}" for p in found.passed_over]

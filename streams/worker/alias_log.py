@@ -27,6 +27,8 @@ from aiokafka import AIOKafkaProducer
 from mode import Service
 
 from streams.core.records.errors import ClaimstreamError, RejectedInput
+from streams.core.records.policy import Review
+from streams.core.timeline.alias_review import Waiting, reviewed
 from streams.core.timeline.aliases import AliasChange, AliasHistory
 from streams.pipeline.alias_records import Signer, alias_record, change_of
 from streams.pipeline.processor import Processor
@@ -62,6 +64,8 @@ class AliasLog(HistoryTopic):
         """Each record not applied for itself (unreadable, not proven): where, its key, why."""
         self.closing_cycles: list[dict[str, str]] = []
         """Each change not applied as it closes a cycle (`history`): where, its key, and why."""
+        self.waiting: list[Waiting] = []
+        """Each change waiting for stewards' approvals (`history` with a review)."""
         self._proof = proof
 
     def take(self, record: Any) -> bool:
@@ -97,16 +101,29 @@ class AliasLog(HistoryTopic):
         """Every record read and not applied, with why."""
         return [*self.unread, *self.closing_cycles]
 
-    def history(self) -> AliasHistory:
+    def history(self, review_at: Callable[[datetime], Review] | None = None) -> AliasHistory:
         """The changes read, in the order of their instants, each one that closes a cycle passed
-        over (and logged)."""
+        over (and logged). With `review_at` (the review the policy in force at an instant asks
+        for), a change counts once approved, from the last approval's instant (`alias_review`);
+        those still waiting are `waiting`."""
         ordered = sorted(self.published, key=lambda p: (p.change.at, p.partition, p.offset))
-        history, refused = AliasHistory.accepting(p.change for p in ordered)
+        changes = [p.change for p in ordered]
+        if review_at is not None:
+            changes, self.waiting = reviewed(changes, review_at)
+        history, refused = AliasHistory.accepting(changes)
         for change, exc in refused:
             log.error("aliases topic: %s passed over: %s", change.alias, exc)
-        where = {id(p.change): f"{self.topic}[{p.partition}]@{p.offset}" for p in ordered}
+        where = {
+            (p.change.alias, p.change.canonical, p.change.by): f"{self.topic}[{p.partition}]@"
+            f"{p.offset}"
+            for p in reversed(ordered)
+        }
         self.closing_cycles = [
-            {"record": where[id(change)], "alias": change.alias, "error": str(exc)}
+            {
+                "record": where[(change.alias, change.canonical, change.by)],
+                "alias": change.alias,
+                "error": str(exc),
+            }
             for change, exc in refused
         ]
         return history
@@ -156,10 +173,14 @@ class AliasFollower(Service):
     async def on_start(self) -> None:
         await self.alias_log.start()
         await self.alias_log.read()
-        self.processor.adopt_aliases(self.alias_log.history())
+        self.processor.adopt_aliases(self.alias_log.history(self._review_at))
 
     async def on_stop(self) -> None:
         await self.alias_log.stop()
+
+    def _review_at(self, at: datetime) -> Review:
+        """The review the policy in force at `at` asks of an alias change (its defaults')."""
+        return self.processor.policies.in_force(at).defaults.review
 
     @Service.task
     async def _follow(self) -> None:
@@ -171,7 +192,7 @@ class AliasFollower(Service):
                 log.warning("aliases topic: reading failed (%s); reading again", exc)
                 continue
             if grew:
-                history = self.alias_log.history()
+                history = self.alias_log.history(self._review_at)
                 async with self.turn:
                     self.processor.adopt_aliases(history)
                 latest = history.latest

@@ -255,8 +255,8 @@ ENDPOINTS = {
     "(default now), each spelling with the subject it names after following chains; with "
     "`subject`, only the changes that moved evidence into or out of its key (its merge "
     "history); a retraction a later merge of the same spelling undid names that merge "
-    "(`superseded_by`); and the records passed over (not proven a steward's, unreadable, "
-    "closing a cycle), with why",
+    "(`superseded_by`); the records passed over (not proven a steward's, unreadable, "
+    "closing a cycle), with why; and the changes waiting for stewards' approvals (`waiting`)",
     "GET /api/aliases/preview?alias=A[&subject=S]": "alias A naming S (no S: A retracted), were "
     "it to take effect now, against the keys it touches across the cluster: the evidence that "
     "would move from key to key and each key's decision now beside the one it would take; "
@@ -325,6 +325,7 @@ def register_views(
                 "changes": [_listed(change, aliases) for change in changes],
                 "in_force": {alias: belongs_to(alias, table) for alias in sorted(table)},
                 "passed_over": alias_log.passed_over,
+                "waiting": [waiting.as_json() for waiting in alias_log.waiting],
             }
         )
 

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.cli.main import main
-from streams.core.records.policy import load_policy
+from streams.core.records.policy import Review, load_policy
 from streams.core.timeline.aliases import AliasChange, history_from_lines
 from streams.devkit.brokers import TansuBroker
 from streams.pipeline.authentication import Authentication
@@ -262,3 +262,24 @@ def test_the_history_says_what_a_worker_passes_over(
     assert [json.loads(line)["alias"] for line in out.splitlines()] == ["Acme Corp"]
     assert "alias history: 1 records passed over, applied by no worker:" in err
     assert "an alias record that does not read" in err
+
+
+def test_where_the_policy_asks_for_review_an_alias_counts_once_another_steward_makes_it(
+    cli: Run, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
+    policy["defaults"] = {**policy.get("defaults", {}), "review": {"approvals": 1}}
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    monkeypatch.setenv("CLAIMSTREAM_POLICY", str(path))
+    assert cli("alias", "add", "Acme Corp", "acme", "--at", at(T1), "--by", "ann")[0] == 0
+    assert cli("alias", "list", "--at", at(T3))[1] == ""  # waiting for a second steward
+    assert cli("alias", "add", "Acme Corp", "acme", "--at", at(T1), "--by", "ann")[0] == 0
+    assert cli("alias", "list", "--at", at(T3))[1] == ""  # its author's own counts for nothing
+    assert cli("alias", "add", "Acme Corp", "acme", "--at", at(T2), "--by", "bo")[0] == 0
+    assert cli("alias", "list", "--at", at(T2 - timedelta(seconds=1)))[1] == ""
+    assert cli("alias", "list", "--at", at(T2))[1] == "Acme Corp -> acme\n"
+    (change,) = history_from_lines(cli("alias", "history")[1].splitlines()).changes
+    assert (change.at, change.by) == (T2, "ann")  # as replay is given it: from bo's approval
+    log = asyncio.run(published_history(settings))
+    assert log.history(lambda _: Review()).in_force(T1) == {"acme corp": "acme"}  # no review

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from streams.client import ClaimPublisher
 from streams.core.admission.intake import parse_claim
 from streams.core.keys.state import state_key
 from streams.core.reading.replay import replay
@@ -33,7 +34,7 @@ from streams.core.records.errors import ContractError
 from streams.core.records.policy import load_policy
 from streams.devkit.brokers import free_port
 from streams.devkit.synthetic import generate_claims
-from streams.settings import Topics
+from streams.settings import Settings, Topics
 from streams.state.keystore import RESERVED
 from streams.wire import codec
 from streams.wire.registry import FolderRegistry, WireCodec
@@ -178,6 +179,20 @@ class WorkerProcess:
                 continue
             return body.decode() if path == "/metrics" else json.loads(body)
         return None
+
+    def post(self, path: str, body: dict[str, Any], token: str) -> tuple[int, Any]:
+        """POST a JSON body as the steward `token` names: the status and the JSON answer."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.web_port}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return reply.status, json.load(reply)
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.load(refused)
 
     def restarts(self) -> int:
         """Agents Faust restarted after a crash (an agent that raised); 0 for a healthy worker."""
@@ -502,3 +517,9 @@ async def start_ready(workers: list[WorkerProcess]) -> None:
             time.sleep(0.3)
 
     await asyncio.gather(*(asyncio.to_thread(ready, w) for w in workers))
+
+
+async def publish_claims(settings: Settings, claims: list[dict[str, Any]]) -> None:
+    """Publish claims (as dicts) with the project's own publisher."""
+    async with ClaimPublisher(settings) as publisher:
+        await publisher.publish_many(claims)

@@ -7,11 +7,8 @@ steward's key, and refuses a steward it holds no key for."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from streams.client import ClaimPublisher, build_resolution, publish_resolutions
 from streams.core.admission.authenticity import sign
 from streams.core.keys.state import state_key
 from streams.settings import Settings
-from tests.stream.support import REPO, Deployment, read_topic
+from tests.stream.support import REPO, Deployment, publish_claims, read_topic
 
 SECRET = "ann-steward-secret-ann-steward-secret!"
 ANN_TOKEN, BO_TOKEN = "ann-console-token-0123", "bo-console-token-012345"
@@ -128,9 +125,9 @@ def test_unsigned_steward_records_are_refused_and_signed_ones_applied(
             assert time.monotonic() < deadline, worker.log_tail()
             time.sleep(0.5)
         body = {"subject": other, "field": FIELD, "value": "paid", "note": "checked"}
-        status, answer = post(worker, "/api/resolutions", body, BO_TOKEN)
+        status, answer = worker.post("/api/resolutions", body, BO_TOKEN)
         assert (status, answer["refused"]) == (403, "unsigned"), answer
-        status, answer = post(worker, "/api/resolutions", body, ANN_TOKEN)
+        status, answer = worker.post("/api/resolutions", body, ANN_TOKEN)
         assert status == 202, answer
         while (worker.get(other_path) or {}).get("decision", {}).get("reason") != "manual":
             assert time.monotonic() < deadline, worker.log_tail()
@@ -140,22 +137,3 @@ def test_unsigned_steward_records_are_refused_and_signed_ones_applied(
         assert worker.restarts() == 0
     finally:
         worker.stop()
-
-
-async def publish_claims(settings: Settings, claims: list[dict[str, Any]]) -> None:
-    async with ClaimPublisher(settings) as publisher:
-        await publisher.publish_many(claims)
-
-
-def post(worker: Any, path: str, body: dict[str, Any], token: str) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{worker.web_port}{path}",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return reply.status, json.load(reply)
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.load(refused)

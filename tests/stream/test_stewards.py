@@ -7,13 +7,10 @@ waiting."""
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,31 +18,16 @@ from typing import Any
 
 import pytest
 
-from streams.client import ClaimPublisher
 from streams.core.keys.state import state_key
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings
-from tests.stream.support import REPO, Deployment, WorkerProcess, write_policy
+from tests.stream.support import REPO, Deployment, WorkerProcess, publish_claims, write_policy
 
 pytestmark = pytest.mark.integration
 
 FIELD = "contract.reviewed_seats"
 ALICE, BOB = "alice-console-token-01", "bob-console-token-0123"
 KEYS = 200
-
-
-def post(worker: WorkerProcess, path: str, body: dict[str, Any], token: str) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{worker.web_port}{path}",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, json.load(reply)
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.load(refused)
 
 
 def until(
@@ -87,12 +69,12 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
         for source, value in (("crm", 12), ("order-form", 15))
     ]  # fmt: skip
     try:
-        asyncio.run(_publish(settings, claims))
+        asyncio.run(publish_claims(settings, claims))
         queue = f"/api/conflicts?field={urllib.parse.quote(FIELD)}"
         until("every key a conflict", lambda: _open(worker, queue) == KEYS + 1, worker)
 
         proposed = [{"subject": s, "field": FIELD, "value": 12} for s in subjects[:KEYS]]
-        status, answer = post(worker, "/api/resolutions/batch", {"statements": proposed}, ALICE)
+        status, answer = worker.post("/api/resolutions/batch", {"statements": proposed}, ALICE)
         assert (status, answer["accepted"], answer["refused"]) == (200, KEYS, 0), answer
         ids = [r["resolution"]["resolution_id"] for r in answer["results"]]
         until(
@@ -112,10 +94,10 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
             }  # fmt: skip
 
         approvals = [approval(s, p) for s, p in zip(subjects[:KEYS], ids, strict=True)]
-        own = post(worker, "/api/resolutions/batch", {"statements": approvals[:2]}, ALICE)[1]
+        own = worker.post("/api/resolutions/batch", {"statements": approvals[:2]}, ALICE)[1]
         assert [r["refused"] for r in own["results"]] == ["review_refused"] * 2, own
         assert "its author's approval does not count" in own["results"][0]["error"]
-        status, answer = post(worker, "/api/resolutions/batch", {"statements": approvals}, BOB)
+        status, answer = worker.post("/api/resolutions/batch", {"statements": approvals}, BOB)
         assert (status, answer["accepted"]) == (200, KEYS), answer
         assert [r["index"] for r in answer["results"]] == list(range(KEYS))
         until("every approved key resolved", lambda: _open(worker, queue) == 1, worker)
@@ -125,12 +107,12 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
         # The last conflict is a task: bob takes it; alice cannot, and sees it is bob's.
         last = subjects[-1]
         take = {"subject": last, "field": FIELD, "act": "assign", "assignee": "bob"}
-        assert post(worker, "/api/resolutions", take, BOB)[0] == 202
+        assert worker.post("/api/resolutions", take, BOB)[0] == 202
         mine = f"{queue}&assignee=bob"
         until("bob's task listed", lambda: _open(worker, mine) == 1, worker)
         assert _open(worker, f"{queue}&unassigned=1") == 0
         grab = {"subject": last, "field": FIELD, "act": "assign", "assignee": "alice"}
-        status, refused = post(worker, "/api/resolutions", grab, ALICE)
+        status, refused = worker.post("/api/resolutions", grab, ALICE)
         assert (status, refused["refused"]) == (409, "review_refused"), refused
         assert "the task is bob's until" in refused["error"]
 
@@ -146,11 +128,6 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
         assert worker.restarts() == 0
     finally:
         worker.stop()
-
-
-async def _publish(settings: Settings, claims: list[dict[str, Any]]) -> None:
-    async with ClaimPublisher(settings) as publisher:
-        await publisher.publish_many(claims)
 
 
 def _open(worker: WorkerProcess, queue: str) -> int:

@@ -4,5 +4,6 @@
 - rollout: the policies in force over time, and a key moved through them.
 - policy_history: that history as JSON lines.
 - aliases: the subject aliases in force over time (chains resolved, cycles refused), where a
-  key's evidence belongs once one takes effect or is retracted, and that history as JSON lines.
+  key's evidence belongs once one takes effect or is retracted, and that history as JSON lines;
+  alias_review: which changes count, where the policy asks stewards to approve them.
 """
