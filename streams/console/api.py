@@ -31,7 +31,7 @@ from streams.console.cluster_preview import (
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
-from streams.console.stewards import StewardTokens
+from streams.console.stewards import Refusal, StewardTokens
 from streams.core.keys.belief import current_decision
 from streams.core.keys.state import KeyState, split_key
 from streams.core.keys.stewardship import basis_digest
@@ -146,12 +146,15 @@ def parse_instant(raw: str) -> datetime:
 
 
 async def console_settings(console: Console, web: View, request: Request) -> Response:
-    """What the pages need to know: may they offer writes, and the policy's vocabulary."""
+    """What the pages need to know: may they offer writes, who the request's steward token
+    names (null without a good one), and the policy's vocabulary."""
     policy = console.policy
+    steward = console.stewards.steward(request.headers.get("Authorization"))
     return web.json(
         {
             "worker": console.ownership.url,
             "writes_enabled": console.stewards.writes_enabled,
+            "steward": None if isinstance(steward, Refusal) else steward,
             "policy_version": policy.version,
             "fields": sorted(policy.fields),
             "conflict_kinds": [kind.value for kind in ConflictKind],

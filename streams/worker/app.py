@@ -217,7 +217,8 @@ ENDPOINTS = {
     "GET /ui/": "the steward console: the cluster's open conflicts, a key's evidence, timeline "
     "and past beliefs, resolutions (a browser opening / lands there)",
     "GET /api/console": "what the console's pages need: this worker, whether steward writes are "
-    "enabled, the policy version, its fields, conflict kinds and sources",
+    "enabled, the steward the request's token names (null without one), the policy version, its "
+    "fields, conflict kinds and sources",
     "GET /api/decisions/{subject}%7C{field}[?as_of=RFC3339]": "the current decision with its "
     "evidence, recomputed now, the last emitted one and `basis` (the decision id and evidence "
     "digest an approval names); or the belief in force at as_of, with "

@@ -164,14 +164,15 @@ class WorkerProcess:
             time.sleep(0.3)
         raise RuntimeError(f"worker web API did not come up in 120 s:\n{self.diagnosis()}")
 
-    def get(self, path: str, attempts: int = 3) -> Any:
-        """GET a web API path; None if the worker does not answer (the web server shares the
-        worker's event loop, so a busy moment is retried)."""
+    def get(self, path: str, attempts: int = 3, token: str | None = None) -> Any:
+        """GET a web API path (as the steward `token` names, where given); None if the worker
+        does not answer (the web server shares the worker's event loop, so a busy moment is
+        retried)."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(f"http://127.0.0.1:{self.web_port}{path}", headers=headers)
         for attempt in range(attempts):
             try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{self.web_port}{path}", timeout=10
-                ) as response:
+                with urllib.request.urlopen(request, timeout=10) as response:
                     body = response.read()
             except OSError:
                 if attempt + 1 < attempts:

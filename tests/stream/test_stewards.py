@@ -69,6 +69,8 @@ def test_two_stewards_review_in_bulk_and_share_the_queue(
         for source, value in (("crm", 12), ("order-form", 15))
     ]  # fmt: skip
     try:
+        assert worker.get("/api/console", token=BOB)["steward"] == "bob"
+        assert worker.get("/api/console")["steward"] is None
         asyncio.run(publish_claims(settings, claims))
         queue = f"/api/conflicts?field={urllib.parse.quote(FIELD)}"
         until("every key a conflict", lambda: _open(worker, queue) == KEYS + 1, worker)

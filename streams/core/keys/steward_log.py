@@ -15,7 +15,8 @@ class Standing(StrEnum):
     """Where a kept statement stands."""
 
     PENDING = "pending"
-    """A resolution or undo waiting for its approvals: visible, not applied."""
+    """A resolution (or an agent's proposal) or an undo waiting for its approvals: visible,
+    not applied."""
     APPLIED = "applied"
     """An undo in force (a resolution in force is in `KeyState.resolutions`)."""
     UNDONE = "undone"
@@ -24,7 +25,7 @@ class Standing(StrEnum):
     SENT_BACK = "sent_back"
     """Returned to its author: by a reviewer, or because the key was decided again (`why`)."""
     RECORDED = "recorded"
-    """A review (approve, reject, send back), kept for the history."""
+    """A review (approve, reject, send back) or a task's assignment, kept for the history."""
 
 
 @dataclass(frozen=True, slots=True)

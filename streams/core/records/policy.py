@@ -118,7 +118,8 @@ class _Strict(BaseModel):
 
 
 class Review(_Strict):
-    """Who must agree before a steward's resolution or undo counts (four eyes, or more)."""
+    """Who must agree before a steward's resolution or undo counts (four eyes, or more); the
+    defaults' also before an alias merge or split counts (`timeline.alias_review`)."""
 
     approvals: int = Field(default=0, ge=0, le=5)
     """How many stewards must approve it; 0: it counts as soon as it is made."""
