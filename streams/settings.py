@@ -225,9 +225,9 @@ class Settings(Connection):
         "carries the headers alone (claimstream.error.dropped says where the record is). At "
         "start the worker reads max.message.bytes of the decisions, escalations, dead-letter and "
         "changelog topics and refuses to start if one is smaller, saying how to raise it. It "
-        "cannot be set below what the per-key bounds need (796,936 bytes at the defaults; each "
-        "decision in decision_history_per_key and each resolution in resolutions_per_key adds "
-        "about 25 KB)",
+        "cannot be set below what the per-key bounds need (832,776 bytes at the defaults; each "
+        "decision in decision_history_per_key and each statement in resolutions_per_key adds "
+        "25-28 KB)",
     )
     decision_history_per_key: int = Field(default=10, ge=1)
     """the emitted decisions a key remembers (ids, outcomes, values), for its history and the belief
