@@ -100,13 +100,19 @@ class ClaimPublisher:
         await (await self.publish(model))
         return await facts.wait_for_claim(model.subject, model.field, model.claim_id, wait_s)
 
-    async def resolve(self, resolution: Resolution, signer: Signer | None = None) -> None:
-        """`signer`: the signature headers for the encoded value, where stewards sign."""
+    async def resolve(
+        self, resolution: Resolution, signer: Signer | None = None
+    ) -> asyncio.Future[Any]:
+        """Send a steward's statement; the future the broker's acknowledgement completes.
+        `signer`: the signature headers for the encoded value, where stewards sign."""
         topic = self.settings.topics.resolutions
         key = state_key(resolution.subject, resolution.field).encode()
         value = self.codec.encode(topic, resolution)
         headers = signer(value) if signer is not None else None
-        await self._producer.send_and_wait(topic, value, key=key, headers=headers)
+        future: asyncio.Future[Any] = await self._producer.send(
+            topic, value, key=key, headers=headers
+        )
+        return future
 
     async def alias(
         self,
@@ -189,14 +195,13 @@ def build_resolution(
 async def publish_resolutions(
     settings: Settings, resolutions: Iterable[Resolution], signer: Signer | None = None
 ) -> int:
-    """Publish resolutions on the resolutions topic, keyed by subject|field; returns how many
-    the broker acknowledged. The worker closes the key's conflict (reason `manual`)."""
-    sent = 0
+    """Publish resolutions (stewards' statements) on the resolutions topic, keyed by
+    subject|field, all sent before any acknowledgement is awaited (one key's stay in order: one
+    partition, one producer); returns how many the broker acknowledged."""
     async with ClaimPublisher(settings) as publisher:
-        for resolution in resolutions:
-            await publisher.resolve(resolution, signer)
-            sent += 1
-    return sent
+        sending = [await publisher.resolve(resolution, signer) for resolution in resolutions]
+        await asyncio.gather(*sending)
+    return len(sending)
 
 
 API_TIMEOUT_S = 10.0

@@ -143,7 +143,7 @@ def add_demo(
                 if round_no == 0:
                     await asyncio.sleep(5)
                     for data in scenario_resolutions(datetime.now(UTC), round_no):
-                        await tools.resolve(Resolution.model_validate(data))
+                        await (await tools.resolve(Resolution.model_validate(data)))
                     print("dev: published a person's resolution for globex", flush=True)
                 round_no += 1
                 await asyncio.sleep(round_seconds)

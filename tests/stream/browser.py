@@ -1,5 +1,7 @@
 """What the console's browser tests share: Chromium's options, screenshots, and two real workers
-(`Cluster`: worker 0 with steward tokens, worker 1 without) to publish to and ask."""
+(`Cluster`: worker 0 with steward tokens, worker 1 without) to publish to and ask. The policy
+requires stewards' signatures: worker 0 signs what each token writes with that steward's key
+(`steward_signing_keys`), and both workers check them (each holds the keys' secrets)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,16 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import yaml
 from playwright.sync_api import Page
 
 from streams.client import ClaimPublisher
+from streams.core.admission.authenticity import sign
 from streams.settings import Settings
 from tests.stream.support import REPO, Deployment, WorkerProcess
 
@@ -23,6 +30,13 @@ STEWARDS = {
     "bob": "bob-steward-token-for-the-browser-test",
 }
 """Two more stewards on worker 0: a proposal's review needs a steward other than its author."""
+SIGNING_KEYS = {
+    "Ann Steward": ("ann-1", "CONSOLE_TEST_ANN_KEY", "ann-steward-hmac-secret-of-the-browser-test"),
+    "alice": ("alice-1", "CONSOLE_TEST_ALICE_KEY", "alice-hmac-secret-of-the-console-browser-test"),
+    "bob": ("bob-1", "CONSOLE_TEST_BOB_KEY", "bob-hmac-secret-of-the-console-browser-tests"),
+}
+"""Per steward: the key id of the policy's `stewards` section that signs for them, the variable
+holding its HMAC secret, and the secret (at least 32 bytes)."""
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -41,6 +55,37 @@ WAIT_MS = 60_000
 def steward_tokens() -> str:
     """Worker 0's CLAIMSTREAM_STEWARD_TOKENS: Ann Steward's token, alice's and bob's."""
     return ",".join(f"{name}:{token}" for name, token in {"Ann Steward": TOKEN, **STEWARDS}.items())
+
+
+def steward_signing_keys() -> str:
+    """Worker 0's CLAIMSTREAM_STEWARD_SIGNING_KEYS: a key for every steward it has a token of."""
+    return ",".join(f"{name}:{key_id}:{env}" for name, (key_id, env, _) in SIGNING_KEYS.items())
+
+
+def signing_secrets() -> dict[str, str]:
+    """The variables holding the stewards' secrets: every worker checks their signatures."""
+    return {env: secret for _, env, secret in SIGNING_KEYS.values()}
+
+
+def require_steward_signatures(policy: Path) -> Path:
+    """The policy file asking every steward's record (resolution, alias change) to be signed by
+    the steward's key: one for each of Ann Steward, alice and bob."""
+    document = yaml.safe_load(policy.read_text())
+    document["stewards"] = {
+        "required": True,
+        "keys": [
+            {"key_id": key_id, "algorithm": "hmac-sha256", "secret_env": env, "sources": [name]}
+            for name, (key_id, env, _) in SIGNING_KEYS.items()
+        ],
+    }
+    policy.write_text(yaml.safe_dump(document))
+    return policy
+
+
+def signer_of(steward: str) -> Callable[[bytes], list[tuple[str, bytes]]]:
+    """What signs a record as `steward`, as the console does (for what a test sends to Kafka)."""
+    key_id, _, secret = SIGNING_KEYS[steward]
+    return lambda value: sign(value, key_id, "hmac-sha256", secret.encode(), datetime.now(UTC))
 
 
 class Cluster:
@@ -87,6 +132,14 @@ class Cluster:
                 return reply.status, json.loads(reply.read())
         except urllib.error.HTTPError as refused:
             return refused.code, json.loads(refused.read())
+
+    def post_many(
+        self, worker: WorkerProcess, statements: list[dict[str, Any]], token: str
+    ) -> dict[str, Any]:
+        """POST /api/resolutions/batch as the steward `token` names: its answer, item by item."""
+        status, answer = worker.post("/api/resolutions/batch", {"statements": statements}, token)
+        assert status == 200, answer
+        return dict(answer)
 
 
 def run_into(coroutine: Any, failures: list[BaseException]) -> None:

@@ -2,9 +2,12 @@
 workers on Apache Kafka, fed by the demo's scenarios.
 
 Worker 0 has steward tokens configured (Ann Steward's, alice's and bob's), worker 1 none: the queue
-is the same on both (each fans out to the other), only worker 0 accepts writes. One field,
-contract.reviewed_seats, needs another steward's approval before a resolution or undo counts:
-alice and bob review each other there, each in a browser context of their own. Screenshots are
+is the same on both (each fans out to the other), only worker 0 accepts writes. The policy requires
+stewards' signatures: worker 0 signs what each token writes with that steward's key. Three fields
+need another steward's approval before a resolution or undo counts (contract.reviewed_seats,
+contract.bulk_seats, and contract.leased_seats, whose tasks' leases last 3 s): alice and bob review
+each other there, and take and hand on the queue's tasks, each in a browser context of their own.
+Screenshots are
 kept in artifacts/screenshots/; the documentation's pictures of the console
 (docs/images/console-*.png) are taken here too, each once the test has asserted what it shows.
 """
@@ -34,6 +37,7 @@ from playwright.sync_api import (
     Browser,
     BrowserContext,
     FloatRect,
+    Locator,
     Page,
     Playwright,
     Route,
@@ -41,6 +45,8 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from streams.client import build_resolution, publish_resolutions
+from streams.core.admission.authenticity import KEY_ID_HEADER
 from streams.core.keys.state import split_key, state_key
 from streams.core.timeline.aliases import AliasChange
 from streams.devkit.brokers import free_port
@@ -50,14 +56,19 @@ from streams.worker.alias_log import publish_alias
 from tests.stream.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    SCREENSHOTS,
     STEWARDS,
     TOKEN,
     WAIT_MS,
     Cluster,
     key_page,
     open_keys,
+    require_steward_signatures,
     run_into,
     shoot,
+    signer_of,
+    signing_secrets,
+    steward_signing_keys,
     steward_tokens,
 )
 from tests.stream.support import REPO, Deployment, read_topic, write_policy
@@ -71,6 +82,8 @@ MARKUP_SUBJECT = '<img src=x onerror="window.__pwned = 2">'
 ADDRESS = "customer.shipping_address"
 PAYMENT = "order.payment_status"
 SEATS = "contract.reviewed_seats"  # a resolution or undo here needs another steward's approval
+BULK = "contract.bulk_seats"  # reviewed too: many proposals approved at once
+LEASED = "contract.leased_seats"  # reviewed, a task's lease lasting 3 s, due 2 s after it opens
 DEMO_CONFLICTS = {
     "invoice:42|order.payment_status": "value",
     "api:checkout|api.latency": "semantic",
@@ -123,18 +136,29 @@ def markup_claims(now: datetime) -> list[dict[str, Any]]:
 def cluster(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("console")
     # Fresh for ten minutes (no conflict ages out during the test); the address field blocks; the
-    # reviewed seats need one approval by a steward other than the author.
+    # reviewed seats need one approval by a steward other than the author; a steward's record is
+    # refused unless signed by their key.
+    reviewed = {"type": "integer", "freshness": "none", "review": {"approvals": 1}}
+    leased = {"escalate_after": "2s", "review": {"approvals": 1, "lease": "3s"}}
     policy = write_policy(
         workdir / "policy.yaml",
         **{
             PAYMENT: {"freshness": "10m"},
             ADDRESS: {"on_conflict": "block"},
-            SEATS: {"type": "integer", "freshness": "none", "review": {"approvals": 1}},
+            SEATS: reviewed,
+            BULK: reviewed,
+            LEASED: reviewed | leased,
         },
     )
+    policy = require_steward_signatures(policy)
     deployment = Deployment(bootstrap=kafka.bootstrap, workdir=workdir, policy=policy)
-    writer = deployment.worker(0, CLAIMSTREAM_STEWARD_TOKENS=steward_tokens())
-    reader = deployment.worker(1)
+    writer = deployment.worker(
+        0,
+        CLAIMSTREAM_STEWARD_TOKENS=steward_tokens(),
+        CLAIMSTREAM_STEWARD_SIGNING_KEYS=steward_signing_keys(),
+        **signing_secrets(),
+    )
+    reader = deployment.worker(1, **signing_secrets())
     try:
         writer.start()
         reader.start()
@@ -206,14 +230,14 @@ LOGGED_REFUSAL = "the server responded with a status of 409"  # Chromium logs a 
 
 @pytest.fixture
 def steward(cluster: Cluster, chromium: Browser) -> Iterator[Callable[..., Page]]:
-    """`steward(name, key)`: the steward's page of `key` on worker 0, in a browser context of
-    their own (a session each), at 1400 px, their token in the session as the steward form
-    keeps it (the other tests enter it). A script error or a CSP violation fails the test; the
-    409 of a refused write is the page's to show."""
+    """`steward(name, key)`: the steward's page of `key` on worker 0 (`key` None: the queue, as
+    `query` filters it), in a browser context of their own (a session each), at 1400 px, their
+    token in the session as the steward form keeps it (the other tests enter it). A script error
+    or a CSP violation fails the test; the 409 of a refused write is the page's to show."""
     contexts: list[BrowserContext] = []
     errors: list[str] = []
 
-    def open_as(name: str, key: str, live: bool = True) -> Page:
+    def open_as(name: str, key: str | None, live: bool = True, query: str = "") -> Page:
         context = chromium.new_context(viewport={"width": 1400, "height": 1000})
         contexts.append(context)
         if not live:
@@ -230,7 +254,10 @@ def steward(cluster: Cluster, chromium: Browser) -> Iterator[Callable[..., Page]
         )
         token = json.dumps(STEWARDS[name])
         context.add_init_script(f"sessionStorage.setItem('claimstream.steward', {token})")
-        page.goto(key_page(cluster, cluster.writer, key))
+        if key is None:
+            page.goto(cluster.url(cluster.writer, f"/ui/#/?{query}"))
+        else:
+            page.goto(key_page(cluster, cluster.writer, key))
         expect(page.locator("#token-forget")).to_be_visible()  # the page took the token
         return page
 
@@ -265,7 +292,7 @@ def apart(a: FloatRect, b: FloatRect) -> bool:
 def queue_rows(page: Page) -> dict[str, str]:
     rows = page.locator("#queue tbody tr[data-key]")
     return {
-        rows.nth(i).get_attribute("data-key") or "": rows.nth(i).locator("td").nth(6).inner_text()
+        rows.nth(i).get_attribute("data-key") or "": rows.nth(i).locator("td.worker").inner_text()
         for i in range(rows.count())
     }
 
@@ -411,7 +438,7 @@ def test_markup_from_producers_renders_as_text(cluster: Cluster, page: Page) -> 
     page.goto(cluster.url(cluster.reader, "/ui/"))
     wait_for_queue(page, {key})
     row = page.locator("#queue tr[data-key]").filter(has_text="onerror")
-    expect(row.locator("td").nth(1)).to_have_text(MARKUP_SUBJECT)
+    expect(row.locator("td.subject")).to_have_text(MARKUP_SUBJECT)
     page.goto(key_page(cluster, cluster.reader, key))
     expect(page.locator("#evidence")).to_contain_text(SCRIPT_VALUE, timeout=WAIT_MS)
     expect(page.locator("h1")).to_contain_text(MARKUP_SUBJECT)
@@ -683,10 +710,11 @@ def test_a_key_shows_the_spelling_each_claim_was_sent_about_and_its_merges(
             },
         ]
     )
-    change = AliasChange(alias, canonical, datetime.now(UTC), "ann")
+    change = AliasChange(alias, canonical, datetime.now(UTC), "Ann Steward")
+    signer = signer_of("Ann Steward")  # the policy asks for stewards' signatures
     failures: list[BaseException] = []
     publishing = threading.Thread(
-        target=lambda: run_into(publish_alias(cluster.settings, change), failures)
+        target=lambda: run_into(publish_alias(cluster.settings, change, signer), failures)
     )
     publishing.start()
     publishing.join(60)
@@ -713,15 +741,19 @@ def test_a_key_shows_the_spelling_each_claim_was_sent_about_and_its_merges(
 # ---- stewards reviewing each other: contract.reviewed_seats needs one approval ----------------
 
 
-def seats_claim(subject: str, suffix: str, source: str, seats: int, at: datetime) -> dict[str, Any]:
-    """A claim on the reviewed field: `source` says `seats`."""
-    return {"claim_id": f"{subject}-{suffix}", "subject": subject, "field": SEATS,
+def seats_claim(
+    subject: str, suffix: str, source: str, seats: int, at: datetime, field: str = SEATS
+) -> dict[str, Any]:
+    """A claim on a reviewed field: `source` says `seats`."""
+    return {"claim_id": f"{subject}-{suffix}", "subject": subject, "field": field,
             "status": "present", "value": seats, "source": source,
             "observed_at": at.isoformat()}  # fmt: skip
 
 
-def seats_conflict(cluster: Cluster, name: str, writer_owns: bool = True) -> str:
-    """A new value conflict on the reviewed field (two systems of record say 10 and 12), on a
+def seats_conflict(
+    cluster: Cluster, name: str, writer_owns: bool = True, field: str = SEATS
+) -> str:
+    """A new value conflict on a reviewed field (two systems of record say 10 and 12), on a
     key worker 0 owns (it refuses a stale basis at once, 409) or, `writer_owns` false, not;
     its key, once decided (a page asking before would be answered 404)."""
     partitions = cluster.deployment.partitions
@@ -731,14 +763,17 @@ def seats_conflict(cluster: Cluster, name: str, writer_owns: bool = True) -> str
     subject = next(
         subject
         for subject in (f"{name}{n}" for n in itertools.count(1))
-        if (partition_of(state_key(subject, SEATS).encode(), partitions) in owned) == writer_owns
+        if (partition_of(state_key(subject, field).encode(), partitions) in owned) == writer_owns
     )
     at = datetime.now(UTC)
     cluster.publish(
-        [seats_claim(subject, "a", "crm", 10, at), seats_claim(subject, "b", "order-form", 12, at)]
+        [
+            seats_claim(subject, "a", "crm", 10, at, field),
+            seats_claim(subject, "b", "order-form", 12, at, field),
+        ]
     )
-    decision_of(cluster, state_key(subject, SEATS), "conflict")
-    return state_key(subject, SEATS)
+    decision_of(cluster, state_key(subject, field), "conflict")
+    return state_key(subject, field)
 
 
 def decision_of(cluster: Cluster, key: str, outcome: str) -> dict[str, Any]:
@@ -964,3 +999,191 @@ def test_an_approved_undo_returns_the_policys_own_decision(
     answer = cluster.writer.get("/api/decisions/" + urllib.parse.quote(key, safe=""))
     assert answer["decision"]["decision_id"] == own["decision"]["decision_id"]
     assert history_of(cluster, key)["resolutions"] == []
+
+
+# ---- the queue's tasks: who holds each, leases, bulk reviews ----------------------------------
+
+
+def queue_row(page: Page, key: str) -> Locator:
+    return page.locator(f'#queue tr[data-key="{key}"]')
+
+
+def test_a_task_held_by_another_is_refused_until_its_lease_lapses_then_taken(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """On contract.leased_seats a task's lease lasts 3 s after its holder's last statement on the
+    key. Bob takes a task from the queue; alice's Take while his lease runs is refused (worker 0
+    owns the key: at once), her page saying whose it is and until when; once the lease lapses
+    her page shows the task free, and her Take holds. She hands it on to bob. The field falls
+    due 2 s after the conflict opens: the row is overdue by then."""
+    key = seats_conflict(cluster, "leased-", field=LEASED)
+    alice = steward("alice", None, query=f"field={LEASED}")
+    bob = steward("bob", None, query=f"field={LEASED}")
+    theirs, his = queue_row(alice, key), queue_row(bob, key)
+    expect(theirs).to_have_attribute("data-assignee", "", timeout=WAIT_MS)
+    expect(alice.locator("#steward-name")).to_have_text("as alice")  # GET /api/console says
+    expect(his.locator("button.take")).to_be_enabled(timeout=WAIT_MS)
+    his.locator("button.take").click()
+    expect(his).to_have_attribute("data-assignee", "bob", timeout=WAIT_MS)  # the owner took it
+    theirs.locator("button.take").click()  # her page has not looked again: it shows it free
+    refused = theirs.locator("p.status.warn")
+    expect(refused).to_contain_text("Refused (review_refused)", timeout=WAIT_MS)
+    expect(refused).to_contain_text("the task is bob's until")
+    assert "its lease lapses without a statement" in refused.inner_text()
+    expect(theirs.locator("td.task .holder")).to_have_text("bob")  # it looked again
+    expect(theirs.locator("td.task .lease")).to_contain_text("until")
+    shoot(alice, "task-refused")
+
+    # Bob says nothing more on the key: his lease lapses, and her page looks again then.
+    expect(theirs).to_have_attribute("data-assignee", "", timeout=WAIT_MS)
+    theirs.locator("button.take").click()
+    expect(theirs).to_have_attribute("data-assignee", "alice", timeout=WAIT_MS)
+    expect(theirs.locator("td.task")).to_contain_text("alice (you)")
+    expect(theirs).to_have_attribute("data-overdue", "true")
+    expect(theirs.locator("td.due .badge.overdue")).to_have_text("overdue")
+    theirs.get_by_label(f"hand {key} to").fill("bob")
+    theirs.locator("button.hand").click()
+    expect(theirs.locator("p.status")).to_contain_text("Handed to bob", timeout=WAIT_MS)
+    assigned = [
+        (s["decided_by"], s["assignee"])
+        for s in history_of(cluster, key)["steward_log"]
+        if s["act"] == "assign"
+    ]
+    assert assigned == [("bob", "bob"), ("alice", "alice"), ("alice", "bob")], assigned
+    overdue = cluster.writer.get(f"/api/conflicts?field={LEASED}&overdue=1")["open_conflicts"]
+    assert key in {row["key"] for row in overdue}
+
+
+def test_a_steward_approves_200_proposals_in_one_action_each_answered_on_its_own(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """Alice proposes a value for 200 conflicts of contract.bulk_seats (one batch, through the
+    API); bob proposes one himself. Bob selects all 201 in the queue and approves them in one
+    action (one batch): 200 accepted, his own refused at once with the reason (worker 0 owns
+    that key); the 200 keys resolve. He then takes the one left (Take selected), finds it under
+    "mine", and releases it."""
+    at = datetime.now(UTC)
+    subjects = [f"bulk-{n}" for n in range(200)]
+    cluster.publish(
+        [
+            claim
+            for subject in subjects
+            for claim in (
+                seats_claim(subject, "a", "crm", 10, at, BULK),
+                seats_claim(subject, "b", "order-form", 12, at, BULK),
+            )
+        ]
+    )
+    own = seats_conflict(cluster, "bulk-own-", field=BULK)
+    keys = {state_key(subject, BULK) for subject in subjects}
+
+    def queue() -> dict[str, dict[str, Any]]:
+        answer = cluster.writer.get(f"/api/conflicts?field={BULK}") or {"open_conflicts": []}
+        return {row["key"]: row for row in answer["open_conflicts"]}
+
+    deadline = time.monotonic() + 60
+    while not keys <= set(queue()):
+        assert time.monotonic() < deadline, len(queue())
+        time.sleep(0.3)
+    proposals = [{"key": key, "value": 10, "note": "the signed order"} for key in sorted(keys)]
+    answer = cluster.post_many(cluster.writer, proposals, STEWARDS["alice"])
+    assert (answer["accepted"], answer["refused"]) == (200, 0), answer
+    status, proposed = cluster.post(cluster.writer, {"key": own, "value": 12}, STEWARDS["bob"])
+    assert status == 202, proposed
+    while any(row["waiting_for_review"] != 1 for row in queue().values()):
+        assert time.monotonic() < deadline, queue()
+        time.sleep(0.3)
+
+    bob = steward("bob", None, query=f"field={BULK}")
+    rows = bob.locator("#queue tbody tr[data-key]")
+    expect(rows).to_have_count(201, timeout=WAIT_MS)
+    expect(queue_row(bob, own).locator("td.review")).to_have_text("1 to review")
+    bob.locator("#select-all").check()
+    expect(bob.locator("#selected-count")).to_have_text("201 selected")
+    with bob.expect_request("**/api/resolutions/batch") as sent:
+        bob.locator("#bulk-approve").click()
+    statements = json.loads(sent.value.post_data or "{}")["statements"]
+    assert len(statements) == 201
+    assert {s["act"] for s in statements} == {"approve"}
+    summary = bob.locator("#bulk-summary")
+    expect(summary).to_have_text(
+        "Approve selected: 200 accepted · 1 refused · 0 not sent", timeout=WAIT_MS
+    )
+    results = bob.locator("#bulk-results tbody tr")
+    expect(results.filter(has=bob.locator("td.accepted"))).to_have_count(200)
+    refused = bob.locator(f'#bulk-results tr[data-key="{own}"]')
+    expect(refused).to_have_attribute("data-result", "refused")
+    expect(refused).to_contain_text("Refused (review_refused)")
+    expect(refused).to_contain_text("its author's approval does not count")
+    expect(queue_row(bob, own).locator("p.status.warn")).to_contain_text(
+        "its author's approval does not count"
+    )
+    # The 200 keys resolve (live), and leave the queue: bob's own proposal waits still.
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
+    expect(queue_row(bob, own)).to_be_visible()
+    bob.screenshot(path=str(SCREENSHOTS / "bulk-approved.png"))  # the window: the page is long
+    assert set(queue()) == {own}
+    answer = decision_of(cluster, sorted(keys)[0], "resolved")["decision"]
+    assert (answer["value"], answer["reason"]) == (10, "manual")
+
+    # What is left he takes (one batch), finds among his tasks, and releases.
+    queue_row(bob, own).locator("input.pick").check()
+    bob.locator("#bulk-take").click()
+    expect(summary).to_have_text("Take selected: 1 accepted · 0 refused · 0 not sent")
+    expect(queue_row(bob, own)).to_have_attribute("data-assignee", "bob", timeout=WAIT_MS)
+    bob.locator("#filter-mine").check()
+    expect(bob).to_have_url(re.compile(r"assignee=bob"))
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
+    queue_row(bob, own).locator("button.release").click()
+    expect(rows).to_have_count(0, timeout=WAIT_MS)  # no longer his
+    expect(bob.locator("#queue tbody")).to_contain_text("No open conflicts.")
+    assert queue()[own]["assignee"] is None
+
+
+def test_the_console_signs_what_a_steward_resolves_where_the_policy_requires_it(
+    cluster: Cluster, steward: Callable[..., Page]
+) -> None:
+    """The policy requires stewards' signatures: alice's resolution sent straight to Kafka
+    unsigned is dead-lettered; hers from the browser, signed by worker 0 with her key, holds."""
+    subject = "invoice:signed-1"
+    key = state_key(subject, PAYMENT)
+    cluster.publish(payment_conflict(subject, datetime.now(UTC)))
+    decision_of(cluster, key, "conflict")
+    unsigned = build_resolution(
+        None, subject, PAYMENT, decided_by="alice", value="paid", decided_at=datetime.now(UTC)
+    )
+    failures: list[BaseException] = []
+    sending = threading.Thread(
+        target=lambda: run_into(publish_resolutions(cluster.settings, [unsigned]), failures)
+    )
+    sending.start()
+    sending.join(60)
+    assert not failures, failures
+    assert "'alice' requires a signature" in dead_letter(cluster, "unauthenticated", "'alice'")
+    assert history_of(cluster, key)["resolutions"] == []
+
+    alice = steward("alice", key)
+    form = alice.locator("#resolve")
+    expect(form).to_be_visible(timeout=WAIT_MS)
+    form.get_by_label("overdue", exact=True).check()
+    alice.locator("#note").fill("the export is right this time")
+    alice.locator("#resolve-submit").click()
+    expect(alice.locator("#outcome")).to_contain_text("reason manual", timeout=WAIT_MS)
+    expect(alice.locator("#value")).to_have_text("overdue")
+    resolution = alice.locator('#steward-log tr[data-act="resolve"]')
+    expect(resolution.locator("td.by")).to_have_text("alice")
+    (held,) = history_of(cluster, key)["resolutions"]
+    assert held["resolution_id"] != unsigned.resolution_id
+
+    found: list[Any] = []
+
+    async def resolutions() -> None:
+        topic = cluster.deployment.topics.resolutions
+        found.extend(await read_topic(cluster.deployment.bootstrap, topic, idle_s=1))
+
+    reading = threading.Thread(target=lambda: run_into(resolutions(), failures))
+    reading.start()
+    reading.join(90)
+    assert not failures, failures
+    signed_by = [dict(m.headers).get(KEY_ID_HEADER) for m in found if m.key == key.encode()]
+    assert sorted(signed_by, key=lambda k: k or b"") == [None, b"alice-1"], signed_by

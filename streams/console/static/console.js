@@ -2,7 +2,8 @@
 // (textContent, attributes set one by one), never as markup, so a claim saying <script> is shown.
 "use strict";
 
-const state = { config: null, token: sessionStorage.getItem("claimstream.steward") || "", view: null };
+// `me`: the steward the token is bound to, as GET /api/console (or a write's answer) names them.
+const state = { config: null, token: sessionStorage.getItem("claimstream.steward") || "", me: "", view: null };
 const OPEN = new Set(["conflict", "quarantined"]);
 const DIM_ROLES = new Set(["stale", "superseded", "excluded"]);
 const SVG = "http://www.w3.org/2000/svg";
@@ -104,9 +105,130 @@ function debounce(fn, ms) {
 }
 
 // ---- the queue -----------------------------------------------------------------------------
+// Each row is a steward's task: who holds it (the last `assign` names them; their lease lapses
+// `review.lease` after their last statement on the key), when it is due (open past the field's
+// escalate_after: overdue), how many proposals on it wait for review. Take, Release and Hand to
+// publish `assign` statements; the selected rows' proposals are approved, or their tasks taken,
+// in one POST /api/resolutions/batch, each row then told its own answer.
+
+const QUEUE_POLL_MS = 5000; // an assignment or a proposal changes no decision: the live feed does not bring it
+const SETTLE_MS = 400; // after a write, how often the page looks for the owner to have taken it
+const SETTLE_TRIES = 25;
+const BATCH_MAX = 500; // POST /api/resolutions/batch takes at most this many statements
+const READS_AT_ONCE = 8; // a bulk approval reads each key's proposal and basis, this many at a time
+const TIMER_MAX_MS = 600000;
+
+function canWrite() {
+  return Boolean(state.config && state.config.writes_enabled && state.token);
+}
+
+function bearer() {
+  return { "Content-Type": "application/json", Authorization: `Bearer ${state.token}` };
+}
+
+async function whoAmI() {
+  // GET /api/console names the steward the token is bound to (null for none, or a bad one).
+  state.me = "";
+  if (state.token) {
+    const { ok, body } = await api("/api/console", { headers: { Authorization: `Bearer ${state.token}` } });
+    if (ok && body.steward) state.me = body.steward;
+  }
+  showName();
+}
+
+function learnName(name) {
+  // A write's answer names its author, the token's steward: the page's name for "mine" and Take.
+  if (name && name !== state.me) { state.me = name; showName(); }
+}
+
+function showName() {
+  const node = document.getElementById("steward-name");
+  if (node) node.textContent = state.me && state.token ? `as ${state.me}` : "";
+}
+
+function clockTime(iso) {
+  // An instant to the second, in UTC (the date too where it is not today's); exact in the title.
+  if (!iso) return "—";
+  const text = new Date(iso).toISOString();
+  const today = text.slice(0, 10) === new Date().toISOString().slice(0, 10);
+  return el("time", { datetime: iso, title: iso }, `${today ? "" : `${text.slice(0, 10)} `}${text.slice(11, 19)}Z`);
+}
+
+async function writeOne(statement) {
+  // One statement, POST /api/resolutions: its answer as a batch's item is ({status, resolution}
+  // or {status, refused, error}).
+  let answer;
+  try {
+    answer = await api("/api/resolutions", { method: "POST", headers: bearer(), body: JSON.stringify(statement) });
+  } catch (error) {
+    return { status: 0, refused: "unreachable", error: String(error) };
+  }
+  if (!answer.ok) return { status: answer.status, refused: answer.body.refused, error: answer.body.error };
+  learnName(answer.body.resolution.decided_by);
+  return { status: answer.status, resolution: answer.body.resolution };
+}
+
+async function writeMany(statements) {
+  // POST /api/resolutions/batch (one request for each BATCH_MAX statements), answered per item:
+  // the answers in the statements' order.
+  const answers = new Array(statements.length);
+  for (let start = 0; start < statements.length; start += BATCH_MAX) {
+    const part = statements.slice(start, start + BATCH_MAX);
+    let reply;
+    try {
+      reply = await api("/api/resolutions/batch", { method: "POST", headers: bearer(), body: JSON.stringify({ statements: part }) });
+    } catch (error) {
+      reply = { ok: false, status: 0, body: { refused: "unreachable", error: String(error) } };
+    }
+    if (!reply.ok) {
+      part.forEach((_, i) => { answers[start + i] = { status: reply.status, refused: reply.body.refused, error: reply.body.error }; });
+      continue;
+    }
+    for (const item of reply.body.results) {
+      answers[start + item.index] = item;
+      if (item.status === 202) learnName(item.resolution.decided_by);
+    }
+  }
+  return answers;
+}
+
+async function eachAtMost(items, limit, fn) {
+  // fn over every item, at most `limit` at a time: the answers in the items' order.
+  const out = new Array(items.length);
+  let next = 0;
+  const lane = async () => { while (next < items.length) { const i = next++; out[i] = await fn(items[i], i); } };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
+
+function refusedWords(answer) {
+  return `Refused${answer.refused ? ` (${answer.refused})` : ""}: ${answer.error || `HTTP ${answer.status}`}`;
+}
+
+async function proposalToApprove(key) {
+  // The key's one pending proposal and the basis the steward approves it as seen (the key's
+  // decision now and the digest of its evidence, as GET /api/decisions/{key} gives them); or
+  // why there is nothing to approve.
+  const [now, history] = await Promise.all([
+    api(`/api/decisions/${encodeURIComponent(key)}`),
+    api(`/api/decisions/${encodeURIComponent(key)}/history`),
+  ]);
+  if (!now.ok || !history.ok) return { skip: (now.ok ? history : now).body.error };
+  const pending = (history.body.steward_log || []).filter((s) => s.standing === "pending" && PROPOSAL_ACTS.has(s.act));
+  if (!pending.length) return { skip: "no proposal waits for review" };
+  if (pending.length > 1) return { skip: `${pending.length} proposals wait: choose one on the key's page` };
+  const [proposal] = pending;
+  const basis = now.body.basis;
+  return {
+    proposal,
+    authorCounts: Boolean((now.body.rules.review || {}).author_may_approve),
+    statement: { key, act: "approve", target_id: proposal.resolution_id, resolves_decision_id: basis.decision_id, basis_digest: basis.evidence_digest },
+  };
+}
 
 function queueView(params) {
   const filters = new URLSearchParams(params);
+  const writable = canWrite();
   const table = el("tbody");
   const chips = el("div", { class: "chips" });
   const workers = el("p", { class: "muted", id: "workers" });
@@ -119,19 +241,169 @@ function queueView(params) {
   const ageSelect = el("select", { name: "min_age_s" },
     [["", "any age"], ["60", "open ≥ 1 min"], ["300", "≥ 5 min"], ["900", "≥ 15 min"], ["3600", "≥ 1 h"]]
       .map(([v, label]) => el("option", { value: v }, label)));
-  for (const select of [fieldSelect, kindSelect, sourceSelect, ageSelect]) {
-    select.value = filters.get(select.name) || "";
-    select.addEventListener("change", () => {
-      const next = new URLSearchParams();
-      for (const s of [fieldSelect, kindSelect, sourceSelect, ageSelect]) if (s.value) next.set(s.name, s.value);
-      location.hash = `#/?${next}`;
-    });
+  const selects = [fieldSelect, kindSelect, sourceSelect, ageSelect];
+  const heldBy = filters.get("assignee") || "";
+  const mineBox = el("input", { type: "checkbox", id: "filter-mine", checked: Boolean(heldBy) });
+  const unassignedBox = el("input", { type: "checkbox", id: "filter-unassigned", checked: filters.get("unassigned") === "1" });
+  const overdueBox = el("input", { type: "checkbox", id: "filter-overdue", checked: filters.get("overdue") === "1" });
+  const mineLabel = el("span", { id: "mine-label" });
+  const filterNote = el("span", { class: "muted", id: "filter-note" });
+
+  function go(changed) {
+    // "Mine" and "unassigned" exclude each other; "mine" is the tasks the token's steward holds.
+    if (changed === mineBox && mineBox.checked) unassignedBox.checked = false;
+    if (changed === unassignedBox && unassignedBox.checked) mineBox.checked = false;
+    if (mineBox.checked && !state.me && !heldBy) {
+      mineBox.checked = false;
+      filterNote.textContent = canWrite() ? "Your token names no steward here." : "Enter a steward token (top right) to see your tasks.";
+      return;
+    }
+    const next = new URLSearchParams();
+    for (const s of selects) if (s.value) next.set(s.name, s.value);
+    if (mineBox.checked) next.set("assignee", changed === mineBox || !heldBy ? state.me : heldBy);
+    if (unassignedBox.checked) next.set("unassigned", "1");
+    if (overdueBox.checked) next.set("overdue", "1");
+    location.hash = `#/?${next}`;
   }
-  const shown = new Map();
+  for (const select of selects) {
+    select.value = filters.get(select.name) || "";
+    select.addEventListener("change", () => go(select));
+  }
+  for (const box of [mineBox, unassignedBox, overdueBox]) box.addEventListener("change", () => go(box));
+
+  const shown = new Map(); // key -> its row
+  let rows = []; // the rows as last answered
+  let drawnAs = null; // what the rows were last drawn from, to redraw only what changed
+  let asked = 0; // refreshes asked for: an answer to an older one is dropped
   const changed = new Set(); // keys a live event touched: highlighted until the next page
+  const selected = new Set(); // keys picked for a bulk action
+  const told = new Map(); // key -> what the steward was told of their last write on it
+  const drafts = new Map(); // key -> the steward a "hand to" box names, kept across redraws
+  let timer = null; // the refresh a lease's end or a due time asks for
+  let settling = null; // after a write: looking again until the owner has taken it
+  let busy = false; // a bulk action under way
+
+  const selectAll = el("input", { type: "checkbox", id: "select-all", "aria-label": "select every row shown" });
+  const selectedCount = el("span", { id: "selected-count", class: "muted" }, "0 selected");
+  const approveButton = el("button", { type: "button", id: "bulk-approve", disabled: true }, "Approve selected proposals");
+  const takeButton = el("button", { type: "button", id: "bulk-take", disabled: true }, "Take selected");
+  const summary = el("p", { class: "status muted", id: "bulk-summary" });
+  const report = el("div", { id: "bulk-report" });
+  const heads = [writable ? el("th", { class: "pick" }, selectAll) : null, "Open for", "Subject", "Field", "Outcome",
+    "Reason", "Sources", "Held by", "Due", "Review", "Worker", writable ? "Task" : null].filter(Boolean);
+
+  function syncPicks() {
+    for (const [key, tr] of shown) {
+      const box = tr.querySelector("input.pick");
+      if (box) box.checked = selected.has(key);
+      tr.classList.toggle("selected", selected.has(key));
+    }
+    selectAll.checked = rows.length > 0 && selected.size === rows.length;
+    selectAll.indeterminate = selected.size > 0 && selected.size < rows.length;
+    selectedCount.textContent = `${selected.size} selected`;
+    approveButton.disabled = busy || !selected.size;
+    takeButton.disabled = busy || !selected.size || !state.me;
+    takeButton.title = state.me ? `assign each selected task to ${state.me}` : "your token names no steward yet";
+  }
+  selectAll.addEventListener("change", () => {
+    selected.clear();
+    if (selectAll.checked) for (const row of rows) selected.add(row.key);
+    syncPicks();
+  });
+
+  function tell(key, text, warn) {
+    told.set(key, { text, warn: Boolean(warn) });
+    const node = shown.get(key) && shown.get(key).querySelector("p.status");
+    if (node) { node.textContent = text; node.className = `status ${warn ? "warn" : "muted"}`; }
+  }
+
+  function holderCell(row) {
+    if (!row.assignee) return el("td", { class: "task" }, el("span", { class: "muted" }, "unassigned"));
+    return el("td", { class: "task" }, el("span", { class: "holder" }, row.assignee),
+      row.assignee === state.me ? el("span", { class: "muted" }, " (you)") : null,
+      el("div", { class: "muted lease" }, "until ", clockTime(row.lease_until)));
+  }
+
+  function taskActions(row) {
+    const key = row.key;
+    const me = state.me;
+    const mine = Boolean(me) && row.assignee === me;
+    const other = row.assignee && !mine;
+    const parts = [];
+    if (!mine) {
+      parts.push(el("button", { type: "button", class: "take", disabled: !me,
+        title: !me ? "your token names no steward yet" : other ? `${row.assignee} holds it until ${row.lease_until}: a Take is refused until their lease lapses or they hand it on` : `assign the task to ${me}`,
+        onclick: () => assign(row, me, "Taken") }, "Take"));
+    } else {
+      parts.push(el("button", { type: "button", class: "release", onclick: () => assign(row, null, "Released") }, "Release"));
+    }
+    if (!other) {
+      const to = el("input", { type: "text", class: "hand-to", placeholder: "steward", autocomplete: "off", spellcheck: "false",
+        "aria-label": `hand ${key} to`, value: drafts.get(key) || "" });
+      to.addEventListener("input", () => drafts.set(key, to.value));
+      const hand = () => {
+        const name = to.value.trim();
+        if (!name) { tell(key, "Name the steward to hand the task to.", true); to.focus(); return; }
+        assign(row, name, `Handed to ${name}`);
+      };
+      to.addEventListener("keydown", (event) => { if (event.key === "Enter") { event.preventDefault(); hand(); } });
+      parts.push(to, el("button", { type: "button", class: "hand", onclick: hand }, "Hand to"));
+    }
+    const note = told.get(key);
+    parts.push(el("p", { class: `status ${note && note.warn ? "warn" : "muted"}` }, note ? note.text : ""));
+    return el("div", { class: "task-actions" }, parts);
+  }
+
+  function queueRow(row) {
+    const pick = writable ? el("input", { type: "checkbox", class: "pick", "aria-label": `select ${row.key}`, checked: selected.has(row.key) }) : null;
+    if (pick) pick.addEventListener("change", () => { if (pick.checked) selected.add(row.key); else selected.delete(row.key); syncPicks(); });
+    const classes = [changed.has(row.key) ? "fresh" : "", selected.has(row.key) ? "selected" : "", row.overdue ? "overdue" : ""].filter(Boolean).join(" ");
+    const tr = el("tr", { "data-key": row.key, "data-assignee": row.assignee || "", "data-overdue": row.overdue ? "true" : "false", class: classes || null },
+      pick ? el("td", { class: "pick" }, pick) : null,
+      el("td", { class: "age" }, ago(row.age_s)),
+      el("td", { class: "subject" }, el("a", { href: keyHref(row.key) }, row.subject)),
+      el("td", { class: "field" }, row.field),
+      el("td", { class: "outcome" }, badge(row.outcome, row.conflict_kind)),
+      el("td", { class: "reason" }, row.reason),
+      el("td", { class: "sources" }, row.sources.join(", ")),
+      holderCell(row),
+      el("td", { class: "due" }, row.overdue ? [el("span", { class: "badge overdue" }, "overdue"), " since "] : "by ", clockTime(row.due_at)),
+      el("td", { class: "review" }, row.waiting_for_review ? el("span", { class: "badge waiting" }, `${row.waiting_for_review} to review`) : el("span", { class: "muted" }, "—")),
+      el("td", { class: "worker muted" }, row.worker),
+      writable ? el("td", { class: "actions" }, taskActions(row)) : null);
+    shown.set(row.key, tr);
+    return tr;
+  }
+
+  function draw() {
+    // Drawn anew, the steward's place kept: the box they were typing in, by row and kind.
+    const active = document.activeElement;
+    const at = active && table.contains(active) && active.closest("tr[data-key]");
+    const again = at ? [at.dataset.key, active.className] : null;
+    shown.clear();
+    table.replaceChildren(...rows.map(queueRow));
+    if (!rows.length) table.replaceChildren(el("tr", {}, el("td", { colspan: heads.length, class: "muted" }, "No open conflicts.")));
+    syncPicks();
+    if (again) {
+      const tr = shown.get(again[0]);
+      const node = tr && [...tr.querySelectorAll("input, button")].find((n) => n.className === again[1]);
+      if (node) node.focus();
+    }
+  }
+
+  function schedule() {
+    // Look again when a shown lease ends (the task is free then) or a task falls due.
+    clearTimeout(timer);
+    const now = Date.now();
+    const next = rows.flatMap((r) => [r.lease_until, r.overdue ? null : r.due_at]).filter(Boolean)
+      .map((iso) => Date.parse(iso) - now).filter((ms) => ms > 0 && ms < TIMER_MAX_MS);
+    if (next.length) timer = setTimeout(() => { if (state.view === view) refresh(); }, Math.min(...next) + 250);
+  }
 
   async function refresh() {
+    const mine = ++asked;
     const { ok, body } = await api(`/api/conflicts?${filters}`);
+    if (mine !== asked || state.view !== view) return;
     if (!ok) { workers.replaceChildren(el("span", { class: "warn" }, body.error)); return; }
     const answered = body.workers.filter((w) => w.answered).length;
     workers.replaceChildren(
@@ -143,24 +415,108 @@ function queueView(params) {
       if (filters.get("field") === field) next.delete("field"); else next.set("field", field);
       return el("a", { class: `chip${filters.get("field") === field ? " on" : ""}`, href: `#/?${next}` }, `${field} ${count}`);
     }));
-    shown.clear();
-    table.replaceChildren(...body.open_conflicts.map((row) => {
-      const tr = el("tr", { "data-key": row.key, class: changed.has(row.key) ? "fresh" : null },
-        el("td", {}, ago(row.age_s)),
-        el("td", {}, el("a", { href: keyHref(row.key) }, row.subject)),
-        el("td", {}, row.field),
-        el("td", { class: "outcome" }, badge(row.outcome, row.conflict_kind)),
-        el("td", {}, row.reason),
-        el("td", {}, row.sources.join(", ")),
-        el("td", { class: "muted" }, row.worker));
-      shown.set(row.key, tr);
-      return tr;
-    }));
-    if (!body.open_conflicts.length) table.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No open conflicts.")));
+    mineLabel.textContent = heldBy ? `Mine (${heldBy})` : state.me ? `Mine (${state.me})` : "Mine";
+    rows = body.open_conflicts;
+    const keys = new Set(rows.map((r) => r.key));
+    for (const key of [...selected]) if (!keys.has(key)) selected.delete(key);
+    const seen = JSON.stringify([rows.map((r) => [r.key, r.outcome, r.conflict_kind, r.reason, r.sources, r.assignee,
+      r.lease_until, r.overdue, r.due_at, r.waiting_for_review, r.worker]), [...changed], state.me]);
+    if (seen !== drawnAs) { drawnAs = seen; draw(); } else {
+      for (const row of rows) { const cell = shown.get(row.key).querySelector("td.age"); cell.textContent = ago(row.age_s); }
+      syncPicks();
+    }
+    schedule();
   }
-  const later = debounce(refresh, 800);
 
-  return {
+  function settle(done, notTaken) {
+    // After a write: look again until `done(rows by key)` (its owner has taken it), a while at
+    // most; then `notTaken()`.
+    clearInterval(settling);
+    let tries = 0;
+    const looking = setInterval(async () => {
+      if (state.view !== view) { clearInterval(looking); return; }
+      if (++tries > SETTLE_TRIES) { clearInterval(looking); if (notTaken) notTaken(); return; }
+      await refresh();
+      if (settling === looking && done(new Map(rows.map((r) => [r.key, r])))) clearInterval(looking);
+    }, SETTLE_MS);
+    settling = looking;
+  }
+
+  async function assign(row, assignee, words) {
+    tell(row.key, "Publishing…");
+    const answer = await writeOne({ key: row.key, act: "assign", assignee });
+    if (answer.status !== 202) { tell(row.key, refusedWords(answer), true); drawnAs = null; refresh(); return; }
+    tell(row.key, `${words}: assign ${answer.resolution.resolution_id} published as ${answer.resolution.decided_by}.`);
+    drawnAs = null; // the name may be learnt now
+    // A worker that does not own the key publishes what its owner may still refuse (a task
+    // someone else holds): the row says so if the assignment does not show.
+    settle((byKey) => !byKey.has(row.key) || (byKey.get(row.key).assignee || null) === (assignee || null),
+      () => tell(row.key, `Not taken yet: assign ${answer.resolution.resolution_id} has not shown on the key; its owner may have refused it (see the dead-letter topic).`, true));
+  }
+
+  function reported(verb, outcomes) {
+    // The bulk action's answer: a line of counts, and a row for each selected key.
+    const count = (kind) => outcomes.filter((o) => o.result === kind).length;
+    const first = { refused: 0, skipped: 1, accepted: 2 }; // what needs the steward's eye on top
+    const listed = [...outcomes].sort((a, b) => first[a.result] - first[b.result] || (b.warn ? 1 : 0) - (a.warn ? 1 : 0));
+    summary.textContent = `${verb}: ${count("accepted")} accepted · ${count("refused")} refused · ${count("skipped")} not sent`;
+    summary.className = `status ${count("refused") ? "warn" : "muted"}`;
+    report.replaceChildren(el("h2", {}, `${verb}: each row's answer`),
+      el("table", { id: "bulk-results" },
+        el("thead", {}, el("tr", {}, ["Key", "Statement", "Answer"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, listed.map((o) => el("tr", { "data-key": o.key, "data-result": o.result },
+          el("td", {}, el("a", { href: keyHref(o.key) }, o.key)),
+          el("td", { class: "muted id" }, o.what),
+          el("td", { class: o.warn ? "warn" : o.result === "accepted" ? "accepted" : "muted" }, o.text))))));
+    for (const o of outcomes) tell(o.key, o.text, o.warn);
+  }
+
+  async function bulk(verb, plan) {
+    // `plan(key)`: the statement for the key, or why none is sent ({skip}); one batch for all.
+    if (busy || !selected.size) return;
+    busy = true;
+    syncPicks();
+    const keys = rows.map((r) => r.key).filter((key) => selected.has(key)); // in the queue's order
+    summary.className = "status muted";
+    summary.textContent = `${verb}: reading ${keys.length} keys…`;
+    try {
+      const plans = await eachAtMost(keys, READS_AT_ONCE, async (key) => {
+        try { return { key, ...(await plan(key)) }; } catch (error) { return { key, skip: String(error) }; }
+      });
+      const sent = plans.filter((p) => p.statement);
+      summary.textContent = `${verb}: publishing ${sent.length} statements…`;
+      const answers = sent.length ? await writeMany(sent.map((p) => p.statement)) : [];
+      sent.forEach((p, i) => { p.answer = answers[i]; });
+      const outcomes = plans.map((p) => {
+        const what = p.statement ? `${p.statement.act} ${p.statement.target_id || p.statement.assignee || ""}`.trim() : "—";
+        if (!p.statement) return { key: p.key, result: "skipped", what, text: `Not sent: ${p.skip}`, warn: true };
+        if (p.answer.status !== 202) return { key: p.key, result: "refused", what, text: refusedWords(p.answer), warn: true };
+        const said = p.answer.resolution;
+        const own = p.proposal && p.proposal.decided_by === said.decided_by && !p.authorCounts;
+        return {
+          key: p.key, result: "accepted", what, warn: own,
+          text: own ? `Accepted as ${said.decided_by}, but ${said.decided_by} made ${p.proposal.resolution_id}: its author's own approval does not count, and the key's owner refuses it.`
+            : `Accepted: ${said.act} ${said.resolution_id} published as ${said.decided_by}.`,
+        };
+      });
+      for (const o of outcomes) if (o.result === "accepted") selected.delete(o.key);
+      reported(verb, outcomes);
+      drawnAs = null;
+      const accepted = new Set(outcomes.filter((o) => o.result === "accepted").map((o) => o.key));
+      const expected = new Map(plans.filter((p) => accepted.has(p.key)).map((p) => [p.key, p.statement]));
+      settle((byKey) => [...expected].every(([key, s]) => !byKey.has(key) ||
+        (s.act === "assign" ? byKey.get(key).assignee === s.assignee : !byKey.get(key).waiting_for_review)));
+    } finally {
+      busy = false;
+      syncPicks();
+    }
+  }
+
+  approveButton.addEventListener("click", () => bulk("Approve selected", proposalToApprove));
+  takeButton.addEventListener("click", () => bulk("Take selected", async (key) => ({ statement: { key, act: "assign", assignee: state.me } })));
+
+  const later = debounce(refresh, 800);
+  const view = {
     key: null,
     refresh,
     onDecision(event) {
@@ -176,13 +532,24 @@ function queueView(params) {
       el("h1", {}, "Open conflicts and quarantines"),
       el("div", { class: "filters" },
         el("label", {}, "Field", fieldSelect), el("label", {}, "Kind", kindSelect),
-        el("label", {}, "Source", sourceSelect), el("label", {}, "Age", ageSelect)),
+        el("label", {}, "Source", sourceSelect), el("label", {}, "Age", ageSelect),
+        el("label", { class: "flag" }, el("span", {}, mineBox, " ", mineLabel)),
+        el("label", { class: "flag" }, el("span", {}, unassignedBox, " Unassigned")),
+        el("label", { class: "flag" }, el("span", {}, overdueBox, " Overdue")),
+        filterNote),
       chips, workers,
-      el("table", { id: "queue" },
-        el("thead", {}, el("tr", {}, ["Open for", "Subject", "Field", "Outcome", "Reason", "Sources", "Worker"].map((h) => el("th", {}, h)))),
-        table),
-    ],
+      writable ? el("div", { class: "bulk", id: "bulk" }, selectedCount, approveButton, takeButton, summary) : null,
+      el("table", { id: "queue" }, el("thead", {}, el("tr", {}, heads.map((h) => h instanceof Node ? h : el("th", {}, h)))), table),
+      report,
+    ].filter(Boolean),
   };
+  // Assignments and proposals change no decision, so the live feed does not bring them: the
+  // page looks again now and then while it is shown.
+  const polling = setInterval(() => {
+    if (state.view !== view) { clearInterval(polling); clearTimeout(timer); clearInterval(settling); }
+    else if (document.visibilityState === "visible" && !busy) refresh();
+  }, QUEUE_POLL_MS);
+  return view;
 }
 
 // ---- a key ---------------------------------------------------------------------------------
@@ -553,6 +920,7 @@ function keyView(key, asOf) {
     });
     if (!ok) { say(notice, `Refused: ${answer.error}`, true); return null; }
     const said = answer.resolution;
+    learnName(said.decided_by);
     say(notice, `Published ${said.act} ${said.resolution_id} as ${said.decided_by}; waiting for the key's owner…`, false, notice === "resolve" ? said.resolution_id : null);
     return said;
   }
@@ -850,19 +1218,24 @@ function stewardPanel() {
     document.getElementById("token-use").hidden = Boolean(state.token);
     forget.hidden = !state.token;
   };
-  form.addEventListener("submit", (event) => {
+  // A new token may be another steward's: the page asks whose, and draws the view again (the
+  // queue offers its task actions and bulk selection only with a token).
+  form.addEventListener("submit", async (event) => {
     event.preventDefault();
     state.token = input.value.trim();
     input.value = "";
     if (state.token) sessionStorage.setItem("claimstream.steward", state.token);
     shown();
-    if (state.view) state.view.refresh();
+    await whoAmI();
+    route();
   });
   forget.addEventListener("click", () => {
     state.token = "";
+    state.me = "";
     sessionStorage.removeItem("claimstream.steward");
+    showName();
     shown();
-    if (state.view) state.view.refresh();
+    route();
   });
   shown();
 }
@@ -872,6 +1245,7 @@ async function start() {
   if (!ok) { render(el("p", { class: "warn" }, body.error)); return; }
   state.config = body;
   document.getElementById("worker").textContent = `${body.worker} · policy ${body.policy_version}`;
+  await whoAmI();
   stewardPanel();
   window.addEventListener("hashchange", route);
   route();
