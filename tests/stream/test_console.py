@@ -83,7 +83,7 @@ ADDRESS = "customer.shipping_address"
 PAYMENT = "order.payment_status"
 SEATS = "contract.reviewed_seats"  # a resolution or undo here needs another steward's approval
 BULK = "contract.bulk_seats"  # reviewed too: many proposals approved at once
-LEASED = "contract.leased_seats"  # reviewed, a task's lease lasting 3 s, due 2 s after it opens
+LEASED = "contract.leased_seats"  # reviewed, a task's lease lasting 5 s, due 2 s after it opens
 DEMO_CONFLICTS = {
     "invoice:42|order.payment_status": "value",
     "api:checkout|api.latency": "semantic",
@@ -139,7 +139,7 @@ def cluster(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
     # reviewed seats need one approval by a steward other than the author; a steward's record is
     # refused unless signed by their key.
     reviewed = {"type": "integer", "freshness": "none", "review": {"approvals": 1}}
-    leased = {"escalate_after": "2s", "review": {"approvals": 1, "lease": "3s"}}
+    leased = {"escalate_after": "2s", "review": {"approvals": 1, "lease": "5s"}}
     policy = write_policy(
         workdir / "policy.yaml",
         **{
