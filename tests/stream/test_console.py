@@ -5,7 +5,7 @@ Worker 0 has steward tokens configured (Ann Steward's, alice's and bob's), worke
 is the same on both (each fans out to the other), only worker 0 accepts writes. The policy requires
 stewards' signatures: worker 0 signs what each token writes with that steward's key. Three fields
 need another steward's approval before a resolution or undo counts (contract.reviewed_seats,
-contract.bulk_seats, and contract.leased_seats, whose tasks' leases last 3 s): alice and bob review
+contract.bulk_seats, and contract.leased_seats, whose tasks' leases last 5 s): alice and bob review
 each other there, and take and hand on the queue's tasks, each in a browser context of their own.
 Screenshots are
 kept in artifacts/screenshots/; the documentation's pictures of the console
@@ -1011,7 +1011,7 @@ def queue_row(page: Page, key: str) -> Locator:
 def test_a_task_held_by_another_is_refused_until_its_lease_lapses_then_taken(
     cluster: Cluster, steward: Callable[..., Page]
 ) -> None:
-    """On contract.leased_seats a task's lease lasts 3 s after its holder's last statement on the
+    """On contract.leased_seats a task's lease lasts 5 s after its holder's last statement on the
     key. Bob takes a task from the queue; alice's Take while his lease runs is refused (worker 0
     owns the key: at once), her page saying whose it is and until when; once the lease lapses
     her page shows the task free, and her Take holds. She hands it on to bob. The field falls
