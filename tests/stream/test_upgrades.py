@@ -34,7 +34,7 @@ async def create_changelog(bootstrap: str, name: str, partitions: int) -> None:
 def test_a_state_format_from_a_newer_release_stops_the_worker_before_it_consumes(
     kafka: KafkaBroker, deployment_factory: Any
 ) -> None:
-    """A rolled-back worker meets a v5 record (as a newer release would write) in every task's
+    """A rolled-back worker meets a v6 record (as a newer release would write) in every task's
     changelog partition: it stops naming the version, and decides and commits nothing."""
     deployment: Deployment = deployment_factory(kafka.bootstrap)
     changelog = f"{deployment.name}-key-state-changelog"
@@ -42,8 +42,8 @@ def test_a_state_format_from_a_newer_release_stops_the_worker_before_it_consumes
     field = one_claim(0, "paid").field
     newer = [
         (
-            state_key(f"inv:v5-{p}", field).encode(),
-            msgspec.msgpack.encode({"version": 5, "subject": f"inv:v5-{p}", "field": field}),
+            state_key(f"inv:v6-{p}", field).encode(),
+            msgspec.msgpack.encode({"version": 6, "subject": f"inv:v6-{p}", "field": field}),
             [],
             p,
         )
@@ -62,7 +62,7 @@ def test_a_state_format_from_a_newer_release_stops_the_worker_before_it_consumes
         while worker.alive and time.monotonic() < deadline:
             time.sleep(0.5)
         log = worker.log_tail(100_000)
-        assert "key state format v5 is newer than this release reads (v1-v4)" in log, log[-3000:]
+        assert "key state format v6 is newer than this release reads (v1-v5)" in log, log[-3000:]
         assert "upgrade, or restore from a changelog written by this release" in log
         assert not worker.alive, f"the worker kept running:\n{worker.diagnosis()}"
         assert worker.proc is not None
