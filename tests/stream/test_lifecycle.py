@@ -171,7 +171,8 @@ def test_conflicts_open_too_long_are_escalated_and_the_web_api_answers(
             outcomes = worker.get("/api/fields/order.payment_status/outcomes")
         assert outcomes["counts"].get("conflict/value", 0) >= 1, outcomes
         listed = worker.get("/")["endpoints"]
-        assert "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N]" in listed
+        queue = "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N"
+        assert f"{queue}&assignee=A&unassigned=1&overdue=1]" in listed
         assert worker.get("/api")["endpoints"] == listed
     finally:
         worker.stop()
