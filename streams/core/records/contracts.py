@@ -343,8 +343,8 @@ class StewardAct(StrEnum):
     PROPOSE = "propose"
 
 
-REVIEWS = frozenset({StewardAct.APPROVE, StewardAct.REJECT, StewardAct.SEND_BACK})
 PROPOSALS = frozenset({StewardAct.RESOLVE, StewardAct.PROPOSE, StewardAct.UNDO})
+"""The acts a key holds as a proposal where the policy asks for review."""
 VALUED = frozenset({StewardAct.RESOLVE, StewardAct.PROPOSE})
 """The acts whose statement carries a value: the resolutions."""
 
