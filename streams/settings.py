@@ -371,6 +371,17 @@ class Settings(Connection):
         "(or base64 Ed25519 private key) read from the environment variable VARIABLE at start; "
         "needed where the stewards section requires signatures",
     )
+    audit_signing_key: str | None = Field(
+        default=None,
+        description="KEY_ID:VARIABLE: the Ed25519 key `claimstream audit export` signs its "
+        "manifest with, its base64 raw private key read from the environment variable VARIABLE "
+        "(`claimstream audit keygen` makes a pair)",
+    )
+    audit_verify_keys: str | None = Field(
+        default=None,
+        description="comma-separated KEY_ID:BASE64 entries: the raw Ed25519 public keys "
+        "`claimstream audit verify` accepts a manifest's signature from",
+    )
     console_live_clients: int = Field(
         default=32, ge=1, description="live decision streams a worker serves at once"
     )

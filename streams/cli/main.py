@@ -15,6 +15,7 @@ from streams import __version__
 from streams.build_info import describe
 from streams.cli.agents import add_agent_commands
 from streams.cli.aliases import add_alias_commands
+from streams.cli.audit import add_audit_commands
 from streams.cli.bench import add_bench_command
 from streams.cli.commands import (
     cmd_explain,
@@ -392,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history_parser.set_defaults(handler=cmd_policy_history)
     add_alias_commands(commands, connection, _instant_argument)
+    add_audit_commands(commands, connection, _instant_argument)
     add_review_commands(commands, connection)
 
     redrive_parser = commands.add_parser(

@@ -213,16 +213,18 @@ def replay_with_clock(
     history = policy if isinstance(policy, PolicyHistory) else PolicyHistory.of(policy)
     by_key, rejections = _claims(lines, history, now)
     resolutions, refused = _resolutions(resolution_lines, history, now, resolutions_origin)
-    records: list[_Record] = []
+    records: list[TimedRecord] = []
     for key in sorted(by_key.keys() | resolutions.keys()):
         read: list[tuple[datetime, AdmittedClaim | Resolution, Any]] = [
             (min(admitted.claim.observed_at, now), admitted, data)
             for admitted, data in by_key.get(key, [])
         ]
         read += [(min(r.decided_at, now), r, None) for r in resolutions.get(key, [])]
-        records += [_Record(at, key, n, record, data) for n, (at, record, data) in enumerate(read)]
+        records += [
+            TimedRecord(at, key, n, record, data) for n, (at, record, data) in enumerate(read)
+        ]
     records.sort(key=lambda record: (record.at, record.sent, record.n))
-    timeline = _Timeline(history, aliases or AliasHistory(), now, limits)
+    timeline = Timeline(history, aliases or AliasHistory(), now, limits)
     emitted: list[tuple[datetime, tuple[str, str], int, Emitted]] = []
     sequence: dict[tuple[str, str], int] = defaultdict(int)
     for at, key, record, transition in timeline.run(records):
@@ -241,9 +243,10 @@ def replay_with_clock(
 
 
 @dataclass(frozen=True, slots=True)
-class _Record:
+class TimedRecord:
     """A recorded claim or resolution at its instant, under the key it was sent about (`sent`:
-    its subject as sent, and field) and its place among that key's records (`n`)."""
+    its subject as sent, and field) and its place among the records of its instant and key
+    (`n`): a `Timeline` takes them sorted by (at, sent, n)."""
 
     at: datetime
     sent: tuple[str, str]
@@ -252,8 +255,10 @@ class _Record:
     data: Any
 
 
-class _Timeline:
-    """The keys' transitions in time order, as the stream makes them: before each record (and
+class Timeline:
+    """The keys' transitions in time order, as the stream makes them (`replay_with_clock` feeds
+    it claims at their `observed_at`, `claimstream audit export` records at their broker
+    timestamps): before each record (and
     before `now`), the key's timers that came due and the policies that took effect, each at its
     own instant (`catch_up`); then the record, on the key its subject names then, under the
     policy in force at its instant (which admitted it). At each instant the aliases change,
@@ -265,7 +270,7 @@ class _Timeline:
         self.history, self.aliases, self.now, self.limits = history, aliases, now, limits
         self.states: dict[tuple[str, str], KeyState] = {}
 
-    def run(self, records: list[_Record]) -> Iterator[Step]:
+    def run(self, records: list[TimedRecord]) -> Iterator[Step]:
         changes = self.aliases.instants(self.now)
         pending = 0
         for record in records:
@@ -284,7 +289,7 @@ class _Timeline:
             yield due, key, None, step
             state = self.states[key] = step.state
 
-    def _applied(self, record: _Record) -> Iterator[Step]:
+    def _applied(self, record: TimedRecord) -> Iterator[Step]:
         at, (subject, field) = record.at, record.sent
         key = (self.aliases.canonical(subject, at), field)
         yield from self._caught_up(key, at)
@@ -310,12 +315,12 @@ class _Timeline:
             self.states[key] = step.state
 
 
-Step = tuple[datetime, tuple[str, str], _Record | None, Transition]
+Step = tuple[datetime, tuple[str, str], TimedRecord | None, Transition]
 """A key's transition: its instant, the key (subject and field), the record it applied (none
 for time, a policy or an alias) and the transition."""
 
 
-def _refused(record: _Record, transition: Transition) -> ReplayRejection:
+def _refused(record: TimedRecord, transition: Transition) -> ReplayRejection:
     refused = transition.refused
     assert refused is not None
     said = record.record
