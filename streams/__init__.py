@@ -8,8 +8,9 @@ layer and the ones before it), each package's docstring the index of its modules
 - `wire` (bytes on Kafka), `ops` (metrics, health, stalls, logs), `pipeline` (one record in,
   state and records out), `state` (a task's key states), `arbiter` (the batched hot path);
 - `client` (the public client), `console` (the steward console), `agents` (the MCP server);
-- `worker` (the Faust app that wires them), `devkit` (brokers, demo, bench: never in a worker),
-  and `cli`, the command line.
+- `worker` (the Faust app that wires them), `audit` (everything believed as of an instant,
+  replayed from a cut of the topics with no worker), `devkit` (brokers, demo, bench: never in a
+  worker), and `cli`, the command line.
 """
 
 from streams.build_info import choose_sources

@@ -243,12 +243,9 @@ class Settings(Connection):
         "decided_at, so the one that decides the key is always among them), then the latest "
         "reviews, undos and closed proposals",
     )
-    state_cache_keys: int = Field(
-        default=100_000,
-        ge=1,
-        description="decoded key states a worker keeps in memory; others stay encoded (~1 KB), "
-        "in memory or on disk as `store` says",
-    )
+    state_cache_keys: int = Field(default=100_000, ge=1)
+    """decoded key states a worker keeps in memory; others stay encoded (~1 KB), in memory or on
+    disk as `store` says"""
     state_cache_mb: int = Field(
         default=48,
         ge=1,
@@ -371,17 +368,11 @@ class Settings(Connection):
         "(or base64 Ed25519 private key) read from the environment variable VARIABLE at start; "
         "needed where the stewards section requires signatures",
     )
-    audit_signing_key: str | None = Field(
-        default=None,
-        description="KEY_ID:VARIABLE: the Ed25519 key `claimstream audit export` signs its "
-        "manifest with, its base64 raw private key read from the environment variable VARIABLE "
-        "(`claimstream audit keygen` makes a pair)",
-    )
-    audit_verify_keys: str | None = Field(
-        default=None,
-        description="comma-separated KEY_ID:BASE64 entries: the raw Ed25519 public keys "
-        "`claimstream audit verify` accepts a manifest's signature from",
-    )
+    audit_signing_key: str | None = None
+    """KEY_ID:VARIABLE: the Ed25519 key `claimstream audit export` signs its manifest with, its
+    base64 raw private key read from the environment variable VARIABLE (`audit keygen`)"""
+    audit_verify_keys: str | None = None
+    """comma-separated KEY_ID:BASE64 raw Ed25519 public keys `audit verify` takes signatures of"""
     console_live_clients: int = Field(
         default=32, ge=1, description="live decision streams a worker serves at once"
     )

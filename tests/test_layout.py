@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("arbiter", ("streams.arbiter",)),
     ("interfaces", ("streams.client", "streams.console", "streams.agents")),
     ("worker", ("streams.worker",)),
+    ("audit", ("streams.audit",)),
     ("devkit", ("streams.devkit",)),
     ("cli", ("streams.cli",)),
 )

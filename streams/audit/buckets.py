@@ -20,8 +20,8 @@ from typing import BinaryIO
 
 from streams.core.timeline.aliases import AliasHistory, alias_key
 
-RECORDS_PER_BUCKET = 150_000
-"""About this many records a bucket: a replayed bucket of claims takes some 300 MB at most."""
+RECORDS_PER_BUCKET = 50_000
+"""About this many records a bucket: a bucket replayed takes some 150-200 MB."""
 
 _ENTRY = struct.Struct("<qqBI")  # instant (µs), place in the cut, kind, value's length
 

@@ -107,8 +107,8 @@ async def export(
     progress = progress or Progress()
     if out.exists() and any(out.iterdir()):
         raise ClaimstreamError(f"{out} is not empty: an export goes into a folder of its own")
-    out.mkdir(parents=True, exist_ok=True)
     cut = Cut.from_token(token) if token else await _cut(settings, _given(as_of))
+    out.mkdir(parents=True, exist_ok=True)
     reader = CutReader(settings, cut)
     histories = await reader.histories()
     codec = WireCodec(registry_for(settings))
@@ -335,8 +335,10 @@ def _replayed(
         }
         for name, w in writers.items()
     ]
+    read_in_all = read.spilled + sum(read.refused.values())
+    applied = read_in_all - sum(refused.values())
     progress.line(
-        f"audit export: {keys:,} keys, {read.spilled:,} records replayed, "
+        f"audit export: {keys:,} keys, {read_in_all:,} records read, {applied:,} applied, "
         f"{sum(refused.values()):,} refused, into {out}"
     )
     return {
@@ -351,7 +353,13 @@ def _replayed(
         "product_version": __version__,
         "schema_ids": read.schema_ids,
         "policies": policy_rows_for_manifest(histories.policy_lines),
-        "records": {"replayed": read.spilled, "refused": dict(sorted(refused.items()))},
+        # Read: the cut's claims and statements; refused as a worker refuses them (their bytes,
+        # their proof, the policy, or the key's transition); applied: the rest.
+        "records": {
+            "read": read_in_all,
+            "applied": applied,
+            "refused": dict(sorted(refused.items())),
+        },
         "files": files,
     }
 

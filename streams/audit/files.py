@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from streams.core.reading.audit_rows import INSTANT, INTEGER, TABLES, Row
 from streams.core.records.errors import ClaimstreamError
 
-ROW_GROUP = 100_000
+ROW_GROUP = 50_000
 FORMATS = ("parquet", "jsonl")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

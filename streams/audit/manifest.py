@@ -110,19 +110,24 @@ def problems(folder: Path, keys: dict[str, Ed25519PublicKey]) -> list[str]:
     signature = manifest.get(SIGNATURE)
     if not signature:
         found.append("the manifest is not signed")
+    elif not isinstance(signature, dict):
+        found.append(_FORGED)
     else:
-        key = keys.get(signature.get("key_id", ""))
+        key = keys.get(str(signature.get("key_id", "")))
         if key is None:
             found.append(
                 f"signed with key {signature.get('key_id')!r}, which no public key given names"
             )
         else:
             try:
-                key.verify(base64.b64decode(signature["value"]), canonical(manifest))
-            except (InvalidSignature, binascii.Error, ValueError):
-                found.append("the manifest's signature does not hold: it was changed or forged")
-    named = {entry["name"] for entry in manifest.get("files", [])}
-    for entry in manifest.get("files", []):
+                key.verify(base64.b64decode(signature.get("value", "")), canonical(manifest))
+            except (InvalidSignature, binascii.Error, ValueError, TypeError):
+                found.append(_FORGED)
+    entries = manifest.get("files", [])
+    if not _listed(entries):
+        return [*found, "the manifest's files are not a list of its files' name, bytes, sha256"]
+    named = {entry["name"] for entry in entries}
+    for entry in entries:
         path = folder / entry["name"]
         if not path.is_file():
             found.append(f"{entry['name']}: missing")
@@ -131,3 +136,18 @@ def problems(folder: Path, keys: dict[str, Ed25519PublicKey]) -> list[str]:
     extra = sorted(p.name for p in folder.iterdir() if p.name not in named | {MANIFEST})
     found += [f"{name}: not named in the manifest" for name in extra]
     return found
+
+
+_FORGED = "the manifest's signature does not hold: it was changed or forged"
+
+
+def _listed(entries: Any) -> bool:
+    """Whether a manifest's `files` has the shape an export writes (a tampered one may not)."""
+    return isinstance(entries, list) and all(
+        isinstance(entry, dict)
+        and isinstance(entry.get("name"), str)
+        and Path(entry["name"]).name == entry["name"]  # a file of the folder, no other path
+        and isinstance(entry.get("bytes"), int)
+        and isinstance(entry.get("sha256"), str)
+        for entry in entries
+    )

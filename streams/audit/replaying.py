@@ -17,7 +17,8 @@ from datetime import datetime
 
 from streams.audit.buckets import Spilled
 from streams.core.admission.intake import AdmittedClaim, admit_micros, admit_resolution
-from streams.core.keys.state import Limits
+from streams.core.keys.belief import current_decision
+from streams.core.keys.state import KeyState, Limits
 from streams.core.reading.audit_rows import Row, belief_row, evidence_rows, statement_rows
 from streams.core.reading.replay import TimedRecord, Timeline
 from streams.core.records.contracts import (
@@ -84,9 +85,20 @@ class BucketReplay:
             decision = last.get(key)
             if decision is not None:
                 rows.beliefs.append(belief_row(decision, len(state.claims)))
-                rows.evidence += evidence_rows(decision)
+                rows.evidence += evidence_rows(self._weighed(state, decision))
             rows.statements += statement_rows(state)
         return rows
+
+    def _weighed(self, state: KeyState, decision: Decision) -> Decision:
+        """The belief with every claim the key holds at the cut in its evidence: a claim that
+        changed nothing (one more source agreeing) sent no decision, so the last one sent does
+        not list it; the key's arbitration at the cut does, under the same decision id."""
+        policy = self.policies.in_force(self.as_of)
+        rules = policy.rules_for(state.field)
+        if rules is None or state.policy_version != policy.version:
+            return decision
+        now = current_decision(state, rules, policy.version, self.as_of)
+        return now if now.decision_id == decision.decision_id else decision
 
     def _admitted(self, record: Spilled) -> TimedRecord:
         """The record decoded and admitted at its instant, or RejectedInput."""

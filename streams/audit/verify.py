@@ -8,9 +8,11 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from streams import __version__
 from streams.audit.export import Progress, export
 from streams.audit.files import sha256_of
 from streams.audit.manifest import canonical, problems, read_manifest
+from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
 
 
@@ -26,16 +28,25 @@ async def verify(
     if not replay:
         return found
     manifest = read_manifest(folder)
+    if manifest.get("product_version") != __version__:
+        return [
+            *found,
+            f"exported by claimstream {manifest.get('product_version')}, replayed by "
+            f"{__version__}: a replay is byte-identical on the release that exported it",
+        ]
     parquet = any(entry["name"].endswith(".parquet") for entry in manifest["files"])
     with tempfile.TemporaryDirectory(prefix="claimstream-audit-verify-") as scratch:
         again = Path(scratch) / "export"
-        redone = await export(
-            settings,
-            again,
-            token=manifest["token"],
-            fmt="parquet" if parquet else "jsonl",
-            progress=progress,
-        )
+        try:
+            redone = await export(
+                settings,
+                again,
+                token=manifest["token"],
+                fmt="parquet" if parquet else "jsonl",
+                progress=progress,
+            )
+        except ClaimstreamError as exc:
+            return [*found, f"exported again from its token: {exc}"]
         if canonical(redone) != canonical(manifest):
             found.append("exported again from its token, the manifest differs")
         for entry in manifest["files"]:

@@ -289,8 +289,8 @@ def _check_tables(folder: Path, rollout: datetime) -> None:
     assert policies[-1]["until"] is None
     assert policies[-2]["until"] == policies[-1]["since"] == rollout
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["records"]["refused"] == {}
-    assert manifest["records"]["replayed"] == 6 * 2 + 2 * 2 + 3 * 2 + 3 + 1
+    records = 6 * 2 + 2 * 2 + 3 * 2 + 3 + 1  # the claims and the resolution before the instant
+    assert manifest["records"] == {"read": records, "applied": records, "refused": {}}
     assert [f["rows"] for f in manifest["files"]][:1] == [len(beliefs)]
 
 

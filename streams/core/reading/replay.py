@@ -27,7 +27,7 @@ from streams.core.admission.intake import AdmittedClaim, admit, admit_resolution
 from streams.core.decision.agreement import distinct
 from streams.core.keys.state import KeyState, Limits
 from streams.core.keys.stewardship import in_force_at_once
-from streams.core.keys.transitions import Transition, add_claim, add_resolution
+from streams.core.keys.transitions import Transition, add_resolution, apply_claim
 from streams.core.records.contracts import Decision, RejectReason, Resolution
 from streams.core.records.errors import ContractError
 from streams.core.records.policy import Policy
@@ -285,13 +285,22 @@ class Timeline:
 
     def _caught_up(self, key: tuple[str, str], at: datetime) -> Iterator[Step]:
         state = self.states.get(key)
+        latest = self.history.latest
+        if state is None or (
+            # Nothing is due (most records): as `KeyClock.caught_up` finds it, and as
+            # `catch_up` would.
+            state.policy_version == latest.policy.version
+            and at >= latest.since
+            and (state.next_check_at is None or state.next_check_at > at)
+        ):
+            return
         for due, step in catch_up(state, self.history, at, self.limits):
             yield due, key, None, step
             state = self.states[key] = step.state
 
     def _applied(self, record: TimedRecord) -> Iterator[Step]:
         at, (subject, field) = record.at, record.sent
-        key = (self.aliases.canonical(subject, at), field)
+        key = (self.aliases.canonical(subject, at), field) if self.aliases.changes else record.sent
         yield from self._caught_up(key, at)
         state = self.states.get(key) or KeyState(subject=key[0], field=field)
         policy = self.history.in_force(at)
@@ -299,7 +308,7 @@ class Timeline:
         assert rules is not None  # admission refused claims and resolutions for unknown fields
         said = record.record
         if isinstance(said, AdmittedClaim):
-            step = add_claim(state, said, rules, policy.version, at, self.limits)
+            step = apply_claim(state, said, rules, policy.version, at, self.limits)
         else:
             step = add_resolution(state, said, rules, policy.version, at, self.limits)
         yield at, key, record, step

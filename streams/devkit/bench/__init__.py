@@ -23,5 +23,6 @@ B and its sweep, and what both share: the live load beside its baseline, the dec
 the sweep's gauges read to 0), `inprocess` (engine and state size without a broker), `scale` (a
 worker holding N keys: its memory, disk, restarts and rollout; only when asked), and `run`,
 which runs the phases in that order and reports. Apart from a run: `shell` (`python -m
-streams.devkit.bench.shell`), the worker's per-claim path without a broker.
+streams.devkit.bench.shell`), the worker's per-claim path without a broker, and `audit`
+(`python -m streams.devkit.bench.audit`), `claimstream audit export` over a million keys.
 """
