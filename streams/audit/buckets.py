@@ -51,7 +51,8 @@ class Families:
         self._root = {spelling: root(spelling) for spelling in parent}
 
     def of(self, subject: str) -> str:
-        """The family's name: its least spelling (the subject alone, where no alias names it)."""
+        """The family's name: its least spelling as aliases match it (`alias_key`); with no
+        alias at all, the subject as sent (each key its own family, no spelling matched)."""
         if not self._root:
             return subject
         key = alias_key(subject)

@@ -1,5 +1,5 @@
-"""`claimstream audit export` and `audit verify`: everything believed as of an instant, from a
-cut of the input topics, with no worker running and none disturbed.
+"""`claimstream audit export`: everything believed as of an instant, from a cut of the input
+topics, with no worker running and none disturbed.
 
 The export takes the cut (`cut`), reads the policy and alias histories in it as a worker reads
 them (`worker.policy_log`, `worker.alias_log`, proven alike), then reads the claims and the
@@ -26,11 +26,10 @@ from typing import Any, TextIO
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
-from streams import __version__
 from streams.audit.buckets import Families, Spill, Spilled, bucket_count
 from streams.audit.cut import Cut, input_topics, take_cut
 from streams.audit.files import TableWriter, sha256_of, table_writer
-from streams.audit.manifest import FORMAT, Signer, write_manifest
+from streams.audit.manifest import Signer, unsigned_manifest, write_manifest
 from streams.audit.replaying import CLAIM, RESOLUTION, USER_CLAIM, BucketReplay
 from streams.core.reading.audit_rows import policy_rows
 from streams.core.records.contracts import Resolution, instant, micros
@@ -336,36 +335,11 @@ def _replayed(
         for name, w in writers.items()
     ]
     read_in_all = read.spilled + sum(read.refused.values())
-    applied = read_in_all - sum(refused.values())
     progress.line(
-        f"audit export: {keys:,} keys, {read_in_all:,} records read, {applied:,} applied, "
-        f"{sum(refused.values()):,} refused, into {out}"
+        f"audit export: {keys:,} keys, {read_in_all:,} records read, "
+        f"{read_in_all - sum(refused.values()):,} applied, {sum(refused.values()):,} refused, "
+        f"into {out}"
     )
-    return {
-        "format": FORMAT,
-        "as_of": cut.as_of.isoformat().replace("+00:00", "Z"),
-        "token": cut.token(),
-        "cut": {
-            topic: [{"partition": s.partition, "start": s.start, "end": s.end} for s in spans]
-            for topic, spans in sorted(cut.topics.items())
-        },
-        "complete_history": all(s.start == 0 for spans in cut.topics.values() for s in spans),
-        "product_version": __version__,
-        "schema_ids": read.schema_ids,
-        "policies": policy_rows_for_manifest(histories.policy_lines),
-        # Read: the cut's claims and statements; refused as a worker refuses them (their bytes,
-        # their proof, the policy, or the key's transition); applied: the rest.
-        "records": {
-            "read": read_in_all,
-            "applied": applied,
-            "refused": dict(sorted(refused.items())),
-        },
-        "files": files,
-    }
-
-
-def policy_rows_for_manifest(lines: list[str]) -> list[dict[str, Any]]:
-    return [
-        {"version": row["version"], "since_us": row["since"], "sha256": row["digest"]}
-        for row in policy_rows(lines)
-    ]
+    return unsigned_manifest(
+        cut, read.schema_ids, histories.policy_lines, read_in_all, refused, files
+    )

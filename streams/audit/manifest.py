@@ -15,6 +15,7 @@ import base64
 import binascii
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,50 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from streams import __version__
+from streams.audit.cut import Cut
 from streams.audit.files import sha256_of
+from streams.core.reading.audit_rows import policy_rows
 from streams.core.records.errors import ClaimstreamError
 
 MANIFEST = "manifest.json"
 FORMAT = "claimstream-audit/1"
 SIGNATURE = "signature"
+
+
+def unsigned_manifest(
+    cut: Cut,
+    schema_ids: dict[str, list[int]],
+    policy_lines: list[str],
+    read: int,
+    refused: Counter[str],
+    files: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The manifest of an export of `cut`: `read` claims and statements, `refused` of them by
+    reason (as a worker refuses them: their bytes, their proof, the policy, or the key's
+    transition), the rest applied; `files`, each file's name, table, rows, bytes and SHA-256."""
+    return {
+        "format": FORMAT,
+        "as_of": cut.as_of.isoformat().replace("+00:00", "Z"),
+        "token": cut.token(),
+        "cut": {
+            topic: [{"partition": s.partition, "start": s.start, "end": s.end} for s in spans]
+            for topic, spans in sorted(cut.topics.items())
+        },
+        "complete_history": all(s.start == 0 for spans in cut.topics.values() for s in spans),
+        "product_version": __version__,
+        "schema_ids": schema_ids,
+        "policies": [
+            {"version": row["version"], "since_us": row["since"], "sha256": row["digest"]}
+            for row in policy_rows(policy_lines)
+        ],
+        "records": {
+            "read": read,
+            "applied": read - sum(refused.values()),
+            "refused": dict(sorted(refused.items())),
+        },
+        "files": files,
+    }
 
 
 def canonical(manifest: dict[str, Any]) -> bytes:

@@ -9,13 +9,16 @@ workers at once on one Apache Kafka broker: memory and RocksDB stores, at least 
 once. Each worker is stopped cleanly and restarted, then SIGKILLed and restarted, while the
 history runs. Then, key by key, the decisions and escalations on the topics are those
 `replay_with_clock` gives for the same records (under exactly once with no repeat; at least once
-may repeat a record already sent, never send another), and each worker's web API answers the
-replay's last decision.
+may repeat a record already sent, never send another), each worker's web API answers the
+replay's last decision, and `claimstream audit export` as of an instant after the kill, from the
+topics alone, believes each key's last decision on the topic by then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import random
 import time
 import urllib.parse
@@ -27,6 +30,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from streams.audit.export import Progress, export
 from streams.core.admission.intake import admit
 from streams.core.keys.belief import basis_now
 from streams.core.keys.state import state_key
@@ -35,6 +39,7 @@ from streams.core.reading.replay import replay_with_clock
 from streams.core.records.contracts import Claim, Outcome, RejectReason, Resolution
 from streams.core.records.policy import Policy, load_policy
 from streams.devkit.brokers import KafkaBroker
+from streams.settings import Settings
 from tests.stream.support import (
     CODEC,
     Deployment,
@@ -53,6 +58,7 @@ FRESHNESS_S = 8  # order.payment_status
 ESCALATE_S = 10  # contract.seats
 KEYS_PER_CASE = 5
 RESTART_AT_S, KILL_AT_S, END_AT_S = 6.0, 14.0, 26.0
+AUDIT_AS_OF_S = 16.0  # after the restart and the kill, steward cases settled, timers pending
 
 
 REVIEWED = "contract.reviewed_seats"  # a resolution counts once another steward approves it
@@ -293,6 +299,7 @@ def test_time_decides_alike_on_every_store_and_guarantee_across_restarts(
         _check_the_table(replayed)
         for deployment, worker in zip(deployments, workers, strict=True):
             _check_deployment(deployment, worker, replayed)
+            _check_export(deployment, start + timedelta(seconds=AUDIT_AS_OF_S), tmp_path)
     finally:
         for worker in workers:
             worker.stop()
@@ -376,6 +383,35 @@ def _check_deployment(deployment: Deployment, worker: WorkerProcess, replayed: R
         f"time[{label}]: keys={len(decisions)} decisions={sum(map(len, decisions.values()))} "
         f"escalations={sum(map(len, escalations.values()))} repeated={repeated}"
     )
+
+
+def _check_export(deployment: Deployment, as_of: datetime, tmp_path: Path) -> None:
+    """`claimstream audit export` as of an instant of the history, from the deployment's topics
+    alone: each key's belief is its last decision on the topic at or before the instant, and
+    the steward cases' statements stand as the workers hold them."""
+    settings = Settings(
+        broker=f"kafka://{deployment.bootstrap}",
+        topics=deployment.topics,
+        max_claims_per_key=deployment.max_claims_per_key,
+    )
+    out = tmp_path / "audit" / deployment.name
+    quiet = Progress(io.StringIO())
+    asyncio.run(export(settings, out, as_of=as_of, fmt="jsonl", progress=quiet))
+    on_topic = decisions_by_key(deployment.bootstrap, deployment.topics.decisions, "exactly_once")
+    believed = {
+        key: [d for d, at in sent if datetime.fromisoformat(at) <= as_of][-1]
+        for key, sent in on_topic.items()
+        if any(datetime.fromisoformat(at) <= as_of for _, at in sent)
+    }
+    beliefs = [json.loads(line) for line in (out / "beliefs.jsonl").read_text().splitlines()]
+    label = f"{deployment.store},{deployment.guarantee}"
+    assert {(b["subject"], b["field"]): b["decision_id"] for b in beliefs} == believed, label
+    statements = [json.loads(line) for line in (out / "statements.jsonl").read_text().splitlines()]
+    standing = {(s["subject"], s["resolution_id"]): s["standing"] for s in statements}
+    for i in range(KEYS_PER_CASE):
+        assert standing[(f"approved-{i}", f"p{i}")] == "in_force", label
+        assert standing[(f"stale-{i}", f"p{i}")] == "sent_back", label
+        assert standing[(f"undone-{i}", f"u{i}")] == "undone", label
 
 
 def _check_stewards(worker: WorkerProcess, replayed: Replayed, label: str) -> None:
