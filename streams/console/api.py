@@ -82,9 +82,10 @@ class Console:
         """The policy in force now."""
         return self.policies().in_force(self.clock())
 
-    def alias_of(self, subject: str) -> str | None:
-        """The canonical subject `subject` names now, where it is an alias."""
-        named = self.aliases().canonical(subject, self.clock())
+    def alias_of(self, subject: str, at: datetime | None = None) -> str | None:
+        """The canonical subject `subject` names at `at` (now by default), where it is an
+        alias then."""
+        named = self.aliases().canonical(subject, at or self.clock())
         return named if named != subject else None
 
     def live_upstreams(self, key: str | None) -> list[str]:
@@ -249,13 +250,14 @@ async def alias_change_preview(console: Console, web: View, request: Request) ->
 
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
-    """The key's current decision with its evidence, or the belief in force at `as_of`."""
-    key = canonical_key(key, console.alias_of)
+    """The key's current decision with its evidence, or the belief in force at `as_of`: a
+    subject named by an alias is read on the key of the subject it named then."""
     raw_as_of = request.query.get("as_of")
     try:
         as_of = parse_instant(raw_as_of) if raw_as_of else None
     except ValueError as exc:
         return web.json({"error": f"as_of: {exc}"}, status=400)
+    key = canonical_key(key, lambda subject: console.alias_of(subject, as_of))
     ownership, policy, now = console.ownership, console.policy, console.clock()
 
     def answer() -> Response:

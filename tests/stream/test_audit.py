@@ -8,7 +8,9 @@ policy B (which believes the order form) rolled out while they run. The export i
 an instant after all of that, while more claims and a resolution arrive after it. Then:
 
 - key by key, the export's beliefs are the last decision on the decisions topic at or before
-  the instant, and the web API's answer as of it;
+  the instant, and the web API's answer as of it (an alias's spelling answered on its
+  subject's key); so too as of an instant before the merge and the rollout, each spelling on
+  its own key then;
 - its evidence names the spelling each claim was sent about, its statements the resolution in
   force, its policies A until B took effect;
 - exported again from its snapshot token, every file is byte-identical;
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import subprocess
@@ -35,6 +38,7 @@ from aiokafka import AIOKafkaProducer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from streams.audit.export import Progress, export
 from streams.core.keys.state import state_key
 from streams.core.records.contracts import Claim, Decision, Resolution
 from streams.core.timeline.aliases import AliasChange
@@ -53,6 +57,7 @@ from tests.stream.support import (
 
 SEATS, PAYMENT = "contract.seats", "order.payment_status"
 MERGE_AT_S, ROLLOUT_AT_S, AS_OF_S, END_AT_S = 3.0, 5.0, 7.0, 10.0
+EARLY_S = 2.5  # after the steward's resolution, before the merge, the expiries and the rollout
 FRESHNESS_S = 3
 
 
@@ -177,9 +182,11 @@ def test_an_export_as_of_an_instant_is_what_was_believed_then_and_replays_identi
         start = datetime.fromtimestamp(round(time.time() + 1.0), UTC)
         asyncio.run(_publish(deployment, start, policy_b))
         time.sleep(max(0.0, start.timestamp() + END_AT_S - time.time()))
-        as_of = start + timedelta(seconds=AS_OF_S)
-        on_topic = _decisions_until(deployment, as_of, start)
+        as_of, early = start + timedelta(seconds=AS_OF_S), start + timedelta(seconds=EARLY_S)
+        decisions = _decisions(deployment)
+        on_topic, early_on_topic = _until(decisions, as_of), _until(decisions, early)
         answered = _answers_as_of(workers[0], on_topic, as_of)
+        answered_early = _answers_as_of(workers[0], early_on_topic, early)
     finally:
         for worker in workers:
             worker.stop()
@@ -205,6 +212,13 @@ def test_an_export_as_of_an_instant_is_what_was_believed_then_and_replays_identi
         (f"Acme Corp {i}", SEATS) for i in range(3)
     }
     _check_tables(tmp_path / "first", start + timedelta(seconds=ROLLOUT_AT_S))
+    # Before the merge and the rollout: every spelling its own key, on the web API too.
+    settings = Settings(broker=f"kafka://{deployment.bootstrap}", topics=deployment.topics)
+    quiet = Progress(io.StringIO())
+    asyncio.run(export(settings, tmp_path / "early", as_of=early, progress=quiet))
+    early_beliefs = _beliefs(tmp_path / "early")
+    assert early_beliefs == {key: sent[-1] for key, sent in early_on_topic.items()}
+    assert answered_early == {key: (key, early_beliefs[key]) for key in early_beliefs}
     again = _claimstream(env, "audit", "export", "--token", token, "--out", str(tmp_path / "again"))
     assert again.returncode == 0, again.stderr
     for path in sorted((tmp_path / "first").iterdir()):
@@ -221,11 +235,9 @@ def test_an_export_as_of_an_instant_is_what_was_believed_then_and_replays_identi
 Key = tuple[str, str]
 
 
-def _decisions_until(
-    deployment: Deployment, as_of: datetime, start: datetime
-) -> dict[Key, list[str]]:
-    """Each key's decision ids on the decisions topic (read committed), those decided at or
-    before `as_of`, once the topic holds the decisions of the records after it too."""
+def _decisions(deployment: Deployment) -> list[Decision]:
+    """The decisions topic (read committed), once it holds the decisions of the records after
+    the export's instant too."""
     deadline = time.monotonic() + 60
     while True:
         records = asyncio.run(
@@ -234,7 +246,11 @@ def _decisions_until(
         )  # fmt: skip
         decisions = [CODEC.decode(Decision, record.value) for record in records]
         if any(d.resolution_id == "r7" for d in decisions) or time.monotonic() > deadline:
-            break
+            return decisions
+
+
+def _until(decisions: list[Decision], as_of: datetime) -> dict[Key, list[str]]:
+    """Each key's decision ids decided at or before `as_of`, in order."""
     assert any(d.decided_at > as_of for d in decisions), "the history after the instant is there"
     by_key: dict[Key, list[str]] = {}
     for d in decisions:
@@ -248,7 +264,8 @@ def _answers_as_of(
     worker: WorkerProcess, keys: dict[Key, list[str]], as_of: datetime
 ) -> dict[Key, tuple[Key, str]]:
     """For each key, the key the web API answers for (an alias's spelling names its subject's
-    key) and its decision id as of `as_of`."""
+    key) and the id of its belief as of `as_of` (whose evidence the worker may no longer hold:
+    an alias key's moved with it)."""
     answers = {}
     for subject, field in keys:
         key = urllib.parse.quote(f"{subject}|{field}", safe="")
@@ -256,7 +273,7 @@ def _answers_as_of(
         answer = worker.get(f"/api/decisions/{key}?as_of={at}")
         assert answer is not None, (subject, field)
         answered = tuple(answer["key"].split("|", 1))
-        answers[(subject, field)] = ((answered[0], answered[1]), answer["decision"]["decision_id"])
+        answers[(subject, field)] = ((answered[0], answered[1]), answer["belief"]["decision_id"])
     return answers
 
 

@@ -256,13 +256,14 @@ class TimedRecord:
 
 
 class Timeline:
-    """The keys' transitions in time order, as the stream makes them (`replay_with_clock` feeds
-    it claims at their `observed_at`, `claimstream audit export` records at their broker
-    timestamps): before each record (and
+    """The keys' transitions in time order, as the stream makes them: before each record (and
     before `now`), the key's timers that came due and the policies that took effect, each at its
     own instant (`catch_up`); then the record, on the key its subject names then, under the
     policy in force at its instant (which admitted it). At each instant the aliases change,
-    every key first caught up to it, then its evidence regrouped."""
+    every key first caught up to it, then its evidence regrouped. `replay_with_clock` gives it
+    claims at their `observed_at`, `claimstream audit export` records at their broker
+    timestamps, as a worker takes them. Its keys' states are its own: a claim changes its key's
+    state in place (`apply_claim`, as a worker's task does)."""
 
     def __init__(
         self, history: PolicyHistory, aliases: AliasHistory, now: datetime, limits: Limits
