@@ -15,6 +15,9 @@ an instant after all of that, while more claims and a resolution arrive after it
   force, its policies A until B took effect;
 - exported again from its snapshot token, every file is byte-identical;
 - `audit verify --replay` holds, and fails once a file is edited.
+
+And once retention takes a partition's first records, a cut from before what it still holds is
+refused naming the oldest instant that can be exported.
 """
 
 from __future__ import annotations
@@ -33,14 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from streams.audit.export import Progress, export
+from streams.audit.verify import verify
 from streams.core.keys.state import state_key
 from streams.core.records.contracts import Claim, Decision, Resolution
+from streams.core.records.errors import ClaimstreamError
 from streams.core.timeline.aliases import AliasChange
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings
@@ -318,3 +325,69 @@ def _edit_a_belief(path: Path) -> None:
     rows[0]["value"] = "999"
     pq.write_table(table.from_pylist(rows, schema=table.schema), path, compression="zstd")
     assert os.path.getsize(path) > 0
+
+
+def test_a_cut_the_topics_no_longer_hold_is_refused_naming_the_oldest_instant(
+    kafka: KafkaBroker, tmp_path: Path
+) -> None:
+    """Retention took a partition's first records: a cut from before what it still holds is
+    refused naming the oldest instant that can be exported; a later one is exported and says
+    its history is incomplete; an earlier export no longer replays from its token."""
+    policy = REPO / "examples" / "policy.yaml"
+    deployment = Deployment(bootstrap=kafka.bootstrap, workdir=tmp_path, policy=policy)
+    settings = Settings(broker=f"kafka://{kafka.bootstrap}", topics=deployment.topics)
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    at = [start + timedelta(seconds=n / 5) for n in range(6)]  # after the policy's publication
+    quiet = Progress(io.StringIO())
+
+    async def publish() -> None:
+        text = policy.read_text()
+        await publish_policy(settings, text, start - timedelta(seconds=1))
+        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
+        await producer.start()
+        try:
+            for n, instant in enumerate(at):
+                claim = Claim(
+                    claim_id=f"c{n}", subject=f"contract:{n}", field=SEATS, status="present",
+                    value=12, source="crm", observed_at=instant,
+                )  # fmt: skip
+                topic = deployment.topics.claims
+                await producer.send_and_wait(
+                    topic, CODEC.encode(topic, claim), partition=0,
+                    timestamp_ms=int(instant.timestamp() * 1000),
+                )  # fmt: skip
+        finally:
+            await producer.stop()
+
+    async def delete_the_first_three() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_records(
+                {TopicPartition(deployment.topics.claims, 0): RecordsToDelete(3)}
+            )
+        finally:
+            await admin.close()
+
+    asyncio.run(publish())
+    time.sleep(max(0.0, at[-1].timestamp() - time.time()))
+    first = asyncio.run(
+        export(settings, tmp_path / "first", as_of=at[5], fmt="jsonl", progress=quiet)
+    )
+    assert first["complete_history"] is True
+    asyncio.run(delete_the_first_three())
+    with pytest.raises(
+        ClaimstreamError, match="oldest instant that can be exported is "
+    ) as refused:
+        asyncio.run(export(settings, tmp_path / "before", as_of=at[1], progress=quiet))
+    assert at[3].isoformat() in str(refused.value)
+    assert not (tmp_path / "before").exists()
+    later = asyncio.run(
+        export(settings, tmp_path / "later", as_of=at[5], fmt="jsonl", progress=quiet)
+    )
+    assert later["complete_history"] is False
+    assert later["records"]["read"] == 3
+    problems = asyncio.run(verify(settings, tmp_path / "first", {}, replay=True, progress=quiet))
+    assert problems[0] == "the manifest is not signed"
+    assert problems[1].startswith("exported again from its token: ")
+    assert "no longer holds offsets 0 to 6 of the cut" in problems[1]
