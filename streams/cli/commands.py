@@ -313,7 +313,6 @@ def _recorded_resolutions(path: Path) -> list[Resolution]:
 
 def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
     """The settings a command runs with: its --settings file, then its --broker."""
-    """The settings a command runs with: its --settings file, then --broker."""
     return load_settings(args.settings, broker=getattr(args, "broker", None), **overrides)
 
 
