@@ -3,8 +3,9 @@
 The layers, lowest first (`LAYERS` in tests/test_layout.py: a module imports only from its own
 layer and the ones before it), each package's docstring the index of its modules:
 - `core`: the pure core (contracts, policy, normalization, the rules, a key's state);
-- the foundation: `settings` (defaults, file, CLAIMSTREAM_* variables), `packaged` (the files the
-  package carries), `build_info` (which modules run compiled);
+- the foundation: `settings` (defaults, file, CLAIMSTREAM_* variables), `topic_names` (the
+  topics' names), `packaged` (the files the package carries), `build_info` (which modules run
+  compiled);
 - `wire` (bytes on Kafka), `ops` (metrics, health, stalls, logs), `pipeline` (one record in,
   state and records out), `state` (a task's key states), `arbiter` (the batched hot path);
 - `client` (the public client), `console` (the steward console), `agents` (the MCP server);

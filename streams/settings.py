@@ -28,6 +28,7 @@ from streams.core.keys.state import Limits
 from streams.core.records.bounds import MAX_CLAIM_BYTES, RECORD_BYTES, reserve
 from streams.core.records.errors import ClaimstreamError, validation_problems
 from streams.packaged import example_path
+from streams.topic_names import Topics
 
 ENV_PREFIX = "CLAIMSTREAM_"
 # Read by docker-compose.yml and scripts/kafka-assemble.sh (the broker kit), the build (mypyc's
@@ -58,40 +59,6 @@ class Guarantee(StrEnum):
 class LogFormat(StrEnum):
     JSON = "json"  # one JSON object per line, for log collectors
     TEXT = "text"  # for people: `claimstream dev` defaults to it
-
-
-class Topics(BaseModel):
-    # A field's docstring is its description (the generated settings reference shows it).
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    claims: str = "claims.tools"
-    """tools' claims"""
-    user_claims: str = "claims.users"
-    """users' assertions (authority class asserted, whatever the payload says)"""
-    resolutions: str = "claims.resolutions"
-    """stewards' resolutions"""
-    aliases: str = "claims.subject-aliases"
-    """subject aliases (alias -> canonical subject) and the instant each takes effect"""
-    decisions: str = "claims.decisions"
-    """the decisions, compacted by subject|field"""
-    dead_letters: str = "claims.dead-letters"
-    """refused records, with the reason in headers"""
-    epoch_changes: str = "claims.epoch-changes"
-    """values that changed across an epoch boundary"""
-    reobserve: str = "claims.reobserve-requests"
-    """requests to observe a value again"""
-    escalations: str = "claims.escalations"
-    """conflicts open longer than their field's escalate_after"""
-    policies: str = "claims.policies"
-    """the policy versions and the instant each takes effect"""
-    rekeyed: str = "claimstream-rekeyed"
-    """internal: claims and resolutions sent on to their key's partition, and timer ticks"""
-    outcomes: str = "claimstream-outcomes"
-    """internal: decision counts per field and outcome, for the windowed field-outcomes table"""
-
-    def inputs(self) -> list[str]:
-        """Topics the arbiter consumes; all share one partition count (co-partitioned)."""
-        return [self.claims, self.user_claims, self.rekeyed, self.resolutions]
 
 
 class Connection(BaseModel):
@@ -373,6 +340,11 @@ class Settings(Connection):
     base64 raw private key read from the environment variable VARIABLE (`audit keygen`)"""
     audit_verify_keys: str | None = None
     """comma-separated KEY_ID:BASE64 raw Ed25519 public keys `audit verify` takes signatures of"""
+    deployment_key: str | None = None
+    """KEY_ID:VARIABLE: the AES-256 key that wraps each data subject's key for personal fields,
+    its base64 read from the environment variable VARIABLE (`claimstream erase keygen`)"""
+    subject_key_compaction_lag_hours: int = Field(default=24, ge=1)
+    """the longest a destroyed subject key's wrapped copies stay on the compacted keys topic"""
     console_live_clients: int = Field(
         default=32, ge=1, description="live decision streams a worker serves at once"
     )

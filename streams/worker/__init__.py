@@ -9,5 +9,6 @@
   followed after, published to by `claimstream policy publish` and by a worker's new policy file.
 - `alias_log`: the cluster's alias history on the aliases topic: read before a worker decides,
   followed after, published to by `claimstream alias`.
-- `history_topic`: what both read their topic with: every partition from its start, no group.
+- `erasure_log`: the cluster's erasure requests on the erasures topic: read before a worker
+  decides, followed after, published to by `claimstream erase`.
 """

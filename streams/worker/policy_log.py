@@ -40,7 +40,7 @@ from streams.pipeline.authentication import STEWARD_HEADER, Authentication
 from streams.pipeline.processor import Processor
 from streams.settings import Settings
 from streams.wire.kafka import client_options
-from streams.worker.history_topic import HistoryTopic
+from streams.wire.history_topic import HistoryTopic
 
 log = logging.getLogger(__name__)
 
