@@ -44,3 +44,7 @@ class Topics(BaseModel):
     def inputs(self) -> list[str]:
         """Topics the arbiter consumes; all share one partition count (co-partitioned)."""
         return [self.claims, self.user_claims, self.rekeyed, self.resolutions]
+
+    def histories(self) -> tuple[str, ...]:
+        """Topics read whole, in published order: one partition each."""
+        return (self.policies, self.aliases, self.erasures, self.erasure_receipts, self.subject_keys)

@@ -45,6 +45,9 @@ class Bookkeeping:
             self.sources.settle(store, handled)
             store.put(handled.key, handled.state)
             self.schedule.note(partition, handled.key, handled.state)
+        elif handled.key is not None and handled.dropped:
+            store.drop(handled.key)
+            self.schedule.forget(partition, handled.key)
         batch.outputs += handled.outputs
         if handled.emitted:
             now = time.time()

@@ -311,7 +311,9 @@ class Arbiter(Service):
         now_at = datetime.now(UTC)
         due = self.schedule.take_due(now_at, timers)
         processor = self.processor
-        moving = self.schedule.sweep.take(processor.policy, processor.aliases, now_at, sweep)
+        moving = self.schedule.sweep.take(
+            processor.policy, processor.aliases, now_at, sweep, processor.erasures
+        )
         self.pacing.swept(len(moving))
         if due or moving:
             self.metrics.expiry_ticks.inc(len(due))

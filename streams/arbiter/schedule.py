@@ -93,6 +93,11 @@ class Schedule:
         metrics.policies.sweep_remaining.set(self.sweep.remaining)
         metrics.aliases.pending.set(self.sweep.regroups_pending)
 
+    def forget(self, partition: int, key: bytes) -> None:
+        """The key was dropped: it is no longer open nor waiting for a review."""
+        self._open.get(partition, {}).pop(key, None)
+        self._reviewed.get(partition, {}).pop(key, None)
+
     def note(self, partition: int, key: bytes, state: KeyState) -> None:
         """The key's new state, as the loop applies it."""
         listed = self._open.get(partition)

@@ -8,7 +8,9 @@ and sends a tick to each key still on another policy: its owner moves it, at the
 policy took effect, through the same path as any record (its decision, state and offsets commit
 together, under either guarantee). An alias taking effect or retracted walks them too, for the
 keys whose evidence it moves (`AliasHistory.regroupings`), not yet regrouped at its instant:
-the tick regroups them, the evidence it moves goes out with the key's decision. The sweep only
+the tick regroups them, the evidence it moves goes out with the key's decision. An erasure
+taking effect walks them too, for the keys of the subjects it erases: the tick drops them, each
+sending its `erased` decision (`KeyClock.erased_by`). The sweep only
 looks; the key's state is the truth:
 
 - a key whose tick is lost (a crash, a rebalance) is found again: a task's walk starts over
@@ -34,6 +36,7 @@ from streams.core.keys.state import split_key
 from streams.core.records.instants import instant, micros
 from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import AliasHistory
+from streams.core.timeline.erasures import ErasureHistory
 from streams.state.task import TaskStore
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,7 @@ class RolloutSweep:
         self._walks: dict[int, _Walk] = {}
         self._version: str | None = None  # the policy the walks move keys to
         self._aliases_at: datetime | None = None  # the alias change the walks regroup keys at
+        self._erased_at: datetime | None = None  # the last erasure the walks drop keys for
 
     def attach(self, partition: int, store: TaskStore) -> None:
         """A task installed: its keys are walked (again) from the first."""
@@ -93,12 +97,22 @@ class RolloutSweep:
         return sum(walk.regroups for walk in self._walks.values())
 
     def take(
-        self, policy: Policy, aliases: AliasHistory, now: datetime, budget: int
+        self,
+        policy: Policy,
+        aliases: AliasHistory,
+        now: datetime,
+        budget: int,
+        erasures: ErasureHistory | None = None,
     ) -> list[bytes]:
         """Up to `budget` keys to tick, where `policy` (the one in force) decides their field:
-        found on another policy, or holding evidence an alias change by `now` moves. A new
-        version in force, or a new alias change, walks every task again."""
+        found on another policy, holding evidence an alias change by `now` moves, or of a
+        subject erased by `now`. A new version in force, a new alias change or a new erasure
+        walks every task again."""
         version, regrouped_at = policy.version, aliases.last_by(now)
+        erased_at = erasures.last_by(now) if erasures else None
+        if erased_at != self._erased_at:
+            self._erased_at = erased_at
+            self._version = None  # walk again, below
         if version != self._version or regrouped_at != self._aliases_at:
             if self._version is not None:
                 log.info(
@@ -123,6 +137,9 @@ class RolloutSweep:
                     break
                 scanned += 1
                 walk.left = max(0, walk.left - 1)
+                if erased_at is not None and erasures and _erased(store, key, erasures, now):
+                    walk.pending.append(key)
+                    continue
                 policy_version, aliases_us = store.marks_of(key)
                 if policy_version == version and (
                     regrouped_us is None or (aliases_us is not None and aliases_us >= regrouped_us)
@@ -165,3 +182,12 @@ class RolloutSweep:
         else:
             log.info("policy sweep: task %d is on policy %s", partition, self._version)
             del self._walks[partition]
+
+
+def _erased(store: TaskStore, key: bytes, erasures: ErasureHistory, now: datetime) -> bool:
+    """Whether an erasure in effect by `now` drops the key (its state read only for the keys of
+    an erased subject)."""
+    if not erasures.of(split_key(key.decode())[0]):
+        return False
+    state = store.get(key)
+    return state is not None and erasures.dropping(state, now) is not None

@@ -123,6 +123,7 @@ class Metrics:
             registry=r,
         )
         self.aliases = AliasGauges(r)
+        self.erasures = ErasureCounts(r)
 
     def _freshness_families(self, r: CollectorRegistry) -> None:
         """How current the decisions are: open conflicts, latency, lag, last activity."""
@@ -450,6 +451,23 @@ class AliasGauges:
             "claimstream_alias_regroups_pending",
             "Owned keys the sweep found whose evidence an alias change moves, not yet regrouped "
             "(0 once every owned key is grouped by the aliases in force).",
+            registry=r,
+        )
+
+
+class ErasureCounts:
+    """What erasures dropped: keys, and records read about data erased since they were sent."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.keys = Counter(
+            "claimstream_erased_keys_total",
+            "Keys dropped because their subject was erased (each sent one `erased` decision).",
+            registry=r,
+        )
+        self.records = Counter(
+            "claimstream_erased_records_total",
+            "Claims and resolutions read about a subject erased after they were sent: passed "
+            "over, never counted (a restart, a rebalance, a replay reading them again).",
             registry=r,
         )
 

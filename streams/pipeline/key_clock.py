@@ -1,13 +1,15 @@
 """A key brought to a record's instant: what is due on it before the record applies, each at
 its own instant, and where a record about a subject counts as the aliases change.
 
-Three histories change a key by time alone: its timers, the policies (a key moves to each that
+Four histories change a key by time alone: its timers, the policies (a key moves to each that
 takes effect, its kept claims admitted afresh: `core.timeline.rollout.catch_up`) and the subject
 aliases (at each change that reaches the key, its evidence regroups: what now belongs to the
 key of another spelling leaves for that key's owner through the rekeyed topic, `KIND_MOVED`,
 and is decided there once with what that key holds: `core.timeline.aliases`). `KeyClock`
 applies them by the key's own clock, the same functions replay applies by the records' clock,
 so the stream decides as replay does whichever worker owns the key and whenever it runs.
+And the erasures: at an erasure's instant a key of an erased subject says so once and is
+dropped (`core.timeline.erasures`), ahead of anything else due on it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import datetime
 
 from streams.core.keys.state import KeyState, Limits, split_key, state_key
 from streams.core.keys.transitions import Transition, regroup
+from streams.core.records.contracts import Decision
 from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import (
     AliasHistory,
@@ -26,6 +29,7 @@ from streams.core.timeline.aliases import (
     moved_record,
     regrouped,
 )
+from streams.core.timeline.erasures import Erasure, ErasureHistory, erased_decision
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import Metrics
 from streams.pipeline.records import Handled, Incoming, Outgoing
@@ -36,16 +40,22 @@ from streams.settings import Settings
 class CaughtUp:
     """A key's re-decisions due before a record's instant, each at its own (`KeyClock.caught_up`),
     and the evidence its alias regroupings sent to the keys of other spellings (`moves`).
-    `state`: the key after them."""
+    `state`: the key after them; None where it was dropped, its subject erased (`erased`: what
+    it says of that)."""
 
-    __slots__ = ("moves", "state", "steps")
+    __slots__ = ("erased", "moves", "state", "steps")
 
     def __init__(
-        self, steps: list[tuple[datetime, Transition]], moves: list[Outgoing], state: KeyState
+        self,
+        steps: list[tuple[datetime, Transition]],
+        moves: list[Outgoing],
+        state: KeyState | None,
+        erased: Decision | None = None,
     ) -> None:
         self.steps = steps
         self.moves = moves
         self.state = state
+        self.erased = erased
 
 
 class KeyClock:
@@ -56,6 +66,7 @@ class KeyClock:
     ) -> None:
         self.policies = policies
         self.aliases = AliasHistory()
+        self.erasures = ErasureHistory()
         self.limits: Limits = settings.key_limits()
         self.rekeying = rekeying
         self.rekeyed = settings.topics.rekeyed
@@ -70,6 +81,26 @@ class KeyClock:
         if not aliases.changes:
             return sent_about
         return aliases.canonical(sent_about, self.rekeying.routed_at(record, now))
+
+    def erasing(self, sent_about: str, subject: str, now: datetime) -> Erasure | None:
+        """The erasure a record about `sent_about` (counting on `subject`'s key) at `now` is
+        erased by: one that took effect after `now`. None (every record where no erasure is in
+        effect): it counts."""
+        erasures = self.erasures
+        if not erasures:
+            return None
+        return erasures.erasing(sent_about, now) or erasures.erasing(subject, now)
+
+    def erased_by(self, state: KeyState, now: datetime) -> Decision | None:
+        """What the key says where an erasure of its subject took effect after it was last
+        decided and by `now`: it is then dropped. None: no erasure reaches it."""
+        if not self.erasures:
+            return None
+        erasure = self.erasures.dropping(state, now)
+        if erasure is None:
+            return None
+        policy = self.policies.in_force(erasure.at).version
+        return erased_decision(state.subject, state.field, erasure, policy)
 
     def policy_of(self, state: KeyState | None, policy: Policy, now: datetime) -> Policy:
         """The policy a record at `now` is decided under: the one in force then (`policy`), or
@@ -88,6 +119,9 @@ class KeyClock:
         (`_regrouped`). None (most records): none is due."""
         if state is None:
             return None
+        erased = self.erased_by(state, now)
+        if erased is not None:  # nothing else due on it matters: it is about the erased data
+            return CaughtUp([], [], None, erased)
         latest = self.policies.latest
         aliases = self.aliases
         regroups = bool(aliases.changes) and self._regroups(state, now)
@@ -204,12 +238,11 @@ class KeyClock:
         (`_regrouped`): the key, caught up to the change's instant, decided once over its own
         evidence and the arriving (`aliases.gathered`: each claim once by id, in any order of
         arrival). None: no policy decides its field, so nothing re-decides it (as replay)."""
-        if stored is None:  # a new key, on the policy and the aliases in force then
+        timed = self.caught_up(stored, due)
+        current = timed.state if timed else stored
+        if current is None:  # a new key, on the policy and the aliases in force then
             subject, field = split_key(key.decode())
-            timed, current = None, self.new_key(subject, field, due)
-        else:
-            timed = self.caught_up(stored, due)
-            current = timed.state if timed else stored
+            current = self.new_key(subject, field, due)
         policy = self.policy_of(current, self.policies.in_force(due), due)
         rules = policy.rules_for(current.field)
         if rules is None:

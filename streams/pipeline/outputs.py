@@ -70,6 +70,12 @@ class Outputs:
             metrics.escalations.labels(metrics.field_label(step.state.field)).inc()
         return handled
 
+    def erased(self, key: bytes, decision: Decision) -> Outgoing:
+        """The decision a key of an erased subject sends once, as it is dropped."""
+        self.metrics.erasures.keys.inc()
+        decisions = self.topics.decisions
+        return Outgoing(decisions, key, self.codec.encode(decisions, decision))
+
     def _arbitration_records(
         self, key: bytes, arbitration: Arbitration, records: list[Outgoing]
     ) -> None:

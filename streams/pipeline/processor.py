@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from time import perf_counter
 
@@ -32,6 +32,7 @@ from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import (
     AliasHistory,
 )
+from streams.core.timeline.erasures import Erasure, ErasureHistory
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
@@ -160,8 +161,20 @@ class Processor:
 
     def adopt_aliases(self, aliases: AliasHistory) -> None:
         """An alias history that grew: each key's evidence regroups at the instants of its
-        changes, by the key's clock (`KeyClock.caught_up`)."""
+        changes, by the key's clock (`KeyClock.caught_up`); the erasures cover the spellings
+        these aliases give them."""
         self.clock.aliases = aliases
+        if self.clock.erasures:
+            self.adopt_erasures(self.clock.erasures.erasures)
+
+    @property
+    def erasures(self) -> ErasureHistory:
+        return self.clock.erasures
+
+    def adopt_erasures(self, erasures: Iterable[Erasure]) -> None:
+        """The erasures in effect: each key of an erased subject is dropped at its instant, by
+        the key's clock, and records about the data they erased never count again."""
+        self.clock.erasures = ErasureHistory(erasures, self.clock.aliases)
 
     def process(self, record: Incoming, state_of: StateOf) -> Handled:
         """Handle one record: retried on unexpected failure, dead-lettered when it cannot be.
@@ -258,6 +271,8 @@ class Processor:
         # Keyed by its subject's canonical spelling; the claim keeps the subject it was sent about.
         clock = self.clock
         subject = clock.subject_of(record, claim.subject, now)
+        if clock.erasures and clock.erasing(claim.subject, subject, now):
+            return self._erased_record()
         key = state_key(subject, claim.field).encode()
         if rekeying.misrouted(record, key):
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
@@ -288,7 +303,7 @@ class Processor:
         handled = self.outputs.emit(decided.key, step, record)
         timed = decided.timed
         if timed is not None:
-            self._emit_timed_first(handled, decided.key, timed.steps, record)
+            self._emit_timed_first(handled, decided.key, timed, record)
             handled.outputs += timed.moves
         claim = decided.claim
         if claim is None:
@@ -312,16 +327,20 @@ class Processor:
         return handled
 
     def _emit_timed_first(
-        self,
-        handled: Handled,
-        key: bytes,
-        timed: list[tuple[datetime, Transition]],
-        record: Incoming,
+        self, handled: Handled, key: bytes, timed: CaughtUp, record: Incoming
     ) -> None:
-        """Put the records of the re-decisions by time ahead of the record's own."""
-        earlier = [self.outputs.emit(key, step, record) for _, step in timed]
+        """Put the records of the re-decisions by time (or the key's erasure) ahead of the
+        record's own."""
+        earlier = [self.outputs.emit(key, step, record) for _, step in timed.steps]
         handled.outputs[:0] = [out for each in earlier for out in each.outputs]
         handled.emitted[:0] = [arbitration for each in earlier for arbitration in each.emitted]
+        if timed.erased is not None:
+            handled.outputs.insert(0, self.outputs.erased(key, timed.erased))
+
+    def _erased_record(self) -> Handled:
+        """A record about data erased since it was sent: it never counts (`KeyClock.erasing`)."""
+        self.metrics.erasures.records.inc()
+        return Handled()
 
     def _on_resolution(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         wall_us = micros_from_seconds(self.wall_clock())
@@ -335,6 +354,8 @@ class Processor:
         resolution = admit_resolution(decoded, policy, wall)
         clock = self.clock
         subject = clock.subject_of(record, resolution.subject, now)
+        if clock.erasures and clock.erasing(resolution.subject, subject, now):
+            return self._erased_record()
         key = state_key(subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
@@ -372,6 +393,10 @@ class Processor:
         timed = self.clock.caught_up(state, due)
         if timed is None:  # a late tick: a record since fired the timer, or moved it
             return Handled()
+        if timed.erased is not None:  # its subject erased: it says so once, and is dropped
+            return Handled(
+                record.key, None, [self.outputs.erased(record.key, timed.erased)], dropped=True
+            )
         if not timed.steps:  # its evidence regrouped at an alias change and nothing moved
             return Handled(record.key, timed.state, timed.moves)
         (_, step) = timed.steps.pop()

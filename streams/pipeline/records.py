@@ -89,6 +89,8 @@ class Handled:
     """The decisions sent, as decided: their Decision models are built only where read."""
     opened: KeyState | None
     """The key as it stood before, when its decision was open: what a settlement judges."""
+    dropped: bool
+    """The key is dropped (its subject erased): its changelog record becomes a tombstone."""
 
     def __init__(
         self,
@@ -97,9 +99,11 @@ class Handled:
         outputs: list[Outgoing] | None = None,
         emitted: list[Arbitration] | None = None,
         opened: KeyState | None = None,
+        dropped: bool = False,
     ) -> None:
         self.key = key
         self.state = state
         self.outputs = [] if outputs is None else outputs
         self.emitted = [] if emitted is None else emitted
         self.opened = opened
+        self.dropped = dropped

@@ -31,6 +31,9 @@ from streams.state.keystore import RESERVED, Changes, KeyStore, MemoryKeyStore, 
 
 _owners = itertools.count(1)
 
+DROPPED = KeyState(subject="", field="")
+"""What a dropped key holds until its next journal, which writes its tombstone (`drop`)."""
+
 
 def open_since(state: KeyState) -> datetime | None:
     """Since when the key is an open conflict, if it is one."""
@@ -128,6 +131,8 @@ class TaskStore:
         in place and `put` it back."""
         unjournaled = self._unjournaled
         state = unjournaled.get(key) or self._decoded.get(key) or self.cache.get(key)
+        if state is DROPPED:
+            return None
         if state is None:
             data = self._encoded(key)
             if data is not None:
@@ -146,6 +151,8 @@ class TaskStore:
         last alias change it was regrouped at, read without decoding (or caching) its state
         where it is not decoded already: what the rollout sweep asks of every key."""
         state = self._unjournaled.get(key) or self._decoded.get(key) or self.cache.peek(key)
+        if state is DROPPED:
+            return None, None
         if state is None:
             data = self._encoded_peek(key)
             if data is None:
@@ -199,6 +206,12 @@ class TaskStore:
         unjournaled[key] = state
         self.cache.put(key, state, self.owner)
 
+    def drop(self, key: bytes) -> None:
+        """Forget `key`: the next `journal` writes its tombstone (the changelog record that
+        deletes it), and it reads as absent from now on."""
+        self.put(key, DROPPED)
+        self.cache.discard(key)
+
     def get_encoded(self, key: bytes) -> bytes | None:
         """A task-level record (its key starts with `RESERVED`), as last put."""
         record = self._records.get(key)
@@ -210,9 +223,13 @@ class TaskStore:
             raise ValueError(f"task-level record keys start with {RESERVED!r}: {key!r}")
         self._records[key] = value
 
-    def journal(self) -> dict[bytes, bytes]:
-        """Encode what changed since the last call: key -> the changelog record's value."""
-        changed = {key: encode_state(state) for key, state in self._unjournaled.items()}
+    def journal(self) -> dict[bytes, bytes | None]:
+        """Encode what changed since the last call: key -> the changelog record's value (None:
+        the key was dropped, a tombstone)."""
+        changed: dict[bytes, bytes | None] = {
+            key: None if state is DROPPED else encode_state(state)
+            for key, state in self._unjournaled.items()
+        }
         timers = {key: timer_of(state) for key, state in self._unjournaled.items()}
         old_timers, self._old_timers = self._old_timers, {}
         changed.update(self._records)

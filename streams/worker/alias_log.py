@@ -34,8 +34,8 @@ from streams.pipeline.alias_records import Signer, alias_record, change_of
 from streams.pipeline.processor import Processor
 from streams.pipeline.records import Incoming
 from streams.settings import Settings
-from streams.wire.kafka import client_options
 from streams.wire.history_topic import HistoryTopic
+from streams.wire.kafka import client_options
 
 log = logging.getLogger(__name__)
 

@@ -40,6 +40,7 @@ from streams.pipeline.authentication import principal_topics
 from streams.settings import Settings
 from streams.wire.registry import WireCodec, registry_for
 from streams.worker.alias_log import AliasFollower, AliasLog
+from streams.worker.erasure_log import ErasureFollower
 from streams.worker.policy_log import PolicyFollower
 from streams.worker.retention import topic_configs
 from streams.worker.topics import OUTCOMES_KEPT
@@ -162,7 +163,8 @@ def build(
 
     # The aliases first: read to the topic's end before the arbiter decides anything.
     aliases = AliasFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
-    services = [aliases, arbiter, *_probes(app, settings, metrics, arbiter, pulse)]
+    erasures = ErasureFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)
+    services = [aliases, erasures, arbiter, *_probes(app, settings, metrics, arbiter, pulse)]
     if history is not None:
         services.append(
             PolicyFollower(settings, processor, arbiter.turn, loop=app.loop, beacon=app.beacon)

@@ -39,8 +39,8 @@ from streams.core.timeline.rollout import PolicyHistory
 from streams.pipeline.authentication import STEWARD_HEADER, Authentication
 from streams.pipeline.processor import Processor
 from streams.settings import Settings
-from streams.wire.kafka import client_options
 from streams.wire.history_topic import HistoryTopic
+from streams.wire.kafka import client_options
 
 log = logging.getLogger(__name__)
 

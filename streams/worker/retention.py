@@ -7,9 +7,11 @@ ones that already existed; `streams.worker.app` declares the same configs on the
 it reads.
 "Every claim can be found on the input topic" holds for `Settings.audit_retention_days`: input
 topics, dead letters and the event topics keep every record that long; decisions, the key-state
-changelog are compacted (the latest record per key, forever); resolutions, policies and aliases
-are kept forever (a key's past resolutions still decide it, and they are the stewards' audit
-trail; every policy and alias change with its instant is what replay is given).
+changelog are compacted (the latest record per key, forever); resolutions, policies, aliases,
+erasures and their receipts are kept forever (a key's past resolutions still decide it, and they
+are the stewards' audit trail; every policy, alias change and erasure with its instant is what
+replay is given). The data subjects' keys are compacted with a bounded lag: a destroyed key's
+wrapped copies are gone within `subject_key_compaction_lag_hours` (`wire.subject_keys`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from streams.settings import Settings
+from streams.wire.subject_keys import subject_key_topic_config
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ def topic_configs(settings: Settings, extra: Iterable[str] = ()) -> dict[str, di
     """Each topic the worker creates -> its configs; `extra`: more input topics (principals')."""
     topics = settings.topics
     configs = dict.fromkeys((settings.changelog_topic, topics.decisions), COMPACTED)
+    configs[topics.subject_keys] = subject_key_topic_config(settings)
     for name, kept_ms in retention_wanted(settings, extra).items():
         configs[name] = {
             "cleanup.policy": "delete",
@@ -67,6 +71,8 @@ def retention_wanted(settings: Settings, extra: Iterable[str] = ()) -> dict[str,
         topics.resolutions: -1,
         topics.policies: -1,  # every version with its instant: what replay is given
         topics.aliases: -1,  # every change with its instant: likewise
+        topics.erasures: -1,  # an erasure outlives what it erased
+        topics.erasure_receipts: -1,
         **dict.fromkeys(audited, audit_retention_ms(settings)),
         topics.rekeyed: INTERNAL_RETENTION_MS,
         topics.outcomes: INTERNAL_RETENTION_MS,

@@ -48,6 +48,9 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
         *topics.inputs(),
         *extra,
         topics.aliases,
+        topics.erasures,
+        topics.erasure_receipts,
+        topics.subject_keys,
         topics.decisions,
         topics.dead_letters,
         topics.epoch_changes,
@@ -69,8 +72,8 @@ async def ensure_topics(settings: Settings, extra: Iterable[str] = ()) -> list[s
                     [
                         NewTopic(
                             name,
-                            # The policy and aliases topics: one partition, in published order.
-                            1 if name in (topics.policies, topics.aliases) else settings.partitions,
+                            # The history topics: one partition, in published order.
+                            1 if name in topics.histories() else settings.partitions,
                             settings.replication_factor,
                             topic_configs={**durability, **configs.get(name, {})},
                         )

@@ -73,6 +73,7 @@ class Outcome(StrEnum):
     CONFLICT = "conflict"
     INSUFFICIENT = "insufficient"
     QUARANTINED = "quarantined"
+    ERASED = "erased"  # the subject's data was erased: no value, no evidence
 
 
 OPEN_OUTCOMES = frozenset({Outcome.CONFLICT, Outcome.QUARANTINED})  # a person may need to act

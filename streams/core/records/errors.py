@@ -22,6 +22,11 @@ class AliasError(ClaimstreamError):
     offset, a cycle) or an unreadable alias history; the message names the line and the problem."""
 
 
+class ErasureError(ClaimstreamError):
+    """An erasure record that cannot be (no id, no subject or reason, an instant without an
+    offset) or an erasure request that cannot be made; the message names the request."""
+
+
 class RejectedInput(ClaimstreamError):
     """Input that cannot be accepted; its reason code goes to the dead-letter topic with it."""
 

@@ -246,9 +246,17 @@ class FieldPolicy(_Strict):
     """Who must approve a steward's resolution or undo of this field before it counts."""
     authorities: dict[str, ObservedAuthority] = Field(default_factory=dict)
     """This field's own authority per source, in place of the source's."""
+    personal: bool = False
+    """A person's data: producers seal its values under the data subject's key, and erasing the
+    subject destroys that key (a string field whose case is preserved: values compare sealed)."""
 
     @model_validator(mode="after")
     def _type_needs(self) -> FieldPolicy:
+        if self.personal and (self.type is not FieldType.STRING or self.case is StringCase.FOLD):
+            raise ValueError(
+                "a personal field is a string whose case is preserved: its values travel sealed, "
+                "and sealed values compare as they are"
+            )
         if self.type is FieldType.ENUM and not self.values:
             raise ValueError("an enum field needs a non-empty `values` list")
         if self.type is not FieldType.ENUM and self.values is not None:
@@ -348,6 +356,11 @@ class Policy(_Strict):
 
     def rules_for(self, field: str) -> FieldRules | None:
         return self._rules.get(field)
+
+    @property
+    def personal_fields(self) -> frozenset[str]:
+        """The fields whose values are a person's data (`FieldPolicy.personal`)."""
+        return frozenset(name for name, field in self.fields.items() if field.personal)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Policy:
         copied = super().model_copy(update=update, deep=deep)

@@ -1,0 +1,132 @@
+"""The cluster's erasures, on their topic: every worker drops the same keys at the same instants
+and passes over the same records, and replay and the audit export are given the same erasures.
+
+The erasures topic (`claims.erasures`, one partition, kept for ever: an erasure is a fact that
+must outlive what it erased) holds one record a statement, keyed by the request's id, valued
+with its JSON (`ErasureStatement.as_json`): a request (`claimstream erase SUBJECT --reason`) or
+an approval (`claimstream erase approve ID`), each taking effect a lead time later
+(`policy_lead_s`, as a policy does) so every worker has read it before its instant. Which
+requests are in effect is `core.timeline.erasures.reviewed`, by the review the policy in force
+at each request's instant asks for. A record that does not read is logged and passed over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from mode import Service
+
+from streams.core.records.errors import ErasureError
+from streams.core.records.policy import Review
+from streams.core.timeline.erasures import Erasure, ErasureStatement, Pending, reviewed
+from streams.pipeline.processor import Processor
+from streams.settings import Settings
+from streams.wire.history_topic import HistoryTopic
+from streams.wire.kafka import client_options
+
+log = logging.getLogger(__name__)
+
+
+class ErasureLog(HistoryTopic):
+    """The erasures topic read from its start, and the erasures its records put in effect."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings, settings.topics.erasures)
+        self.statements: list[ErasureStatement] = []
+        self.unread: list[dict[str, str]] = []
+        """Each record not read: where, and why."""
+        self.waiting: list[Pending] = []
+        """Requests waiting for stewards' approvals (`in_effect`)."""
+
+    def take(self, record: Any) -> bool:
+        try:
+            self.statements.append(ErasureStatement.from_record(record.key, record.value))
+        except ErasureError as exc:
+            where = f"{self.topic}[{record.partition}]@{record.offset}"
+            log.error("erasures topic: %s passed over: %s", where, exc)
+            self.unread.append({"record": where, "error": str(exc)})
+            return False
+        return True
+
+    def in_effect(self, review_at: Callable[[datetime], Review]) -> list[Erasure]:
+        """The requests in effect, by the review the policy in force at each one asks for;
+        those still waiting are `waiting`."""
+        erasures, self.waiting = reviewed(self.statements, review_at)
+        return erasures
+
+    def find(self, erasure_id: str) -> list[ErasureStatement]:
+        """The statements about one request, in the order published."""
+        return [s for s in self.statements if s.erasure_id == erasure_id]
+
+
+async def publish_erasure(settings: Settings, statement: ErasureStatement) -> None:
+    """Publish `statement` to the erasures topic and wait for the broker to hold it."""
+    key, value = statement.record()
+    producer = AIOKafkaProducer(**client_options(settings), acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.topics.erasures, value, key=key)
+    finally:
+        await producer.stop()
+
+
+async def published_erasures(settings: Settings) -> ErasureLog:
+    """The erasures topic as published, read to its end."""
+    erasure_log = ErasureLog(settings)
+    await erasure_log.start()
+    try:
+        await erasure_log.read()
+    finally:
+        await erasure_log.stop()
+    return erasure_log
+
+
+class ErasureFollower(Service):
+    """Reads the erasures topic to its end as the worker starts, before the arbiter decides
+    anything, then follows it: the erasures in effect go to the processor (`adopt_erasures`),
+    between batches (`turn`: the arbiter's)."""
+
+    def __init__(
+        self, settings: Settings, processor: Processor, turn: asyncio.Lock, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.processor = processor
+        self.erasure_log = ErasureLog(settings)
+        self.turn = turn
+
+    async def on_start(self) -> None:
+        await self.erasure_log.start()
+        await self.erasure_log.read()
+        self.processor.adopt_erasures(self.erasure_log.in_effect(self._review_at))
+
+    async def on_stop(self) -> None:
+        await self.erasure_log.stop()
+
+    def _review_at(self, at: datetime) -> Review:
+        """The review the policy in force at `at` asks of an erasure request (its defaults')."""
+        return self.processor.policies.in_force(at).defaults.review
+
+    @Service.task
+    async def _follow(self) -> None:
+        while not self.should_stop:
+            await self.sleep(self.settings.policy_poll_s)
+            try:
+                grew = await self.erasure_log.read()
+            except Exception as exc:  # a broker hiccup: read on next time
+                log.warning("erasures topic: reading failed (%s); reading again", exc)
+                continue
+            if grew:
+                erasures = self.erasure_log.in_effect(self._review_at)
+                async with self.turn:
+                    self.processor.adopt_erasures(erasures)
+                log.info(
+                    "erasures: %d in effect, %d waiting",
+                    len(erasures),
+                    len(self.erasure_log.waiting),
+                )
