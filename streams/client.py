@@ -37,6 +37,7 @@ from streams.core.records.contracts import (
     Resolution,
     StewardAct,
     Value,
+    parse_instant,
 )
 from streams.core.records.errors import ClaimstreamError, RejectedInput, validation_problems
 from streams.core.records.policy import Policy
@@ -44,7 +45,9 @@ from streams.core.timeline.aliases import AliasChange
 from streams.pipeline.alias_records import alias_record
 from streams.settings import Settings
 from streams.wire.kafka import client_options
+from streams.wire.personal import is_sealed, seal
 from streams.wire.registry import WireCodec, registry_for
+from streams.wire.subject_keys import SubjectKeys
 
 Signer = Callable[[bytes], list[tuple[str, bytes]]]
 """A record value's signature headers (`authenticity.sign` bound to a key and the time)."""
@@ -53,12 +56,25 @@ Signer = Callable[[bytes], list[tuple[str, bytes]]]
 class ClaimPublisher:
     """Publishes claims (Avro, Confluent wire format) keyed by subject|field.
 
-    Keying at the producer lets the worker skip the re-key hop."""
+    Keying at the producer lets the worker skip the re-key hop. A claim's value of a field in
+    `personal_fields` (`Policy.personal_fields`) leaves sealed under its subject's key, found or
+    made on `subject_keys` (`subject_keys_for(settings, os.environ)`); the publisher starts those
+    keys as it opens if they are not started, and then stops them as it closes."""
 
-    def __init__(self, settings: Settings, *, user_assertions: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        user_assertions: bool = False,
+        personal_fields: frozenset[str] = frozenset(),
+        subject_keys: SubjectKeys | None = None,
+    ) -> None:
         self.settings = settings
         self.topic = settings.topics.user_claims if user_assertions else settings.topics.claims
         self.codec = WireCodec(registry_for(settings))
+        self.personal_fields = personal_fields
+        self.subject_keys = subject_keys
+        self._starts_keys = False
         self._producer = AIOKafkaProducer(
             **client_options(settings), acks="all", linger_ms=5, enable_idempotence=False
         )
@@ -71,14 +87,43 @@ class ClaimPublisher:
             raise ClaimstreamError(
                 f"cannot reach the broker {self.settings.bootstrap}: {exc}"
             ) from exc
+        if self.subject_keys is not None and not self.subject_keys.started:
+            try:
+                await self.subject_keys.start()
+            except BaseException:
+                await self._producer.stop()
+                raise
+            self._starts_keys = True
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._producer.stop()
+        try:
+            await self._producer.stop()
+        finally:
+            if self._starts_keys and self.subject_keys is not None:
+                self._starts_keys = False
+                await self.subject_keys.stop()
+
+    async def sealed(self, claim: Claim) -> Claim:
+        """`claim` with its value sealed where its field is personal (a sealed value as is)."""
+        value = claim.value
+        if claim.field not in self.personal_fields or not isinstance(value, str):
+            return claim
+        if is_sealed(value):
+            return claim
+        if self.subject_keys is None:
+            raise ClaimstreamError(
+                f"{claim.field} is a personal field: its values leave sealed, under keys the "
+                "deployment key wraps; set the deployment_key setting (KEY_ID:VARIABLE)"
+            )
+        key = await self.subject_keys.key_for(claim.subject)
+        return claim.model_copy(update={"value": seal(value, key, claim.field)})
 
     async def publish(self, claim: Claim | Mapping[str, Any]) -> asyncio.Future[Any]:
-        """Queue one claim; await the returned future for the broker's acknowledgement."""
+        """Queue one claim (sealed where personal); await the returned future for the broker's
+        acknowledgement."""
         model = claim if isinstance(claim, Claim) else Claim.model_validate(claim)
+        model = await self.sealed(model)
         key = state_key(model.subject, model.field).encode()
         value = self.codec.encode(self.topic, model)
         future: asyncio.Future[Any] = await self._producer.send(self.topic, value, key=key)
@@ -214,10 +259,32 @@ def api_url(settings: Settings) -> str:
     return f"http://{host}:{settings.web_port}"
 
 
+class SubjectErased(ClaimstreamError):
+    """A read of an erased subject (the web API's 410): `key` was erased by request
+    `erasure_id` at `erased_at`, and no value of it from before is kept."""
+
+    def __init__(self, key: str, erasure_id: str, erased_at: datetime) -> None:
+        at = erased_at.isoformat()
+        super().__init__(f"{key} was erased by request {erasure_id} at {at}: no value is kept")
+        self.key, self.erasure_id, self.erased_at = key, erasure_id, erased_at
+
+    @classmethod
+    def from_answer(cls, body: Any) -> SubjectErased | None:
+        """The erasure a 410 answer names (`erased_answer`); None for one that names none."""
+        try:
+            if body["erased"] is True:
+                return cls(body["key"], body["erasure_id"], parse_instant(body["erased_at"]))
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass
+        return None
+
+
 class FactsClient:
     """What is believed now about a subject and field, asked of any worker's web API: the worker
     resolves aliases and forwards to the key's owner, which recomputes the decision now (so a
-    claim that only corroborates shows in the evidence, though no new decision was emitted)."""
+    claim that only corroborates shows in the evidence, though no new decision was emitted).
+    A read of an erased subject (now, or as of an instant before its erasure) raises
+    `SubjectErased`: there is no value to give."""
 
     def __init__(self, api: str, *, timeout_s: float = API_TIMEOUT_S) -> None:
         self.api = api.rstrip("/")
@@ -241,7 +308,8 @@ class FactsClient:
         self, subject: str, field_name: str, as_of: datetime | None = None
     ) -> dict[str, Any] | None:
         """The web API's answer for the key (see the README's Web API), None when the worker
-        holds no claims about it (or, with `as_of`, no belief was in force by then)."""
+        holds no claims about it (or, with `as_of`, no belief was in force by then);
+        SubjectErased when the subject's data (then) was erased."""
         if not subject.strip():
             raise ClaimstreamError("the subject is empty; name what the fact is about")
         await self.check_field(field_name)
@@ -251,7 +319,8 @@ class FactsClient:
         return None if status == 404 else body
 
     async def get_fact(self, subject: str, field_name: str) -> Decision | None:
-        """The current decision about `subject` and `field_name` with its evidence, or None."""
+        """The current decision about `subject` and `field_name` with its evidence, or None;
+        SubjectErased when the subject was erased (and nothing was sent about it since)."""
         found = await self.answer(subject, field_name)
         return Decision.model_validate(found["decision"]) if found else None
 
@@ -268,7 +337,10 @@ class FactsClient:
         or None if it does not within `wait_s`."""
         deadline = time.monotonic() + wait_s
         while True:
-            decision = await self.get_fact(subject, field_name)
+            try:
+                decision = await self.get_fact(subject, field_name)
+            except SubjectErased:
+                decision = None  # a claim sent after an erasure is new data: not placed yet
             if decision is not None and any(e.claim_id == claim_id for e in decision.evidence):
                 return decision
             if time.monotonic() >= deadline:
@@ -292,6 +364,8 @@ class FactsClient:
             ) from exc
         if status == 404 and missing_ok:
             return status, body
+        if status == 410 and (erased := SubjectErased.from_answer(body)) is not None:
+            raise erased  # an erased subject: no value to give
         if status != 200:
             error = body.get("error") if isinstance(body, dict) else body
             raise ClaimstreamError(f"the worker at {self.api} answered {status}: {error}")

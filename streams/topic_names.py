@@ -47,4 +47,10 @@ class Topics(BaseModel):
 
     def histories(self) -> tuple[str, ...]:
         """Topics read whole, in published order: one partition each."""
-        return (self.policies, self.aliases, self.erasures, self.erasure_receipts, self.subject_keys)
+        return (
+            self.policies,
+            self.aliases,
+            self.erasures,
+            self.erasure_receipts,
+            self.subject_keys,
+        )

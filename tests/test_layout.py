@@ -37,7 +37,16 @@ CORE_ROOMS = ("records", "admission", "decision", "rules", "keys", "timeline", "
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("streams.core",)),
     *((f"core.{room}", (f"streams.core.{room}",)) for room in CORE_ROOMS),
-    ("foundation", ("streams", "streams.build_info", "streams.packaged", "streams.settings", "streams.topic_names")),
+    (
+        "foundation",
+        (
+            "streams",
+            "streams.build_info",
+            "streams.packaged",
+            "streams.settings",
+            "streams.topic_names",
+        ),
+    ),
     ("wire", ("streams.wire",)),
     ("ops", ("streams.ops",)),
     ("pipeline", ("streams.pipeline",)),

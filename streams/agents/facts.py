@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from streams.client import GateVerdict
+from streams.client import GateVerdict, SubjectErased
 from streams.core.keys.state import split_key, state_key
 from streams.core.records.contracts import (
     Action,
@@ -24,6 +24,7 @@ from streams.core.records.contracts import (
     Value,
 )
 from streams.core.records.errors import ClaimstreamError
+from streams.core.timeline.erasures import Erasure, erased_decision
 
 SIDES = (EvidenceRole.WINNER, EvidenceRole.CONTESTED, EvidenceRole.QUARANTINED)
 
@@ -42,7 +43,7 @@ class Fact(BaseModel):
     key: str = Field(description="subject|field after alias resolution")
     subject: str
     field: str
-    outcome: Outcome = Field(description="resolved, conflict, insufficient or quarantined")
+    outcome: Outcome = Field(description="resolved, conflict, insufficient, quarantined or erased")
     status: ClaimStatus | None = None
     value: Value = None
     unit: str | None = None
@@ -55,6 +56,11 @@ class Fact(BaseModel):
     evidence: list[EvidenceItem]
     warning: str | None = Field(
         default=None, description="set whenever the outcome is not resolved: read it first"
+    )
+    erasure_id: str | None = Field(
+        default=None,
+        description="set when the subject's data was erased (outcome erased): the erasure "
+        "request's id; decided_at is its instant, and no value or evidence is kept",
     )
 
 
@@ -86,6 +92,27 @@ def fact_from_decision(decision: Decision) -> Fact:
             for e in decision.evidence
         ],
         warning=warning_for(decision),
+        erasure_id=decision.resolution_id if decision.outcome is Outcome.ERASED else None,
+    )
+
+
+def erased_fact_decision(erased: SubjectErased, policy_version: str) -> Decision:
+    """The decision the key's owner emitted when the subject was erased, as a read of it
+    answers it (`SubjectErased`): erased by which request and when, with no value and no
+    evidence, its action block."""
+    subject, field = split_key(erased.key)
+    # Only the erasure's id and instant make the decision; what else it says is not told.
+    erasure = Erasure(erased.erasure_id, subject, erased.erased_at, erased.erased_at, "", "")
+    return erased_decision(subject, field, erasure, policy_version)
+
+
+def erased_words(decision: Decision) -> str:
+    """An erased fact in a sentence for a model: by which request, when, and what not to do."""
+    return (
+        f"{decision.subject} {decision.field} was erased by request {decision.resolution_id} "
+        f"at {decision.decided_at.isoformat()} (a data subject's erasure): no value of it is "
+        "kept. Treat it as unknown: do not state, guess or restore any value it had, and do "
+        "not run a step that reads it."
     )
 
 
@@ -110,6 +137,8 @@ def warning_for(decision: Decision) -> str | None:
     """A sentence for a model: what is disputed, by whom, and what not to do with it."""
     if decision.outcome is Outcome.RESOLVED:
         return None
+    if decision.outcome is Outcome.ERASED:
+        return erased_words(decision)
     what = f"{decision.subject} {decision.field}"
     sides = "; ".join(
         f"{e.source} ({e.authority.value}) says {value_text(e.value, e.status)}"

@@ -70,7 +70,9 @@ def build_server(tools: FactTools) -> MCPServer:
         (resolved, conflict, insufficient, quarantined), the value and unit, the action
         (continue; degrade: go on without it; block: stop), the reason, and every claim's source,
         value, authority, observation time and role. When the outcome is not resolved, `warning`
-        says what is disputed, by whom, and what not to do with it: read it before answering."""
+        says what is disputed, by whom, and what not to do with it: read it before answering.
+        Outcome `erased`: the subject's data was erased (`erasure_id`, at `decided_at`); there is
+        no value, and none may be stated or guessed."""
         return await _answer(tools.get_fact(subject, field))
 
     @server.tool(annotations=READ_ONLY)
@@ -80,7 +82,8 @@ def build_server(tools: FactTools) -> MCPServer:
         at: Annotated[str, Field(description="an RFC 3339 instant, e.g. 2026-11-29T12:00:00Z")],
     ) -> Fact:
         """What was believed about one subject's field at an earlier instant (the decision in
-        force then, with the evidence it had): for audits and for "what did we know when"."""
+        force then, with the evidence it had): for audits and for "what did we know when".
+        Outcome `erased`: what was believed then was erased since; no value is kept."""
         return await _answer(tools.get_fact_as_of(subject, field, at))
 
     @server.tool(annotations=READ_ONLY)
@@ -92,7 +95,8 @@ def build_server(tools: FactTools) -> MCPServer:
         """Which steps of a plan may run now. A step is runnable when every fact it reads is
         resolved and not blocked; otherwise it is listed under `blocked` with each blocking fact's
         outcome, action and reason, and `then`: `degrade` (run it without those facts, saying
-        so) or `stop` (do not run it). A fact nobody has claimed yet blocks too."""
+        so) or `stop` (do not run it). A fact nobody has claimed yet blocks too, and so does an
+        erased one (stop)."""
         return await _answer(tools.check_plan(steps))
 
     @server.tool(annotations=READ_ONLY)

@@ -21,12 +21,15 @@ from streams.agents.facts import (
     Proposed,
     Recorded,
     blocked_step,
+    erased_fact_decision,
+    erased_words,
     fact_from_decision,
     parse_read,
 )
 from streams.client import (
     ClaimPublisher,
     FactsClient,
+    SubjectErased,
     build_resolution,
     judge,
     publish_resolutions,
@@ -39,6 +42,7 @@ from streams.core.records.contracts import (
     ClaimStatus,
     ConflictKind,
     Decision,
+    Outcome,
     SourceClass,
     StewardAct,
     Value,
@@ -95,8 +99,20 @@ class FactTools:
         self.settings = settings
         self.allow_writes = allow_writes
 
+    async def _decision(self, subject: str, field: str) -> Decision | None:
+        """The key's current decision, or None; an erased subject's is the erased decision (no
+        value, no evidence, action block)."""
+        try:
+            return await self.facts.get_fact(subject, field)
+        except SubjectErased as erased:
+            return await self._erased(erased)
+
+    async def _erased(self, erased: SubjectErased) -> Decision:
+        version = str((await self.facts.vocabulary())["policy_version"])
+        return erased_fact_decision(erased, version)
+
     async def get_fact(self, subject: str, field: str) -> Fact:
-        decision = await self.facts.get_fact(subject, field)
+        decision = await self._decision(subject, field)
         if decision is None:
             raise ClaimstreamError(_nothing_known(subject, field))
         return fact_from_decision(decision)
@@ -108,7 +124,10 @@ class FactTools:
             raise ClaimstreamError(
                 f"at: {exc}; write an RFC 3339 instant with an offset, e.g. 2026-11-29T12:00:00Z"
             ) from exc
-        found = await self.facts.answer(subject, field, as_of=instant)
+        try:
+            found = await self.facts.answer(subject, field, as_of=instant)
+        except SubjectErased as erased:  # what was believed then was erased since
+            return fact_from_decision(await self._erased(erased))
         if found is None:
             raise ClaimstreamError(f"no belief about {subject} {field} was in force at {at}")
         if found.get("decision") is None:
@@ -123,7 +142,7 @@ class FactTools:
         for read in reads:
             parse_read(read)
         keys = sorted(reads)
-        found = await asyncio.gather(*(self.facts.get_fact(*parse_read(k)) for k in keys))
+        found = await asyncio.gather(*(self._decision(*parse_read(k)) for k in keys))
         decisions = dict(zip(keys, found, strict=True))
         check = PlanCheck(runnable=[], blocked=[])
         for step in steps:
@@ -156,10 +175,12 @@ class FactTools:
         )
 
     async def explain_fact(self, subject: str, field: str) -> Explanation:
-        decision = await self.facts.get_fact(subject, field)
+        decision = await self._decision(subject, field)
         if decision is None:
             raise ClaimstreamError(_nothing_known(subject, field))
-        return Explanation(key=state_key(decision.subject, decision.field), text=explain(decision))
+        erased = decision.outcome is Outcome.ERASED
+        text = erased_words(decision) if erased else explain(decision)
+        return Explanation(key=state_key(decision.subject, decision.field), text=text)
 
     async def propose(
         self, subject: str, field: str, value: object, note: str, proposed_by: str

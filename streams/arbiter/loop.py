@@ -312,7 +312,7 @@ class Arbiter(Service):
         due = self.schedule.take_due(now_at, timers)
         processor = self.processor
         moving = self.schedule.sweep.take(
-            processor.policy, processor.aliases, now_at, sweep, processor.erasures
+            processor.policy, processor.aliases, now_at, sweep, processor.clock.erasures
         )
         self.pacing.swept(len(moving))
         if due or moving:

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.core.records.contracts import micros
 from streams.core.records.errors import ClaimstreamError
 from streams.settings import Settings
-from streams.wire.kafka import client_options
+from streams.wire.kafka import client_options, topic_partitions
 
 TOKEN_PREFIX = "csa1."
 
@@ -103,7 +102,7 @@ async def take_cut(settings: Settings, as_of: datetime, topics: list[str]) -> Cu
         )
     partitions = [
         TopicPartition(topic, p)
-        for topic, numbers in (await _partitions(settings, topics)).items()
+        for topic, numbers in (await topic_partitions(settings, topics)).items()
         for p in numbers
     ]
     if not partitions:
@@ -126,21 +125,6 @@ async def take_cut(settings: Settings, as_of: datetime, topics: list[str]) -> Cu
         end = stable[tp] if first_after is None else min(first_after.offset, stable[tp])
         spans[tp.topic].append(Span(tp.partition, starts[tp], max(end, starts[tp])))
     return Cut(as_of, {topic: tuple(each) for topic, each in spans.items()})
-
-
-async def _partitions(settings: Settings, topics: list[str]) -> dict[str, list[int]]:
-    """Each topic's partitions (none for a topic the cluster does not have)."""
-    admin = AIOKafkaAdminClient(**client_options(settings))
-    await admin.start()
-    try:
-        described = await admin.describe_topics(topics)
-    finally:
-        await admin.close()
-    return {
-        each["topic"]: sorted(p["partition"] for p in each["partitions"])
-        for each in described
-        if each["error_code"] == 0
-    }
 
 
 async def _refuse_lost(

@@ -36,6 +36,7 @@ from streams.core.records.contracts import Resolution, instant, micros
 from streams.core.records.errors import ClaimstreamError, RejectedInput
 from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import AliasHistory
+from streams.core.timeline.erasures import ErasureHistory
 from streams.core.timeline.policy_history import history_from_lines
 from streams.core.timeline.rollout import PolicyHistory
 from streams.pipeline.authentication import Authentication, principal_topics
@@ -44,6 +45,7 @@ from streams.settings import Settings
 from streams.wire.kafka import client_options
 from streams.wire.registry import WireCodec, registry_for
 from streams.worker.alias_log import AliasLog
+from streams.worker.erasure_log import published_erasures
 from streams.worker.policy_log import PolicyLog
 
 TABLE_NAMES = ("beliefs", "evidence", "statements", "policies")
@@ -89,6 +91,9 @@ class Histories:
     policies: PolicyHistory
     aliases: AliasHistory
     policy_lines: list[str]
+    erasures: ErasureHistory
+    """Every erasure in effect when the export runs, those after the cut too: what an erasure
+    erased is never exported, as of any instant."""
 
 
 async def export(
@@ -214,7 +219,9 @@ class CutReader:
         )
         await self.records(self.settings.topics.aliases, alias_log.take)
         aliases = alias_log.history(lambda at: policies.in_force(at).defaults.review)
-        return Histories(policies, aliases, lines)
+        erasure_log = await published_erasures(self.settings)
+        in_effect = erasure_log.in_effect(lambda at: policies.in_force(at).defaults.review)
+        return Histories(policies, aliases, lines, ErasureHistory(in_effect, aliases))
 
     def proof(self, policy: Policy) -> Authentication:
         proof = self._proofs.get(policy.version)
@@ -306,7 +313,12 @@ def _replayed(
 ) -> dict[str, Any]:
     """Each bucket replayed and written; the manifest of the files (unsigned)."""
     replay = BucketReplay(
-        histories.policies, histories.aliases, cut.as_of, settings.key_limits(), codec
+        histories.policies,
+        histories.aliases,
+        cut.as_of,
+        settings.key_limits(),
+        codec,
+        histories.erasures,
     )
     writers: dict[str, TableWriter] = {name: table_writer(out, name, fmt) for name in TABLE_NAMES}
     refused = Counter(read.refused)

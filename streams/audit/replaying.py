@@ -29,6 +29,7 @@ from streams.core.records.contracts import (
 )
 from streams.core.records.errors import RejectedInput
 from streams.core.timeline.aliases import AliasHistory
+from streams.core.timeline.erasures import ErasureHistory
 from streams.core.timeline.rollout import PolicyHistory
 from streams.wire.registry import WireCodec
 
@@ -58,9 +59,11 @@ class BucketReplay:
         as_of: datetime,
         limits: Limits,
         codec: WireCodec,
+        erasures: ErasureHistory | None = None,
     ) -> None:
         self.policies, self.aliases, self.as_of = policies, aliases, as_of
         self.limits, self.codec = limits, codec
+        self.erasures = erasures
 
     def rows(self, spilled: Iterable[Spilled]) -> Rows:
         """The bucket's rows: every key its records reach, as believed at the cut."""
@@ -73,13 +76,18 @@ class BucketReplay:
             except RejectedInput as exc:
                 rows.refused[exc.reason.value] += 1
         timed.sort(key=lambda r: (r.at, r.sent, r.n))
-        timeline = Timeline(self.policies, self.aliases, self.as_of, self.limits)
+        timeline = Timeline(self.policies, self.aliases, self.as_of, self.limits, self.erasures)
         last: dict[tuple[str, str], Decision] = {}
         for _, key, _, transition in timeline.run(timed):
+            if isinstance(transition, Decision):  # the key's subject erased
+                last[key] = transition
+                continue
             if transition.refused is not None:
                 rows.refused[transition.refused.reason.value] += 1
             if transition.emitted is not None:
                 last[key] = transition.emitted.decision
+        for key in sorted(last.keys() - timeline.states.keys()):  # erased, and nothing since
+            rows.beliefs.append(belief_row(last[key], 0))
         for key in sorted(timeline.states):
             state = timeline.states[key]
             decision = last.get(key)

@@ -5,6 +5,7 @@
 - `agents`: the agents' subcommands, `mcp` and `get`.
 - `aliases`: `alias add|remove|list|history`, the subject aliases on their topic.
 - `audit`: `audit export|verify|keygen`, everything believed as of an instant, provably.
+- `erase`: `erase SUBJECT|approve|status|keygen`, a data subject's data erased on request.
 - `review`: the stewards' work, `review approve|reject|send-back|take|release|hand|queue|show`.
 - `dead_letters`: `replay-dead-letters`, refused records sent back to their topics.
 - `signing`: a steward's signature on what `resolve`, `alias` and `policy publish` send, its

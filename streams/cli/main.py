@@ -35,6 +35,7 @@ from streams.cli.commands import (
     cmd_worker,
     settings_from,
 )
+from streams.cli.erase import add_erase_commands
 from streams.cli.review import add_review_commands
 from streams.core.records.contracts import ClaimStatus, parse_instant
 from streams.core.records.errors import ClaimstreamError
@@ -394,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     history_parser.set_defaults(handler=cmd_policy_history)
     add_alias_commands(commands, connection, _instant_argument)
     add_audit_commands(commands, connection, _instant_argument)
+    add_erase_commands(commands, connection, _instant_argument)
     add_review_commands(commands, connection)
 
     redrive_parser = commands.add_parser(

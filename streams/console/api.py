@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, cast
@@ -28,6 +28,7 @@ from streams.console.cluster_preview import (
     peer_preview,
     preview_limit,
 )
+from streams.console.erasures import ERASED_STATUS, erased_as_of, erased_body, erased_key, listing
 from streams.console.forward import ROUTED_HEADER, Peers
 from streams.console.live import END, LiveDecisions, Unavailable, sse
 from streams.console.queue import QueueFilter, local_rows, merge
@@ -47,6 +48,7 @@ from streams.core.records.errors import AliasError, PolicyError
 from streams.core.records.policy import FieldRules, Policy, policy_from_text
 from streams.core.sources.settlement import ledger_document
 from streams.core.timeline.aliases import AliasChange, AliasHistory
+from streams.core.timeline.erasures import ErasureHistory, Pending
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
@@ -70,6 +72,8 @@ class Console:
     ownership: Ownership
     aliases: Callable[[], AliasHistory]  # the subject aliases over time, as the worker follows them
     policies: Callable[[], PolicyHistory]  # the worker's policy history, as it grows
+    erasures: Callable[[], ErasureHistory]  # the erasures approved, as the worker follows them
+    waiting_erasures: Callable[[], Sequence[Pending]]  # erasure requests waiting for approvals
     settings: Settings
     metrics: Metrics
     live: LiveDecisions
@@ -251,7 +255,8 @@ async def alias_change_preview(console: Console, web: View, request: Request) ->
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
     """The key's current decision with its evidence, or the belief in force at `as_of`: a
-    subject named by an alias is read on the key of the subject it named then."""
+    subject named by an alias is read on the key of the subject it named then. An erased
+    subject's answers ERASED_STATUS, for any instant before the erasure too."""
     raw_as_of = request.query.get("as_of")
     try:
         as_of = parse_instant(raw_as_of) if raw_as_of else None
@@ -259,10 +264,16 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
         return web.json({"error": f"as_of: {exc}"}, status=400)
     key = canonical_key(key, lambda subject: console.alias_of(subject, as_of))
     ownership, policy, now = console.ownership, console.policy, console.clock()
+    subject, field = split_key(key)
+    erasures = console.erasures()
+    if as_of is not None and (erased := erased_as_of(erasures, subject, as_of, now)):
+        return web.json(erased_body(key, erased), status=ERASED_STATUS)
 
     def answer() -> Response:
         state = ownership.state_of(key.encode())
-        rules = policy.rules_for(split_key(key)[1])
+        if erased := erased_key(erasures, subject, state, now):
+            return web.json(erased_body(key, erased), status=ERASED_STATUS)
+        rules = policy.rules_for(field)
         if state is None or rules is None:
             return web.json({"error": f"no claims for {key!r}"}, status=404)
         if as_of is not None:
@@ -293,12 +304,15 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
 
 
 async def decision_history(console: Console, web: View, request: Request, key: str) -> Response:
-    """The key's emitted decisions, retained claims and resolutions."""
+    """The key's emitted decisions, retained claims and resolutions; ERASED_STATUS for an
+    erased subject's (a key held again since its erasure holds only what was sent after)."""
     key = canonical_key(key, console.alias_of)
-    ownership = console.ownership
+    ownership, erasures, now = console.ownership, console.erasures(), console.clock()
 
     def answer() -> Response:
         state = ownership.state_of(key.encode())
+        if erased := erased_key(erasures, split_key(key)[0], state, now):
+            return web.json(erased_body(key, erased), status=ERASED_STATUS)
         if state is None:
             return web.json({"error": f"no claims for {key!r}"}, status=404)
         return web.json(
@@ -340,6 +354,16 @@ def _as_of_answer(
             "rules": rules_json(rules),
         }
     )
+
+
+async def erasures(console: Console, web: View, request: Request) -> Response:
+    """The erasures approved (in effect, or from their instant) and the requests waiting for
+    stewards' approvals; with `subject`, those of the subject (or the subject it names now).
+    Every worker reads the whole erasures topic: this one's answer is the cluster's."""
+    subject = request.query.get("subject") or None
+    spellings = None if subject is None else {subject, console.alias_of(subject) or subject}
+    now = console.clock()
+    return web.json(listing(console.erasures(), console.waiting_erasures(), now, spellings))
 
 
 async def live(console: Console, web: View, request: Request) -> aioweb.StreamResponse:
@@ -388,5 +412,6 @@ ROUTES = (
     Route("get", "/api/aliases/preview", "alias_preview", alias_change_preview),
     Route("get", "/api/decisions/{key}", "decision", decision),
     Route("get", "/api/decisions/{key}/history", "decision_history", decision_history),
+    Route("get", "/api/erasures", "erasures", erasures),
     Route("get", "/api/live", "live", live),
 )

@@ -10,6 +10,10 @@
   with candidate shared lineages and authorities to review.
 - `POST /api/resolutions`: a steward's resolution, published to the resolutions topic; only with
   a configured steward token in the Authorization header.
+- `/api/erasures` (optionally `?subject=S`): the erasures approved and the requests waiting for
+  approvals; `POST /api/erasures`: a steward's erasure request or approval, published to the
+  erasures topic (a steward token, as for resolutions). An erased subject's decision, history
+  and past beliefs answer 410 Gone with the erasure, never a value.
 - `/api/live`: server-sent events of the decisions workers emit (this worker's, and its peers'
   relayed), subscribed to through the arbiter's `Ownership`.
 
@@ -24,7 +28,7 @@ only from the worker itself, no inline code), the pages render values as text, n
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 from typing import Any, cast
 
@@ -39,6 +43,7 @@ from streams.console.live import LiveDecisions
 from streams.console.stewards import Refusal, StewardTokens
 from streams.console.writes import WRITE_ROUTES
 from streams.core.timeline.aliases import AliasHistory
+from streams.core.timeline.erasures import ErasureHistory, Pending
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import Metrics
 from streams.settings import Settings
@@ -77,6 +82,8 @@ def register_console(
     ownership: Ownership,
     aliases: Callable[[], AliasHistory],
     policies: Callable[[], PolicyHistory],
+    erasures: Callable[[], ErasureHistory],
+    waiting_erasures: Callable[[], Sequence[Pending]],
     settings: Settings,
     metrics: Metrics,
     clock: Clock = wall_clock,
@@ -85,6 +92,8 @@ def register_console(
         ownership,
         aliases,
         policies,
+        erasures,
+        waiting_erasures,
         settings,
         metrics,
         LiveDecisions(settings.console_live_clients),
@@ -103,18 +112,27 @@ def register_console(
     web_app.on_cleanup.append(lambda _: console.peers.close())
     web_app.middlewares.append(_browsers_to_console)
     _register_pages(app, static_assets())
+    by_path: dict[str, list[Route]] = {}
     for route in ROUTES + WRITE_ROUTES:
-        app.page(route.path, name=route.name)(_view(console, route))
+        by_path.setdefault(route.path, []).append(route)
+    for path, routes in by_path.items():
+        app.page(path, name=routes[0].name)(_view(console, routes))
     return console
 
 
-def _view(console: Console, route: Route) -> type[View]:
-    """A Faust view whose `route.method` calls the route's handler with the console."""
+def _view(console: Console, routes: list[Route]) -> type[View]:
+    """A Faust view answering one path: each route's method calls its handler with the console
+    (one view a path, so that a GET and a POST of one path are both routed)."""
 
-    async def respond(web: View, request: Request, **params: Any) -> Any:
-        return await route.handler(console, web, request, **params)
+    def responder(route: Route) -> Callable[..., Awaitable[Any]]:
+        async def respond(web: View, request: Request, **params: Any) -> Any:
+            return await route.handler(console, web, request, **params)
 
-    return type(route.name, (View,), {route.method: respond, "__doc__": route.handler.__doc__})
+        return respond
+
+    methods: dict[str, Any] = {route.method: responder(route) for route in routes}
+    about = "\n\n".join(route.handler.__doc__ or "" for route in routes)
+    return type(routes[0].name, (View,), {**methods, "__doc__": about})
 
 
 async def _closed(live: LiveDecisions) -> None:

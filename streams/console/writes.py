@@ -9,11 +9,15 @@ is refused here, where the steward sees it; but an approval that saw the key as 
 proposal made before the key was decided again, is published, for the owner to send the
 proposal back to its author. The owner checks again when it applies a statement, as the key
 may change in between; what it refuses then goes to the dead-letter topic.
+
+An erasure request or approval (`POST /api/erasures`) goes to the erasures topic instead, made
+by the token's steward (`streams.console.erasures` reads its body and publishes it).
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -21,12 +25,15 @@ from faust.web import Request, Response, View
 
 from streams.client import build_resolution, publish_resolutions
 from streams.console.api import Console, Route
+from streams.console.erasures import approval_refused, publish_statement, statement_from_body
 from streams.console.stewards import Refusal
 from streams.core.keys.belief import basis_now
 from streams.core.keys.state import split_key, state_key
 from streams.core.keys.transitions import add_resolution
 from streams.core.records.contracts import ClaimStatus, RejectReason, Resolution, StewardAct
-from streams.core.records.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError, ErasureError
+from streams.core.records.policy import Review
+from streams.core.timeline.erasures import APPROVE, ErasureStatement
 from streams.pipeline.rekey import canonical_key
 
 log = logging.getLogger(__name__)
@@ -105,6 +112,51 @@ async def resolve_many(console: Console, web: View, request: Request) -> Respons
     return web.json(
         {"accepted": len(accepted), "refused": len(items) - len(accepted), "results": results}
     )
+
+
+async def erase(console: Console, web: View, request: Request) -> Response:
+    """A steward's erasure request (`{"subject", "reason"}`, under a fresh id) or approval of a
+    waiting one (`{"approve": id}`), published to the erasures topic as the token's steward,
+    taking effect `policy_lead_s` from now; an approval that would count for nothing (an
+    unknown or settled request, a second one, the author's own where the policy says no) is
+    refused here, where the erasures topic would pass over it silently."""
+    try:
+        steward = _steward(console, request)
+        body = await _body(request)
+        at = console.clock() + timedelta(seconds=console.settings.policy_lead_s)
+        statement = _erasure_statement(console, body, steward, at)
+    except Refused as refused:
+        return _refused(console, web, refused)
+    try:
+        await publish_statement(console.settings, statement)
+    except KafkaError as exc:
+        return web.json({"error": f"could not publish the erasure statement: {exc}"}, status=503)
+    log.info("console: erasure %s %s published", statement.action, statement.erasure_id)
+    said = statement.as_json()
+    return web.json(
+        {"erasure_id": statement.erasure_id, "at": said["at"], "action": statement.action}
+        | {"by": statement.by},
+        status=202,
+    )
+
+
+def _erasure_statement(
+    console: Console, body: dict[str, Any], steward: str, at: datetime
+) -> ErasureStatement:
+    try:
+        statement = statement_from_body(body, steward, at)
+    except ErasureError as exc:
+        raise Refused(Refusal.INVALID, 400, str(exc)) from exc
+
+    def review_at(instant: datetime) -> Review:
+        """The review the policy in force at `instant` asks of an erasure (its defaults')."""
+        return console.policies().in_force(instant).defaults.review
+
+    if statement.action == APPROVE:
+        why = approval_refused(statement, console.waiting_erasures(), review_at)
+        if why is not None:
+            raise Refused(Refusal.REVIEW_REFUSED, 409, why)
+    return statement
 
 
 def _steward(console: Console, request: Request) -> str:
@@ -224,4 +276,5 @@ def _published(console: Console, statement: Resolution) -> None:
 WRITE_ROUTES = (
     Route("post", "/api/resolutions", "resolutions", resolve),
     Route("post", "/api/resolutions/batch", "resolutions_batch", resolve_many),
+    Route("post", "/api/erasures", "erasures_write", erase),
 )

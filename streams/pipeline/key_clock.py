@@ -14,6 +14,7 @@ dropped (`core.timeline.erasures`), ahead of anything else due on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from streams.core.keys.state import KeyState, Limits, split_key, state_key
@@ -72,6 +73,7 @@ class KeyClock:
         self.rekeyed = settings.topics.rekeyed
         self.partitions = settings.partitions
         self.alias_moves = metrics.aliases.moves
+        self.erased_records = metrics.erasures.records
 
     def subject_of(self, record: Incoming, sent_about: str, now: datetime) -> str:
         """The subject whose key a record about `sent_about` at `now` counts on: its canonical
@@ -82,14 +84,30 @@ class KeyClock:
             return sent_about
         return aliases.canonical(sent_about, self.rekeying.routed_at(record, now))
 
+    def adopt_aliases(self, aliases: AliasHistory) -> None:
+        """An alias history that grew: each key's evidence regroups at the instants of its
+        changes, by the key's clock (`caught_up`); the erasures cover the spellings these
+        aliases give them."""
+        self.aliases = aliases
+        if self.erasures:
+            self.adopt_erasures(self.erasures.erasures)
+
+    def adopt_erasures(self, erasures: Iterable[Erasure]) -> None:
+        """The erasures in effect: each key of an erased subject is dropped at its instant, by
+        the key's clock, and records about the data they erased never count again."""
+        self.erasures = ErasureHistory(erasures, self.aliases)
+
     def erasing(self, sent_about: str, subject: str, now: datetime) -> Erasure | None:
         """The erasure a record about `sent_about` (counting on `subject`'s key) at `now` is
-        erased by: one that took effect after `now`. None (every record where no erasure is in
-        effect): it counts."""
+        erased by: one that took effect after `now`, counted as such. None (every record where
+        no erasure is in effect): it counts."""
         erasures = self.erasures
         if not erasures:
             return None
-        return erasures.erasing(sent_about, now) or erasures.erasing(subject, now)
+        erasure = erasures.erasing(sent_about, now) or erasures.erasing(subject, now)
+        if erasure is not None:
+            self.erased_records.inc()
+        return erasure
 
     def erased_by(self, state: KeyState, now: datetime) -> Decision | None:
         """What the key says where an erasure of its subject took effect after it was last
@@ -119,7 +137,7 @@ class KeyClock:
         (`_regrouped`). None (most records): none is due."""
         if state is None:
             return None
-        erased = self.erased_by(state, now)
+        erased = self.erased_by(state, now) if self.erasures.erasures else None
         if erased is not None:  # nothing else due on it matters: it is about the erased data
             return CaughtUp([], [], None, erased)
         latest = self.policies.latest

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from time import perf_counter
 
@@ -32,7 +32,6 @@ from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import (
     AliasHistory,
 )
-from streams.core.timeline.erasures import Erasure, ErasureHistory
 from streams.core.timeline.rollout import PolicyHistory
 from streams.ops.metrics import DECODE, ENCODE, Metrics, StageClock
 from streams.pipeline.authentication import Authentication
@@ -163,18 +162,7 @@ class Processor:
         """An alias history that grew: each key's evidence regroups at the instants of its
         changes, by the key's clock (`KeyClock.caught_up`); the erasures cover the spellings
         these aliases give them."""
-        self.clock.aliases = aliases
-        if self.clock.erasures:
-            self.adopt_erasures(self.clock.erasures.erasures)
-
-    @property
-    def erasures(self) -> ErasureHistory:
-        return self.clock.erasures
-
-    def adopt_erasures(self, erasures: Iterable[Erasure]) -> None:
-        """The erasures in effect: each key of an erased subject is dropped at its instant, by
-        the key's clock, and records about the data they erased never count again."""
-        self.clock.erasures = ErasureHistory(erasures, self.clock.aliases)
+        self.clock.adopt_aliases(aliases)
 
     def process(self, record: Incoming, state_of: StateOf) -> Handled:
         """Handle one record: retried on unexpected failure, dead-lettered when it cannot be.
@@ -271,8 +259,8 @@ class Processor:
         # Keyed by its subject's canonical spelling; the claim keeps the subject it was sent about.
         clock = self.clock
         subject = clock.subject_of(record, claim.subject, now)
-        if clock.erasures and clock.erasing(claim.subject, subject, now):
-            return self._erased_record()
+        if clock.erasures.erasures and clock.erasing(claim.subject, subject, now):
+            return Handled()  # about data erased since: never counts
         key = state_key(subject, claim.field).encode()
         if rekeying.misrouted(record, key):
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
@@ -337,11 +325,6 @@ class Processor:
         if timed.erased is not None:
             handled.outputs.insert(0, self.outputs.erased(key, timed.erased))
 
-    def _erased_record(self) -> Handled:
-        """A record about data erased since it was sent: it never counts (`KeyClock.erasing`)."""
-        self.metrics.erasures.records.inc()
-        return Handled()
-
     def _on_resolution(self, record: Incoming, state_of: StateOf) -> Handled | _Decided:
         wall_us = micros_from_seconds(self.wall_clock())
         wall = instant(wall_us)
@@ -355,7 +338,7 @@ class Processor:
         clock = self.clock
         subject = clock.subject_of(record, resolution.subject, now)
         if clock.erasures and clock.erasing(resolution.subject, subject, now):
-            return self._erased_record()
+            return Handled()
         key = state_key(subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)

@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.settings import Settings
-from streams.wire.kafka import client_options
+from streams.wire.kafka import client_options, topic_partitions
 
 
 class HistoryTopic:
@@ -27,12 +27,11 @@ class HistoryTopic:
         raise NotImplementedError
 
     async def start(self) -> None:
+        found = (await topic_partitions(self.settings, [self.topic])).get(self.topic) or [0]
         consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
         try:
             await consumer.start()
-            await consumer.topics()  # the cluster's metadata, which names the topic's partitions
-            found = consumer.partitions_for_topic(self.topic) or {0}
-            self._partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
+            self._partitions = [TopicPartition(self.topic, p) for p in found]
             consumer.assign(self._partitions)
             await consumer.seek_to_beginning(*self._partitions)
         except BaseException:

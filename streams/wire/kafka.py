@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient
+
 from streams.settings import Settings
 
 
@@ -25,3 +27,19 @@ def client_options(settings: Settings) -> dict[str, Any]:
     if context is not None:
         options["ssl_context"] = context
     return options
+
+
+async def topic_partitions(settings: Settings, topics: list[str]) -> dict[str, list[int]]:
+    """Each topic's partitions (none for a topic the cluster does not have), from the cluster's
+    metadata: a consumer's holds only the topics it subscribed to."""
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return {
+        each["topic"]: sorted(p["partition"] for p in each["partitions"])
+        for each in described
+        if each["error_code"] == 0
+    }

@@ -11,4 +11,5 @@
   followed after, published to by `claimstream alias`.
 - `erasure_log`: the cluster's erasure requests on the erasures topic: read before a worker
   decides, followed after, published to by `claimstream erase`.
+- `erasure_receipts`: an erasure's subject keys destroyed, and its receipt on the receipts topic.
 """

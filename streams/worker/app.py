@@ -181,6 +181,8 @@ def build(
         arbiter.ownership,
         lambda: processor.aliases,
         lambda: processor.policies,
+        lambda: processor.clock.erasures,
+        lambda: erasures.erasure_log.waiting,
         settings,
         metrics,
     )
@@ -225,11 +227,13 @@ ENDPOINTS = {
     "evidence, recomputed now, the last emitted one and `basis` (the decision id and evidence "
     "digest an approval names); or the belief in force at as_of, with "
     "the evidence it had, rebuilt from the key's retained claims (evidence_basis rebuilt, or "
-    "not_retained once they are evicted; 404 when no belief was in force). Any worker answers, "
-    "forwarding to the key's owner",
+    "not_retained once they are evicted; 404 when no belief was in force). 410 with erasure_id "
+    "and erased_at, never a value, once the subject is erased (as_of before the erasure too; a "
+    "key held again since holds only what was sent after it). Any worker answers, forwarding to "
+    "the key's owner",
     "GET /api/decisions/{subject}%7C{field}/history": "the key's emitted decisions, retained "
     "claims, resolutions in force and steward log (proposals, reviews, undos, assignments, each "
-    "with its standing)",
+    "with its standing); 410 with erasure_id and erased_at for an erased subject",
     (
         "GET /api/conflicts[?field=F&kind=K&source=S&min_age_s=N&assignee=A&unassigned=1&overdue=1]"
     ): "open conflicts and quarantines across the cluster, oldest first, each a stewards' task "
@@ -265,6 +269,16 @@ ENDPOINTS = {
     "would move from key to key and each key's decision now beside the one it would take; "
     "nothing is published; 400 for a change that would close a cycle, 503 when a key's owner "
     "cannot be asked",
+    "GET /api/erasures[?subject=S]": "the erasures stewards approved, oldest first (id, subject, "
+    "instant, whether in effect yet, requested when and by whom, reason, approvals, the alias "
+    "spellings covered) and the requests waiting for approvals (id, subject, requested when and by "
+    "whom, reason, approvals needed and made); with `subject`, those of that subject",
+    "POST /api/erasures": 'a steward\'s erasure request ({"subject": S, "reason": R}, under a '
+    'fresh id) or approval ({"approve": ID}), published to the erasures topic as the token\'s '
+    "steward (Authorization: Bearer <steward token>), taking effect policy_lead_s later; 202 "
+    "with erasure_id and at once published: 401 without a token, 403 with a wrong one or when "
+    "writes are off, 400 for another body, 409 review_refused for an approval that would count "
+    "for nothing (no such request waiting, approved by this steward already, the author's own)",
     "GET /api/live[?key=K]": "server-sent events: the decisions the cluster emits",
     "GET /api/fields/{field}/outcomes": "decisions per outcome in the current and the previous "
     "one-minute window (one to two minutes of decisions; keys this worker owns)",

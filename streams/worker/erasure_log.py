@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -28,6 +28,7 @@ from streams.pipeline.processor import Processor
 from streams.settings import Settings
 from streams.wire.history_topic import HistoryTopic
 from streams.wire.kafka import client_options
+from streams.worker.erasure_receipts import ReceiptLog, shred
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ async def published_erasures(settings: Settings) -> ErasureLog:
 class ErasureFollower(Service):
     """Reads the erasures topic to its end as the worker starts, before the arbiter decides
     anything, then follows it: the erasures in effect go to the processor (`adopt_erasures`),
-    between batches (`turn`: the arbiter's)."""
+    between batches (`turn`: the arbiter's), and each one's keys are shredded once its instant
+    has passed (`erasure_receipts`)."""
 
     def __init__(
         self, settings: Settings, processor: Processor, turn: asyncio.Lock, **kwargs: Any
@@ -98,15 +100,30 @@ class ErasureFollower(Service):
         self.settings = settings
         self.processor = processor
         self.erasure_log = ErasureLog(settings)
+        self.receipts = ReceiptLog(settings)
         self.turn = turn
 
     async def on_start(self) -> None:
         await self.erasure_log.start()
         await self.erasure_log.read()
-        self.processor.adopt_erasures(self.erasure_log.in_effect(self._review_at))
+        self.processor.clock.adopt_erasures(self.erasure_log.in_effect(self._review_at))
+        await self.receipts.start()
+        await self.receipts.read()
 
     async def on_stop(self) -> None:
         await self.erasure_log.stop()
+        await self.receipts.stop()
+
+    async def _shred_due(self) -> None:
+        """Destroy the keys of each erasure in effect by now that has no receipt yet, and
+        publish its receipt (`erasure_receipts.shred`)."""
+        await self.receipts.read()
+        now = datetime.now(UTC)
+        for erasure in self.processor.clock.erasures.erasures:
+            if erasure.at <= now and erasure.erasure_id not in self.receipts.receipts:
+                personal = self.processor.policies.in_force(erasure.at).personal_fields
+                issued = await shred(self.settings, erasure, personal)
+                self.receipts.receipts[erasure.erasure_id] = issued
 
     def _review_at(self, at: datetime) -> Review:
         """The review the policy in force at `at` asks of an erasure request (its defaults')."""
@@ -118,13 +135,14 @@ class ErasureFollower(Service):
             await self.sleep(self.settings.policy_poll_s)
             try:
                 grew = await self.erasure_log.read()
-            except Exception as exc:  # a broker hiccup: read on next time
-                log.warning("erasures topic: reading failed (%s); reading again", exc)
+                await self._shred_due()
+            except Exception as exc:  # a broker hiccup: read and shred on next time
+                log.warning("erasures: reading or shredding failed (%s); trying again", exc)
                 continue
             if grew:
                 erasures = self.erasure_log.in_effect(self._review_at)
                 async with self.turn:
-                    self.processor.adopt_erasures(erasures)
+                    self.processor.clock.adopt_erasures(erasures)
                 log.info(
                     "erasures: %d in effect, %d waiting",
                     len(erasures),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from streams.arbiter.loop import _by_task, _in_time_order
-from streams.settings import Topics
+from streams.topic_names import Topics
 
 TOPICS = Topics()
 RANK = {topic: rank for rank, topic in enumerate(TOPICS.inputs())}

@@ -26,7 +26,8 @@ from streams.ops.metrics import Metrics
 from streams.ops.stall_watch import StallWatch
 from streams.ops.stalls import LoopLagProbe
 from streams.packaged import example_path
-from streams.settings import ENV_PREFIX, Settings, Topics
+from streams.settings import ENV_PREFIX, Settings
+from streams.topic_names import Topics
 from streams.worker.app import ENDPOINTS
 from tests.docs.reference_pages import HOOK_MODULE, generated, headed, rows
 

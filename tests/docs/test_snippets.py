@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from streams.devkit.brokers import KafkaBroker, free_port
-from streams.settings import ENV_PREFIX, Topics
+from streams.settings import ENV_PREFIX
+from streams.topic_names import Topics
 from tests.support.snippets import (
     PageRunner,
     SnippetError,

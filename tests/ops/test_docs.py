@@ -17,7 +17,8 @@ from pydantic import BaseModel, ValidationError
 
 import streams
 from streams.console.api import ROUTES
-from streams.settings import DEPLOYMENT_VARIABLES, ENV_PREFIX, Settings, Topics, setting_variables
+from streams.settings import DEPLOYMENT_VARIABLES, ENV_PREFIX, Settings, setting_variables
+from streams.topic_names import Topics
 from streams.worker.app import ENDPOINTS
 from tests.docs.reference_pages import cells, generated, headed
 

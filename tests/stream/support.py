@@ -34,8 +34,9 @@ from streams.core.records.errors import ContractError
 from streams.core.records.policy import load_policy
 from streams.devkit.brokers import free_port
 from streams.devkit.synthetic import generate_claims
-from streams.settings import Settings, Topics
+from streams.settings import Settings
 from streams.state.keystore import RESERVED
+from streams.topic_names import Topics
 from streams.wire import codec
 from streams.wire.registry import FolderRegistry, WireCodec
 

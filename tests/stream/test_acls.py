@@ -30,7 +30,8 @@ from pydantic import SecretStr
 from streams.client import ClaimPublisher, DecisionFeed, build_resolution, publish_resolutions
 from streams.core.records.contracts import Decision
 from streams.devkit.brokers import KafkaBroker
-from streams.settings import Settings, Topics
+from streams.settings import Settings
+from streams.topic_names import Topics
 from streams.worker.retention import retention_wanted, topic_configs
 from streams.worker.size_check import sized_topics
 from tests.stream.support import REPO, Deployment, write_policy

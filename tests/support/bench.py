@@ -6,7 +6,8 @@ import uuid
 from pathlib import Path
 
 from streams.devkit.brokers import KafkaBroker, free_port
-from streams.settings import Settings, Topics
+from streams.settings import Settings
+from streams.topic_names import Topics
 
 
 def bench_settings(kafka: KafkaBroker, tmp_path: Path, prefix: str) -> Settings:

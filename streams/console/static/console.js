@@ -82,6 +82,26 @@ function render(...nodes) {
   main.replaceChildren(...nodes);
 }
 
+// ---- erased subjects -----------------------------------------------------------------------
+// A read of an erased subject answers 410 with the erasure (its request's id and instant) and no
+// value: the page says so, and shows nothing else of the key.
+
+const ERASED = 410;
+
+function erasedPanel(body, id) {
+  return el("div", { class: "card erased", id, role: "status", "data-erased": body.erasure_id },
+    el("h2", {}, "Erased"),
+    el("p", {}, "This subject's data was erased by request ", el("span", { class: "id" }, body.erasure_id),
+      " at ", el("time", { datetime: body.erased_at }, body.erased_at), ". No value is kept."),
+    el("p", {}, el("a", { href: `#/erasures?subject=${encodeURIComponent(body.key.slice(0, body.key.lastIndexOf("|")))}` }, "See the erasure")));
+}
+
+function problem(answer) {
+  // What a failed read says: an erasure in words, or the API's error.
+  const body = answer.body || {};
+  return answer.status === ERASED ? `erased by request ${body.erasure_id} at ${body.erased_at}` : body.error;
+}
+
 // ---- live decisions ------------------------------------------------------------------------
 
 let source = null;
@@ -213,7 +233,7 @@ async function proposalToApprove(key) {
     api(`/api/decisions/${encodeURIComponent(key)}`),
     api(`/api/decisions/${encodeURIComponent(key)}/history`),
   ]);
-  if (!now.ok || !history.ok) return { skip: (now.ok ? history : now).body.error };
+  if (!now.ok || !history.ok) return { skip: problem(now.ok ? history : now) };
   const pending = (history.body.steward_log || []).filter((s) => s.standing === "pending" && PROPOSAL_ACTS.has(s.act));
   if (!pending.length) return { skip: "no proposal waits for review" };
   if (pending.length > 1) return { skip: `${pending.length} proposals wait: choose one on the key's page` };
@@ -947,7 +967,8 @@ function keyView(key, asOf) {
 
   async function belief(iso, panel) {
     panel.replaceChildren(el("p", { class: "muted" }, `Loading the belief at ${iso}…`));
-    const { ok, body } = await api(`/api/decisions/${encodeURIComponent(key)}?as_of=${encodeURIComponent(iso)}`);
+    const { ok, status, body } = await api(`/api/decisions/${encodeURIComponent(key)}?as_of=${encodeURIComponent(iso)}`);
+    if (status === ERASED) { panel.replaceChildren(erasedPanel(body, "asof-erased")); return; }
     if (!ok) { panel.replaceChildren(el("p", { class: "warn" }, body.error)); return; }
     panel.replaceChildren(el("div", {},
       el("h2", {}, `What we believed at ${iso}, and why`),
@@ -969,6 +990,13 @@ function keyView(key, asOf) {
       api(`/api/aliases?subject=${encodeURIComponent(key.slice(0, key.lastIndexOf("|")))}`),
     ]);
     if (mine !== asked) return;
+    const erased = [now, history].find((answer) => answer.status === ERASED);
+    if (erased) {
+      // Nothing of the key but its erasure: no value, no evidence, no timeline.
+      lastDrawn = null;
+      container.replaceChildren(el("h1", {}, key), erasedPanel(erased.body, "erased"));
+      return;
+    }
     if (!now.ok || !history.ok) {
       // Drawn in the view's own box, so a later refresh (the key's first decision) replaces it.
       lastDrawn = null;
@@ -1188,6 +1216,114 @@ function sourcesView(params) {
   };
 }
 
+// ---- erasures -------------------------------------------------------------------------------
+// The erasures stewards approved and the requests waiting for approvals (GET /api/erasures);
+// with a token, a request (subject and reason) and approvals (POST /api/erasures). A statement
+// takes effect the policy's lead time after it is made; the worker reads it from its topic.
+
+const ERASURES_POLL_MS = 3000;
+
+function erasuresView(params) {
+  const subject = new URLSearchParams(params).get("subject") || "";
+  const writable = canWrite();
+  const waiting = el("tbody");
+  const approved = el("tbody");
+  const said = el("p", { class: "status muted", id: "erasure-status" });
+  const filter = el("input", { type: "text", id: "erasure-subject-filter", placeholder: "any subject", value: subject });
+  const subjectInput = el("input", { type: "text", id: "erase-subject", required: true, autocomplete: "off" });
+  const reasonInput = el("textarea", { id: "erase-reason", required: true, maxlength: 2000 });
+
+  function tell(text, warn) {
+    said.textContent = text;
+    said.className = `status ${warn ? "warn" : "muted"}`;
+  }
+
+  async function send(body) {
+    let answer;
+    try {
+      answer = await api("/api/erasures", { method: "POST", headers: bearer(), body: JSON.stringify(body) });
+    } catch (error) {
+      return { ok: false, body: { error: String(error) } };
+    }
+    if (answer.ok) learnName(answer.body.by);
+    return answer;
+  }
+
+  async function request(event) {
+    event.preventDefault();
+    tell("Publishing…");
+    const { ok, body } = await send({ subject: subjectInput.value.trim(), reason: reasonInput.value.trim() });
+    if (!ok) { tell(`Refused: ${body.error}`, true); return; }
+    subjectInput.value = "";
+    reasonInput.value = "";
+    tell(`Requested erasure ${body.erasure_id} as ${body.by}: it takes effect at ${body.at}, or once approved after that.`);
+    refresh();
+  }
+
+  async function approve(pending) {
+    tell(`Approving ${pending.erasure_id}…`);
+    const { ok, body } = await send({ approve: pending.erasure_id });
+    if (!ok) { tell(`Refused: ${body.error}`, true); return; }
+    tell(`Approved erasure ${body.erasure_id} as ${body.by} (counts from ${body.at}).`);
+    refresh();
+  }
+
+  function waitingRow(p) {
+    const mine = p.approvals.includes(state.me);
+    return el("tr", { "data-erasure": p.erasure_id },
+      el("td", { class: "id" }, p.erasure_id), el("td", {}, p.subject), el("td", {}, instant(p.requested_at)),
+      el("td", {}, p.by), el("td", { class: "note" }, p.reason),
+      el("td", {}, `${p.approvals.length} of ${p.needs}`, p.approvals.length ? el("div", { class: "muted" }, p.approvals.join(", ")) : null),
+      writable ? el("td", {}, el("button", { type: "button", class: "approve-erasure", disabled: mine,
+        title: mine ? "you approved it already" : null, onclick: () => approve(p) }, "Approve")) : null);
+  }
+
+  function approvedRow(e) {
+    return el("tr", { "data-erasure": e.erasure_id },
+      el("td", { class: "id" }, e.erasure_id), el("td", {}, e.subject),
+      el("td", {}, instant(e.at), " ", el("span", { class: `badge ${e.in_effect ? "erased" : "waiting"}` }, e.in_effect ? "in effect" : "scheduled")),
+      el("td", {}, instant(e.requested_at)), el("td", {}, e.by), el("td", { class: "note" }, e.reason),
+      el("td", {}, e.approvals.join(", ") || "—"), el("td", { class: "muted" }, e.spellings.join(", ")));
+  }
+
+  async function refresh() {
+    const { ok, body } = await api(`/api/erasures${subject ? `?subject=${encodeURIComponent(subject)}` : ""}`);
+    if (!ok) { tell(body.error, true); return; }
+    const none = (columns, text) => el("tr", {}, el("td", { colspan: columns, class: "muted" }, text));
+    waiting.replaceChildren(...(body.waiting.length ? body.waiting.map(waitingRow) : [none(7, "None.")]));
+    approved.replaceChildren(...(body.erasures.length ? body.erasures.map(approvedRow) : [none(8, "None.")]));
+  }
+
+  const heads = (names) => el("thead", {}, el("tr", {}, names.filter(Boolean).map((h) => el("th", {}, h))));
+  const view = {
+    key: null,
+    refresh,
+    onDecision() {},
+    nodes: [
+      el("h1", {}, "Erasures"),
+      el("p", { class: "muted" }, "A data subject's erasure: from its instant on, nothing of the subject's data from before it is kept or shown, under any of its spellings. It takes effect once the stewards the policy asks for approve it; it cannot be undone."),
+      el("form", { class: "filters", onsubmit: (event) => { event.preventDefault(); location.hash = `#/erasures${filter.value.trim() ? `?subject=${encodeURIComponent(filter.value.trim())}` : ""}`; } },
+        el("label", { for: "erasure-subject-filter" }, "Subject", filter), el("button", { type: "submit" }, "Show")),
+      writable ? el("form", { class: "card resolve", id: "erase-form", onsubmit: request },
+        el("h2", {}, "Request an erasure"),
+        el("label", { for: "erase-subject" }, "Subject"), subjectInput,
+        el("label", { for: "erase-reason" }, "Reason (the data-protection request it answers)"), reasonInput,
+        el("button", { type: "submit", id: "erase-request" }, "Request erasure")) : null,
+      said,
+      el("h2", {}, "Waiting for approvals"),
+      el("table", { id: "erasures-waiting" }, heads(["Request", "Subject", "Requested at", "By", "Reason", "Approvals", writable ? "Approve" : null]), waiting),
+      el("h2", {}, "Approved"),
+      el("table", { id: "erasures-approved" }, heads(["Request", "Subject", "Erased at", "Requested at", "By", "Reason", "Approved by", "Spellings covered"]), approved),
+    ],
+  };
+  // A statement reaches the list once the worker has read it from the erasures topic.
+  const polling = setInterval(() => {
+    if (state.view !== view) clearInterval(polling);
+    else if (document.visibilityState === "visible") refresh();
+  }, ERASURES_POLL_MS);
+  return view;
+}
+
 // ---- routing and the steward token ---------------------------------------------------------
 
 function route() {
@@ -1195,6 +1331,8 @@ function route() {
   let view;
   if (hash.startsWith("#/sources")) {
     view = sourcesView(hash.includes("?") ? hash.slice(hash.indexOf("?") + 1) : "");
+  } else if (hash.startsWith("#/erasures")) {
+    view = erasuresView(hash.includes("?") ? hash.slice(hash.indexOf("?") + 1) : "");
   } else if (hash.startsWith("#/key/")) {
     const [rawKey, rawAt] = hash.slice("#/key/".length).split("@");
     view = keyView(decodeURIComponent(rawKey), rawAt ? decodeURIComponent(rawAt) : null);

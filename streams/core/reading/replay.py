@@ -33,6 +33,7 @@ from streams.core.records.errors import ContractError
 from streams.core.records.policy import Policy
 from streams.core.rules.engine import arbitrate
 from streams.core.timeline.aliases import AliasHistory, regroup_keys
+from streams.core.timeline.erasures import Erasure, ErasureHistory, erased_decision
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 
 
@@ -193,6 +194,7 @@ def replay_with_clock(
     resolutions_origin: str = "resolutions",
     limits: Limits | None = None,
     aliases: AliasHistory | None = None,
+    erasures: ErasureHistory | None = None,
 ) -> TimedReplay:
     """Every decision and escalation the stream emits for recorded claims and resolutions, each
     taken at its own instant (none later than `now`), and the key's timers fired as they come
@@ -208,7 +210,11 @@ def replay_with_clock(
     its subject's canonical spelling at its instant, keeping the subject it was sent with; at
     each instant an alias takes effect or is retracted, every key's kept evidence regroups
     (`aliases.regrouped`) and each key that gains or loses some is decided again then; a key
-    left with nothing says where its evidence went."""
+    left with nothing says where its evidence went.
+
+    `erasures`, the data subjects erased: a claim or resolution about one, stamped before its
+    erasure, never counts, and its key says once, at the erasure's instant, that it was erased
+    (`core.timeline.erasures`)."""
     limits = limits or Limits()
     history = policy if isinstance(policy, PolicyHistory) else PolicyHistory.of(policy)
     by_key, rejections = _claims(lines, history, now)
@@ -224,12 +230,15 @@ def replay_with_clock(
             TimedRecord(at, key, n, record, data) for n, (at, record, data) in enumerate(read)
         ]
     records.sort(key=lambda record: (record.at, record.sent, record.n))
-    timeline = Timeline(history, aliases or AliasHistory(), now, limits)
+    timeline = Timeline(history, aliases or AliasHistory(), now, limits, erasures)
     emitted: list[tuple[datetime, tuple[str, str], int, Emitted]] = []
     sequence: dict[tuple[str, str], int] = defaultdict(int)
     for at, key, record, transition in timeline.run(records):
         n = sequence[key]
         sequence[key] += 1
+        if isinstance(transition, Decision):  # the key's subject erased
+            emitted.append((at, key, 2 * n, Emitted(at, transition)))
+            continue
         if transition.refused is not None:
             assert record is not None
             rejections.append(_refused(record, transition))
@@ -260,29 +269,63 @@ class Timeline:
     before `now`), the key's timers that came due and the policies that took effect, each at its
     own instant (`catch_up`); then the record, on the key its subject names then, under the
     policy in force at its instant (which admitted it). At each instant the aliases change,
-    every key first caught up to it, then its evidence regrouped. `replay_with_clock` gives it
-    claims at their `observed_at`, `claimstream audit export` records at their broker
-    timestamps, as a worker takes them. Its keys' states are its own: a claim changes its key's
-    state in place (`apply_claim`, as a worker's task does)."""
+    every key first caught up to it, then its evidence regrouped. A record about data erased
+    since (`ErasureHistory.erasing`) never counts: the key it was about says it was erased, once,
+    at the erasure's instant (an `erased_decision` step), and any state the key holds then is
+    dropped; where that instant is after `now`, the key says so all the same, after the rest:
+    what an erasure erased is told as of no instant. `replay_with_clock` gives it claims at
+    their `observed_at`, `claimstream audit export` records at their broker timestamps, as a
+    worker takes them. Its keys' states are its
+    own: a claim changes its key's state in place (`apply_claim`, as a worker's task does)."""
 
     def __init__(
-        self, history: PolicyHistory, aliases: AliasHistory, now: datetime, limits: Limits
+        self,
+        history: PolicyHistory,
+        aliases: AliasHistory,
+        now: datetime,
+        limits: Limits,
+        erasures: ErasureHistory | None = None,
     ) -> None:
         self.history, self.aliases, self.now, self.limits = history, aliases, now, limits
+        self.erasures = erasures or ErasureHistory()
         self.states: dict[tuple[str, str], KeyState] = {}
+        self._erasing: dict[datetime, dict[tuple[str, str], Erasure]] = {}
+        """The keys each erasure's instant drops, found by the erased records they were sent."""
 
     def run(self, records: list[TimedRecord]) -> Iterator[Step]:
-        changes = self.aliases.instants(self.now)
+        # At one instant, an alias change (0) before an erasure (1): it covers what they name.
+        changes = sorted(
+            [(at, 0) for at in self.aliases.instants(self.now)]
+            + [(at, 1) for at in self.erasures.instants(self.now)]
+        )
         pending = 0
         for record in records:
-            while pending < len(changes) and changes[pending] <= record.at:
-                yield from self._regrouped(changes[pending])
+            while pending < len(changes) and changes[pending][0] <= record.at:
+                yield from self._changed(*changes[pending])
                 pending += 1
             yield from self._applied(record)
-        for at in changes[pending:]:
-            yield from self._regrouped(at)
+        for at, kind in changes[pending:]:
+            yield from self._changed(at, kind)
         for key in sorted(self.states):
             yield from self._caught_up(key, self.now)
+        for at in sorted(self._erasing):  # erased after `now`: told erased all the same
+            yield from self._erased(at)
+
+    def _changed(self, at: datetime, kind: int) -> Iterator[Step]:
+        return self._regrouped(at) if kind == 0 else self._erased(at)
+
+    def _erased(self, at: datetime) -> Iterator[Step]:
+        """The keys the erasures of `at` drop: those their erased records were about, and any
+        held whose subject they erase, each saying so once."""
+        dropping = self._erasing.pop(at, {})
+        for key, state in self.states.items() if at <= self.now else ():
+            erasure = self.erasures.dropping(state, at)
+            if erasure is not None:
+                dropping[key] = erasure
+        for key in sorted(dropping):
+            self.states.pop(key, None)
+            policy = self.history.in_force(at).version
+            yield at, key, None, erased_decision(key[0], key[1], dropping[key], policy)
 
     def _caught_up(self, key: tuple[str, str], at: datetime) -> Iterator[Step]:
         state = self.states.get(key)
@@ -302,6 +345,12 @@ class Timeline:
     def _applied(self, record: TimedRecord) -> Iterator[Step]:
         at, (subject, field) = record.at, record.sent
         key = (self.aliases.canonical(subject, at), field) if self.aliases.changes else record.sent
+        if self.erasures:
+            erasure = self.erasures.erasing(subject, at) or self.erasures.erasing(key[0], at)
+            if erasure is not None:  # never counts; its key says it was erased, at the instant
+                erased_key = (self.aliases.canonical(subject, erasure.at), field)
+                self._erasing.setdefault(erasure.at, {})[erased_key] = erasure
+                return
         yield from self._caught_up(key, at)
         state = self.states.get(key) or KeyState(subject=key[0], field=field)
         policy = self.history.in_force(at)
@@ -325,9 +374,10 @@ class Timeline:
             self.states[key] = step.state
 
 
-Step = tuple[datetime, tuple[str, str], TimedRecord | None, Transition]
+Step = tuple[datetime, tuple[str, str], TimedRecord | None, Transition | Decision]
 """A key's transition: its instant, the key (subject and field), the record it applied (none
-for time, a policy or an alias) and the transition."""
+for time, a policy, an alias or an erasure) and the transition; for an erasure, the `erased`
+decision the key sends as it is dropped."""
 
 
 def _refused(record: TimedRecord, transition: Transition) -> ReplayRejection:

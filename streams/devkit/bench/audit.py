@@ -31,7 +31,8 @@ from streams.core.records.contracts import Claim
 from streams.devkit.bench.workload import CODEC, SEATS, create_topics
 from streams.devkit.brokers import KafkaBroker
 from streams.packaged import example_path
-from streams.settings import Settings, Topics
+from streams.settings import Settings
+from streams.topic_names import Topics
 from streams.worker.policy_log import publish_policy
 
 SOURCES = ("crm", "order-form", "crm")

@@ -24,7 +24,7 @@ from streams.core.records.contracts import Claim
 from streams.devkit.bench.worker import BenchWorker
 from streams.devkit.bench.workload import CODEC, SOURCES, keep_pace, offer, payment
 from streams.pipeline.rekey import partition_of
-from streams.settings import Topics
+from streams.topic_names import Topics
 
 
 @dataclass

@@ -51,7 +51,8 @@ from streams.core.records.policy import policy_from_text
 from streams.devkit.bench.load import Offered, latency, percentiles
 from streams.devkit.bench.worker import BenchWorker, Signs, worker_env
 from streams.devkit.bench.workload import CODEC, PAID, SEATS, seats
-from streams.settings import Settings, Topics
+from streams.settings import Settings
+from streams.topic_names import Topics
 
 SWAPS: dict[str, tuple[str, str]] = {
     PAID: ("billing-api", "reporting-replica"),  # the default phases' and the latency phase's

@@ -43,7 +43,8 @@ from streams.devkit.bench.worker import (
 from streams.devkit.bench.workload import Throughput, Workload, workload
 from streams.devkit.brokers import free_port, start_broker
 from streams.packaged import example_path
-from streams.settings import Guarantee, Settings, Topics
+from streams.settings import Guarantee, Settings
+from streams.topic_names import Topics
 from streams.worker.topics import ensure_topics
 
 

@@ -43,7 +43,8 @@ from streams.devkit.bench.rollout import payments_stale_in_s, rollout_phase
 from streams.devkit.bench.worker import BenchWorker, processed_marks, worker_env
 from streams.devkit.bench.workload import CODEC, SEATS
 from streams.devkit.brokers import free_port
-from streams.settings import Settings, Topics
+from streams.settings import Settings
+from streams.topic_names import Topics
 from streams.worker.topics import ensure_topics
 
 DEFAULT_KEYS = 1_000_000

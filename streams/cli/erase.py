@@ -1,0 +1,202 @@
+"""The erasure commands of the `claimstream` command line, on the erasures topic
+(`streams.worker.erasure_log`, imported when one runs):
+
+- `erase SUBJECT --reason TEXT [--by STEWARD]`: request that a data subject be erased, from a
+  lead time on (`policy_lead_s`) or `--at`; where the policy asks for approvals it waits for
+  them.
+- `erase approve ID --by STEWARD`: approve a request.
+- `erase status ID`: where a request stands, its receipt once in effect, and a check made now
+  that the subject's sealed values on the claims and decisions topics no longer open.
+- `erase keygen`: a new deployment key, which wraps the data subjects' keys.
+`streams.cli.main` adds them to its parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from streams.cli.commands import _client_logs_quiet, settings_from
+from streams.core.keys.state import split_key
+from streams.core.records.errors import ErasureError
+from streams.core.records.policy import load_policy
+from streams.core.timeline.aliases import alias_key
+from streams.core.timeline.erasures import APPROVE, REQUEST, ErasureHistory, ErasureStatement
+from streams.settings import Settings
+
+SEALED_VALUE = re.compile(rb"csp1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+")
+
+
+def add_erase_commands(
+    commands: Any, connection: argparse.ArgumentParser, instant: Callable[[str], datetime]
+) -> None:
+    """Add `erase` (`connection`: the --settings, --broker parent; `instant`: how the command
+    line reads an RFC 3339 argument)."""
+    erase = commands.add_parser(
+        "erase",
+        parents=[connection],
+        help="erase a data subject's data on request: `erase SUBJECT --reason TEXT`, "
+        "`erase approve ID`, `erase status ID`, `erase keygen`",
+    )
+    erase.add_argument(
+        "words",
+        nargs="+",
+        metavar="WORD",
+        help="the subject to erase (with --reason), or approve or status and a request's id, "
+        "or keygen",
+    )
+    erase.add_argument("--reason", help="why the subject is erased (no personal value)")
+    erase.add_argument("--by", default="", metavar="STEWARD", help="who requests or approves")
+    erase.add_argument(
+        "--at",
+        type=instant,
+        metavar="RFC3339",
+        help="take effect at this instant (default: the setting policy_lead_s from now)",
+    )
+    erase.set_defaults(handler=cmd_erase)
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    words = args.words
+    if words == ["keygen"]:
+        return _keygen()
+    _client_logs_quiet()
+    settings = settings_from(args)
+    at = args.at or datetime.now(UTC) + timedelta(seconds=settings.policy_lead_s)
+    if len(words) == 2 and words[0] in ("approve", "status"):
+        if words[0] == "status":
+            print(json.dumps(asyncio.run(status(settings, words[1])), indent=2))
+            return 0
+        approval = ErasureStatement(words[1], APPROVE, args.by, at)
+        return _publish(settings, approval, {"erasure_id": words[1], "approved_by": args.by})
+    if len(words) != 1:
+        raise ErasureError("erase SUBJECT --reason TEXT, erase approve ID, erase status ID")
+    request = ErasureStatement(uuid.uuid4().hex, REQUEST, args.by, at, words[0], args.reason or "")
+    needs = load_policy(settings.policy).defaults.review.approvals
+    return _publish(
+        settings,
+        request,
+        {"erasure_id": request.erasure_id, "subject": request.subject, "needs": needs},
+    )
+
+
+def _publish(settings: Settings, statement: ErasureStatement, said: dict[str, Any]) -> int:
+    from streams.worker.erasure_log import publish_erasure
+
+    asyncio.run(publish_erasure(settings, statement))
+    print(json.dumps({**said, "at": statement.at.isoformat()}))
+    return 0
+
+
+def _keygen() -> int:
+    from streams.wire.personal import DeploymentKey
+
+    key_id, secret = DeploymentKey.generate()
+    print(json.dumps({"key_id": key_id, "secret": secret, "setting": f"{key_id}:VARIABLE"}))
+    return 0  # the secret: into a secret store, never a file in git
+
+
+async def status(settings: Settings, erasure_id: str) -> dict[str, Any]:
+    """Where request `erasure_id` stands, its receipt once in effect, and the check that the
+    subject's sealed values no longer open (`decryption_check`)."""
+    from streams.worker.erasure_log import published_erasures
+    from streams.worker.erasure_receipts import ReceiptLog
+
+    published = await published_erasures(settings)
+    said = published.find(erasure_id)
+    if not said:
+        raise ErasureError(f"no erasure request {erasure_id} on {settings.topics.erasures}")
+    review = load_policy(settings.policy).defaults.review
+    in_effect = {e.erasure_id: e for e in published.in_effect(lambda _: review)}
+    erasure = in_effect.get(erasure_id)
+    if erasure is None:
+        waiting = next(p for p in published.waiting if p.request.erasure_id == erasure_id)
+        return {
+            "erasure_id": erasure_id,
+            "state": "waiting",
+            "subject": waiting.request.subject,
+            "needs": waiting.needs,
+            "approved_by": list(waiting.approvals),
+        }
+    spellings = ErasureHistory([erasure], await _aliases(settings)).erasures[0].spellings
+    if erasure.at > datetime.now(UTC):
+        return {"erasure_id": erasure_id, "state": "scheduled", "erased_at": erasure.at.isoformat()}
+    receipts = ReceiptLog(settings)
+    await receipts.start()
+    try:
+        await receipts.read()
+    finally:
+        await receipts.stop()
+    return {
+        "erasure_id": erasure_id,
+        "state": "erased",
+        "receipt": receipts.receipts.get(erasure_id),
+        "decryption_check": await decryption_check(settings, spellings),
+    }
+
+
+async def _aliases(settings: Settings) -> Any:
+    from streams.worker.alias_log import published_history
+
+    review = load_policy(settings.policy).defaults.review
+    return (await published_history(settings)).history(lambda _: review)
+
+
+async def decryption_check(settings: Settings, spellings: frozenset[str]) -> dict[str, Any]:
+    """Every sealed value about `spellings` on the claims and decisions topics, tried against
+    the subject keys still on their topic: how many were found, how many still open (with the
+    deployment key, where set), and the keys left. It fails to decrypt where none opens and no
+    key of the subject is left."""
+    from streams.wire.history_topic import HistoryTopic
+    from streams.wire.personal import SealError, key_id_of, open_sealed
+    from streams.wire.subject_keys import SubjectKeys, subject_keys_for
+
+    topics = settings.topics
+    found: list[tuple[str, str]] = []  # (field, sealed value)
+
+    class Sealed(HistoryTopic):
+        def take(self, record: Any) -> bool:
+            subject, field = split_key((record.key or b"").decode("utf-8", "replace"))
+            if alias_key(subject) in spellings and record.value:
+                found.extend((field, m.decode()) for m in SEALED_VALUE.findall(record.value))
+            return False
+
+    for topic in (topics.claims, topics.user_claims, topics.decisions):
+        reader = Sealed(settings, topic)
+        await reader.start()
+        try:
+            await reader.read()
+        finally:
+            await reader.stop()
+    keys = subject_keys_for(settings, os.environ) if settings.deployment_key else None
+    keys = keys or SubjectKeys(settings, None)
+    await keys.start()
+    try:
+        remaining = sorted(k for spelling in spellings for k in keys.keys_of(spelling))
+        opened = 0
+        if settings.deployment_key:
+            for field, sealed in set(found):
+                key = keys.find(key_id_of(sealed))
+                if key is None:
+                    continue
+                try:
+                    open_sealed(sealed, key, field)
+                except SealError:
+                    continue
+                opened += 1
+    finally:
+        await keys.stop()
+    return {
+        "sealed_values_found": len(set(found)),
+        "still_open": opened,
+        "keys_remaining": remaining,
+        "checked_with_deployment_key": bool(settings.deployment_key),
+        "decryption_fails": opened == 0 and not remaining,
+    }
