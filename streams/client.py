@@ -37,12 +37,18 @@ from streams.core.records.contracts import (
     Resolution,
     StewardAct,
     Value,
-    parse_instant,
 )
-from streams.core.records.errors import ClaimstreamError, RejectedInput, validation_problems
+from streams.core.records.errors import (
+    ClaimstreamError,
+    RejectedInput,
+    SubjectErased,
+    validation_problems,
+)
 from streams.core.records.policy import Policy
 from streams.core.timeline.aliases import AliasChange
+from streams.core.timeline.erasures import ErasureStatement
 from streams.pipeline.alias_records import alias_record
+from streams.pipeline.authentication import alias_payload
 from streams.settings import Settings
 from streams.wire.kafka import client_options
 from streams.wire.personal import is_sealed, seal
@@ -107,9 +113,11 @@ class ClaimPublisher:
     async def sealed(self, claim: Claim) -> Claim:
         """`claim` with its value sealed where its field is personal (a sealed value as is)."""
         value = claim.value
-        if claim.field not in self.personal_fields or not isinstance(value, str):
-            return claim
-        if is_sealed(value):
+        if (
+            claim.field not in self.personal_fields
+            or not isinstance(value, str)
+            or is_sealed(value)
+        ):
             return claim
         if self.subject_keys is None:
             raise ClaimstreamError(
@@ -171,9 +179,11 @@ class ClaimPublisher:
         `signer` and `steward`: where stewards sign, the steward it signs as."""
         change = AliasChange(alias, subject, at or datetime.now(UTC), steward)
         key, value, headers = alias_record(change, signer)
-        await self._producer.send_and_wait(
-            self.settings.topics.aliases, value, key=key, headers=headers
-        )
+        await self.send(self.settings.topics.aliases, key, value, headers)
+
+    async def send(self, topic: str, key: bytes, value: bytes | None, headers: Any = None) -> None:
+        """One record of a history topic (aliases, erasures), once the broker holds it."""
+        await self._producer.send_and_wait(topic, value, key=key, headers=headers)
 
 
 def build_resolution(
@@ -249,6 +259,17 @@ async def publish_resolutions(
     return len(sending)
 
 
+async def publish_erasure(
+    settings: Settings, statement: ErasureStatement, signer: Signer | None = None
+) -> None:
+    """Publish an erasure request or approval, signed by `signer` where given (over the
+    record's key and value: `alias_payload`), once the broker holds it."""
+    key, value = statement.record()
+    headers = signer(alias_payload(key, value)) if signer is not None else None
+    async with ClaimPublisher(settings) as publisher:
+        await publisher.send(settings.topics.erasures, key, value, headers)
+
+
 API_TIMEOUT_S = 10.0
 PLACED_POLL_S = 0.2
 
@@ -257,26 +278,6 @@ def api_url(settings: Settings) -> str:
     """The web API of the worker the settings describe (a wildcard bind is reached on loopback)."""
     host = "127.0.0.1" if settings.web_host in ("0.0.0.0", "::", "") else settings.web_host
     return f"http://{host}:{settings.web_port}"
-
-
-class SubjectErased(ClaimstreamError):
-    """A read of an erased subject (the web API's 410): `key` was erased by request
-    `erasure_id` at `erased_at`, and no value of it from before is kept."""
-
-    def __init__(self, key: str, erasure_id: str, erased_at: datetime) -> None:
-        at = erased_at.isoformat()
-        super().__init__(f"{key} was erased by request {erasure_id} at {at}: no value is kept")
-        self.key, self.erasure_id, self.erased_at = key, erasure_id, erased_at
-
-    @classmethod
-    def from_answer(cls, body: Any) -> SubjectErased | None:
-        """The erasure a 410 answer names (`erased_answer`); None for one that names none."""
-        try:
-            if body["erased"] is True:
-                return cls(body["key"], body["erasure_id"], parse_instant(body["erased_at"]))
-        except (KeyError, TypeError, AttributeError, ValueError):
-            pass
-        return None
 
 
 class FactsClient:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from streams.client import GateVerdict, SubjectErased
+from streams.client import GateVerdict
 from streams.core.keys.state import split_key, state_key
 from streams.core.records.contracts import (
     Action,
@@ -23,7 +23,7 @@ from streams.core.records.contracts import (
     Outcome,
     Value,
 )
-from streams.core.records.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError, SubjectErased
 from streams.core.timeline.erasures import Erasure, erased_decision
 
 SIDES = (EvidenceRole.WINNER, EvidenceRole.CONTESTED, EvidenceRole.QUARANTINED)

@@ -36,7 +36,9 @@ a fixed policy. Before acting on a fact, ask get_fact; before running a plan, as
 run only the steps it calls runnable (a blocked step with then=degrade may run without the facts
 that block it; then=stop must not run). Report what your tools return as claims with
 record_observation, and what a user tells you with record_user_assertion: a user's statement is
-never more than an assertion. Never present a disputed fact as settled: read its warning."""
+never more than an assertion. Never present a disputed fact as settled: read its warning. An
+erased fact (outcome erased: a person's data erased on request) has no value: never state or
+guess one."""
 
 Result = TypeVar("Result")
 Subject = Annotated[str, Field(description="what the fact is about, e.g. 'invoice:42' or an alias")]

@@ -29,7 +29,6 @@ from streams.agents.facts import (
 from streams.client import (
     ClaimPublisher,
     FactsClient,
-    SubjectErased,
     build_resolution,
     judge,
     publish_resolutions,
@@ -48,7 +47,7 @@ from streams.core.records.contracts import (
     Value,
     parse_instant,
 )
-from streams.core.records.errors import ClaimstreamError, validation_problems
+from streams.core.records.errors import ClaimstreamError, SubjectErased, validation_problems
 from streams.settings import Settings
 
 MAX_WAIT_S = 60.0

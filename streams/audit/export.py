@@ -219,7 +219,10 @@ class CutReader:
         )
         await self.records(self.settings.topics.aliases, alias_log.take)
         aliases = alias_log.history(lambda at: policies.in_force(at).defaults.review)
-        erasure_log = await published_erasures(self.settings)
+        erasure_log = await published_erasures(
+            self.settings,
+            lambda record, by, at: self.proof(policies.in_force(at)).check_erasure(record, by, at),
+        )
         in_effect = erasure_log.in_effect(lambda at: policies.in_force(at).defaults.review)
         return Histories(policies, aliases, lines, ErasureHistory(in_effect, aliases))
 

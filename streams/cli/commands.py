@@ -39,6 +39,7 @@ from streams.core.records.policy import Policy, load_policy
 from streams.core.records.policy_schema import policy_schema_text
 from streams.core.sources.suggestions import render, suggest
 from streams.core.timeline.aliases import history_from_lines as alias_history_from_lines
+from streams.core.timeline.erasures import ErasureHistory, erasures_from_lines
 from streams.core.timeline.policy_history import history_from_lines
 from streams.core.timeline.rollout import PolicyHistory
 from streams.packaged import EXAMPLE_FILES, EXAMPLES_NOW, example_path
@@ -98,7 +99,13 @@ def _run_replay(args: argparse.Namespace) -> ReplayResult | TimedReplay:
     if args.alias_history is not None:
         lines = _read_lines(args.alias_history)
         aliases = alias_history_from_lines(lines, str(args.alias_history))
-    return replay_with_clock(claims, policies, args.now, resolution_lines, origin, aliases=aliases)
+    erasures = None
+    if args.erasures is not None:
+        erased = erasures_from_lines(_read_lines(args.erasures), str(args.erasures))
+        erasures = ErasureHistory(erased, aliases)
+    return replay_with_clock(
+        claims, policies, args.now, resolution_lines, origin, aliases=aliases, erasures=erasures
+    )
 
 
 def _open_for_writing(path: Path) -> TextIO:
@@ -111,7 +118,11 @@ def _open_for_writing(path: Path) -> TextIO:
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.escalations and not args.clock:
         raise ClaimstreamError("--escalations goes with --clock (only the clock escalates)")
-    histories = {"--policy-history": args.policy_history, "--alias-history": args.alias_history}
+    histories = {
+        "--policy-history": args.policy_history,
+        "--alias-history": args.alias_history,
+        "--erasures": args.erasures,
+    }
     for flag, given in histories.items():
         if given is not None and not args.clock:
             raise ClaimstreamError(

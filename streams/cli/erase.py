@@ -3,10 +3,12 @@
 
 - `erase SUBJECT --reason TEXT [--by STEWARD]`: request that a data subject be erased, from a
   lead time on (`policy_lead_s`) or `--at`; where the policy asks for approvals it waits for
-  them.
+  them. Signed as `--by` with `--key-id` where the policy's `stewards` section asks, as
+  `alias add` is.
 - `erase approve ID --by STEWARD`: approve a request.
 - `erase status ID`: where a request stands, its receipt once in effect, and a check made now
   that the subject's sealed values on the claims and decisions topics no longer open.
+- `erase history`: the erasures in effect, one JSON line each (for `replay --erasures`).
 - `erase keygen`: a new deployment key, which wraps the data subjects' keys.
 `streams.cli.main` adds them to its parser.
 """
@@ -17,21 +19,29 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streams.cli.commands import _client_logs_quiet, settings_from
+from streams.cli.signing import steward_signer
 from streams.core.keys.state import split_key
 from streams.core.records.errors import ErasureError
 from streams.core.records.policy import load_policy
 from streams.core.timeline.aliases import alias_key
-from streams.core.timeline.erasures import APPROVE, REQUEST, ErasureHistory, ErasureStatement
+from streams.core.timeline.erasures import (
+    APPROVE,
+    REQUEST,
+    Erasure,
+    ErasureHistory,
+    ErasureStatement,
+    erasure_line,
+)
 from streams.settings import Settings
 
-SEALED_VALUE = re.compile(rb"csp1:[A-Za-z0-9_-]+:[A-Za-z0-9_-]+")
+if TYPE_CHECKING:
+    from streams.worker.erasure_log import ErasureLog
 
 
 def add_erase_commands(
@@ -43,24 +53,32 @@ def add_erase_commands(
         "erase",
         parents=[connection],
         help="erase a data subject's data on request: `erase SUBJECT --reason TEXT`, "
-        "`erase approve ID`, `erase status ID`, `erase keygen`",
+        "`erase approve ID`, `erase status ID`, `erase history`, `erase keygen`",
     )
     erase.add_argument(
         "words",
         nargs="+",
         metavar="WORD",
         help="the subject to erase (with --reason), or approve or status and a request's id, "
-        "or keygen",
+        "or history, or keygen",
     )
     erase.add_argument("--reason", help="why the subject is erased (no personal value)")
     erase.add_argument("--by", default="", metavar="STEWARD", help="who requests or approves")
+    erase.add_argument(
+        "--key-id",
+        metavar="ID",
+        help="sign as --by with this key of the stewards section of the policy in force",
+    )
+    erase.add_argument(
+        "--key-env", metavar="VAR", help="the environment variable holding the key's secret"
+    )
     erase.add_argument(
         "--at",
         type=instant,
         metavar="RFC3339",
         help="take effect at this instant (default: the setting policy_lead_s from now)",
     )
-    erase.set_defaults(handler=cmd_erase)
+    erase.set_defaults(handler=cmd_erase, policy=None)
 
 
 def cmd_erase(args: argparse.Namespace) -> int:
@@ -70,27 +88,39 @@ def cmd_erase(args: argparse.Namespace) -> int:
     _client_logs_quiet()
     settings = settings_from(args)
     at = args.at or datetime.now(UTC) + timedelta(seconds=settings.policy_lead_s)
+    if words == ["history"]:
+        for erasure in asyncio.run(_in_effect(settings)):
+            print(erasure_line(erasure))
+        return 0
     if len(words) == 2 and words[0] in ("approve", "status"):
         if words[0] == "status":
             print(json.dumps(asyncio.run(status(settings, words[1])), indent=2))
             return 0
         approval = ErasureStatement(words[1], APPROVE, args.by, at)
-        return _publish(settings, approval, {"erasure_id": words[1], "approved_by": args.by})
+        said = {"erasure_id": words[1], "approved_by": args.by}
+        return _publish(args, settings, approval, said)
     if len(words) != 1:
         raise ErasureError("erase SUBJECT --reason TEXT, erase approve ID, erase status ID")
     request = ErasureStatement(uuid.uuid4().hex, REQUEST, args.by, at, words[0], args.reason or "")
     needs = load_policy(settings.policy).defaults.review.approvals
     return _publish(
+        args,
         settings,
         request,
         {"erasure_id": request.erasure_id, "subject": request.subject, "needs": needs},
     )
 
 
-def _publish(settings: Settings, statement: ErasureStatement, said: dict[str, Any]) -> int:
-    from streams.worker.erasure_log import publish_erasure
+def _publish(
+    args: argparse.Namespace,
+    settings: Settings,
+    statement: ErasureStatement,
+    said: dict[str, Any],
+) -> int:
+    from streams.client import publish_erasure
 
-    asyncio.run(publish_erasure(settings, statement))
+    signer = steward_signer(args, settings) if args.key_id else None
+    asyncio.run(publish_erasure(settings, statement, signer))
     print(json.dumps({**said, "at": statement.at.isoformat()}))
     return 0
 
@@ -106,16 +136,16 @@ def _keygen() -> int:
 async def status(settings: Settings, erasure_id: str) -> dict[str, Any]:
     """Where request `erasure_id` stands, its receipt once in effect, and the check that the
     subject's sealed values no longer open (`decryption_check`)."""
-    from streams.worker.erasure_log import published_erasures
     from streams.worker.erasure_receipts import ReceiptLog
 
-    published = await published_erasures(settings)
+    published, erasures = await _published(settings)
     said = published.find(erasure_id)
     if not said:
-        raise ErasureError(f"no erasure request {erasure_id} on {settings.topics.erasures}")
-    review = load_policy(settings.policy).defaults.review
-    in_effect = {e.erasure_id: e for e in published.in_effect(lambda _: review)}
-    erasure = in_effect.get(erasure_id)
+        raise ErasureError(
+            f"no erasure request {erasure_id} proven on {settings.topics.erasures}"
+            + "".join(f"; {unread['record']}: {unread['error']}" for unread in published.unread)
+        )
+    erasure = next((e for e in erasures if e.erasure_id == erasure_id), None)
     if erasure is None:
         waiting = next(p for p in published.waiting if p.request.erasure_id == erasure_id)
         return {
@@ -142,6 +172,21 @@ async def status(settings: Settings, erasure_id: str) -> dict[str, Any]:
     }
 
 
+async def _published(settings: Settings) -> tuple[ErasureLog, list[Erasure]]:
+    """The erasures topic read as a worker reads it (each record proven where the policy's
+    stewards sign), and the erasures in effect, reviewed as the policy asks."""
+    from streams.pipeline.authentication import Authentication
+    from streams.worker.erasure_log import published_erasures
+
+    policy = load_policy(settings.policy)
+    published = await published_erasures(settings, Authentication(settings, policy).check_erasure)
+    return published, published.in_effect(lambda _: policy.defaults.review)
+
+
+async def _in_effect(settings: Settings) -> list[Erasure]:
+    return (await _published(settings))[1]
+
+
 async def _aliases(settings: Settings) -> Any:
     from streams.worker.alias_log import published_history
 
@@ -155,7 +200,7 @@ async def decryption_check(settings: Settings, spellings: frozenset[str]) -> dic
     deployment key, where set), and the keys left. It fails to decrypt where none opens and no
     key of the subject is left."""
     from streams.wire.history_topic import HistoryTopic
-    from streams.wire.personal import SealError, key_id_of, open_sealed
+    from streams.wire.personal import SealError, key_id_of, open_sealed, sealed_in
     from streams.wire.subject_keys import SubjectKeys, subject_keys_for
 
     topics = settings.topics
@@ -165,7 +210,7 @@ async def decryption_check(settings: Settings, spellings: frozenset[str]) -> dic
         def take(self, record: Any) -> bool:
             subject, field = split_key((record.key or b"").decode("utf-8", "replace"))
             if alias_key(subject) in spellings and record.value:
-                found.extend((field, m.decode()) for m in SEALED_VALUE.findall(record.value))
+                found.extend((field, sealed) for sealed in sealed_in(record.value))
             return False
 
     for topic in (topics.claims, topics.user_claims, topics.decisions):

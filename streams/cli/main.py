@@ -181,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
         '"by": steward}; each claim and resolution counts on its subject\'s canonical spelling '
         "at its instant, and at each change every key's evidence merges or splits back",
     )
+    replay_parser.add_argument(
+        "--erasures",
+        type=Path,
+        metavar="FILE",
+        help="with --clock: the erasures in effect, one JSON line each, as `erase history` "
+        "prints them; a claim or resolution about an erased subject stamped before its "
+        "erasure never counts, and its key says once, at the erasure's instant, that it was "
+        "erased",
+    )
     replay_parser.set_defaults(handler=cmd_replay)
 
     policy_parser = commands.add_parser("policy", help="check or compare policy files")

@@ -255,8 +255,8 @@ async def alias_change_preview(console: Console, web: View, request: Request) ->
 
 async def decision(console: Console, web: View, request: Request, key: str) -> Response:
     """The key's current decision with its evidence, or the belief in force at `as_of`: a
-    subject named by an alias is read on the key of the subject it named then. An erased
-    subject's answers ERASED_STATUS, for any instant before the erasure too."""
+    subject named by an alias is read on the key of the subject it named then. A read of an
+    erased subject answers ERASED_STATUS, as of any instant before the erasure too."""
     raw_as_of = request.query.get("as_of")
     try:
         as_of = parse_instant(raw_as_of) if raw_as_of else None

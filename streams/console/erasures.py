@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
 from streams.core.keys.state import KeyState
 from streams.core.records.errors import ErasureError
 from streams.core.records.policy import Review
@@ -33,8 +31,6 @@ from streams.core.timeline.erasures import (
     Pending,
     erased_answer,
 )
-from streams.settings import Settings
-from streams.wire.kafka import client_options
 
 ERASED_STATUS = 410  # Gone: the data was there and is not kept
 MAX_REASON = 2000
@@ -149,17 +145,6 @@ def approval_refused(
         return f"{approval.by} made erasure request {approval.erasure_id}; its author's approval "
         "does not count (review.author_may_approve)"
     return None
-
-
-async def publish_statement(settings: Settings, statement: ErasureStatement) -> None:
-    """Publish `statement` to the erasures topic and wait for the broker to hold it."""
-    key, value = statement.record()
-    producer = AIOKafkaProducer(**client_options(settings), acks="all")
-    try:
-        await producer.start()
-        await producer.send_and_wait(settings.topics.erasures, value, key=key)
-    finally:
-        await producer.stop()
 
 
 def _moment(at: datetime) -> str:

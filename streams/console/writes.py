@@ -23,9 +23,9 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from faust.web import Request, Response, View
 
-from streams.client import build_resolution, publish_resolutions
+from streams.client import build_resolution, publish_erasure, publish_resolutions
 from streams.console.api import Console, Route
-from streams.console.erasures import approval_refused, publish_statement, statement_from_body
+from streams.console.erasures import approval_refused, statement_from_body
 from streams.console.stewards import Refusal
 from streams.core.keys.belief import basis_now
 from streams.core.keys.state import split_key, state_key
@@ -125,10 +125,11 @@ async def erase(console: Console, web: View, request: Request) -> Response:
         body = await _body(request)
         at = console.clock() + timedelta(seconds=console.settings.policy_lead_s)
         statement = _erasure_statement(console, body, steward, at)
+        signer = _signer(console, steward)
     except Refused as refused:
         return _refused(console, web, refused)
     try:
-        await publish_statement(console.settings, statement)
+        await publish_erasure(console.settings, statement, signer)
     except KafkaError as exc:
         return web.json({"error": f"could not publish the erasure statement: {exc}"}, status=503)
     log.info("console: erasure %s %s published", statement.action, statement.erasure_id)

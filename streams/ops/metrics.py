@@ -459,17 +459,11 @@ class ErasureCounts:
     """What erasures dropped: keys, and records read about data erased since they were sent."""
 
     def __init__(self, r: CollectorRegistry) -> None:
-        self.keys = Counter(
-            "claimstream_erased_keys_total",
-            "Keys dropped because their subject was erased (each sent one `erased` decision).",
-            registry=r,
-        )
-        self.records = Counter(
-            "claimstream_erased_records_total",
-            "Claims and resolutions read about a subject erased after they were sent: passed "
-            "over, never counted (a restart, a rebalance, a replay reading them again).",
-            registry=r,
-        )
+        keys = "Keys dropped because their subject was erased (each sent one `erased` decision)."
+        self.keys = Counter("claimstream_erased_keys_total", keys, registry=r)
+        records = "Claims and resolutions read about a subject erased after they were sent: passed "
+        records += "over, never counted (a restart, a rebalance, a replay reading them again)."
+        self.records = Counter("claimstream_erased_records_total", records, registry=r)
 
 
 class StageClock:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from streams.core.admission.authenticity import SourceKey, keyring, verify
 from streams.core.records.contracts import RejectReason, instant
@@ -100,6 +101,14 @@ class Authentication:
         payload = alias_payload(record.key or b"", record.value or b"", at)
         self.check_steward(payload, record.headers, steward, now)
 
+    def check_erasure(self, record: Incoming, steward: str, now: datetime) -> None:
+        """Raise `ContractError(UNAUTHENTICATED)` unless an erasure record (key: the request's
+        id; value: its statement, naming `steward` and its instant) is proven as `steward`'s;
+        the signature covers the key and the whole value, so it cannot be moved to another
+        request, subject or time."""
+        payload = alias_payload(record.key or b"", record.value or b"")
+        self.check_steward(payload, record.headers, steward, now)
+
 
 STEWARD_HEADER = "claimstream.steward"
 EFFECTIVE_AT_HEADER = "claimstream.effective_at"
@@ -145,3 +154,17 @@ def principal_topics(policy: Policy, settings: Settings) -> list[str]:
         return []
     principals = {s.principal for s in policy.sources.values() if s.principal}
     return [f"{prefix}{principal}" for principal in sorted(principals)]
+
+
+def read_record(topic: str, record: Any) -> Incoming:
+    """A consumer record of a history topic (aliases, erasures) as the proofs take it."""
+    headers = tuple((k, bytes(v or b"")) for k, v in record.headers or ())
+    return Incoming(
+        topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        headers,
+        record.timestamp / 1000,
+    )

@@ -106,6 +106,15 @@ def seal(value: str, key: DataKey, field: str) -> str:
     return f"{SEALED_PREFIX}{key.key_id}:{encoded}"
 
 
+_SEALED_IN_BYTES = re.compile(_SEALED.pattern.encode())
+
+
+def sealed_in(data: bytes) -> list[str]:
+    """Every sealed value in a record's bytes, found without decoding it (an Avro string is its
+    UTF-8 bytes): what an erasure's decryption check tries to open."""
+    return [found.group().decode() for found in _SEALED_IN_BYTES.finditer(data)]
+
+
 def is_sealed(value: object) -> bool:
     """Whether `value` has a sealed value's shape (it is not opened)."""
     if not isinstance(value, str):

@@ -31,6 +31,7 @@ from streams.core.records.policy import Review
 from streams.core.timeline.alias_review import Waiting, reviewed
 from streams.core.timeline.aliases import AliasChange, AliasHistory
 from streams.pipeline.alias_records import Signer, alias_record, change_of
+from streams.pipeline.authentication import read_record
 from streams.pipeline.processor import Processor
 from streams.pipeline.records import Incoming
 from streams.settings import Settings
@@ -79,16 +80,8 @@ class AliasLog(HistoryTopic):
         try:
             change = change_of(record.key, record.value, record.headers, record.timestamp)
             if self._proof is not None:
-                incoming = Incoming(
-                    self.topic,
-                    record.partition,
-                    record.offset,
-                    record.key,
-                    record.value,
-                    tuple((k, bytes(v or b"")) for k, v in record.headers or ()),
-                    record.timestamp / 1000,
-                )
-                self._proof(incoming, datetime.fromtimestamp(record.timestamp / 1000, UTC))
+                written = datetime.fromtimestamp(record.timestamp / 1000, UTC)
+                self._proof(read_record(self.topic, record), written)
         except (ClaimstreamError, RejectedInput) as exc:
             log.error("aliases topic: %s passed over, not applied: %s", where, exc)
             alias = (record.key or b"").decode("utf-8", "replace")

@@ -18,26 +18,34 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from mode import Service
 
-from streams.core.records.errors import ErasureError
+from streams.core.records.errors import ErasureError, RejectedInput
 from streams.core.records.policy import Review
 from streams.core.timeline.erasures import Erasure, ErasureStatement, Pending, reviewed
+from streams.pipeline.authentication import read_record
 from streams.pipeline.processor import Processor
+from streams.pipeline.records import Incoming
 from streams.settings import Settings
 from streams.wire.history_topic import HistoryTopic
-from streams.wire.kafka import client_options
 from streams.worker.erasure_receipts import ReceiptLog, shred
 
 log = logging.getLogger(__name__)
 
 
-class ErasureLog(HistoryTopic):
-    """The erasures topic read from its start, and the erasures its records put in effect."""
+Proof = Callable[[Incoming, str, datetime], None]
+"""Raises `RejectedInput` unless an erasure record is proven the named steward's
+(`Authentication.check_erasure`)."""
 
-    def __init__(self, settings: Settings) -> None:
+
+class ErasureLog(HistoryTopic):
+    """The erasures topic read from its start, and the erasures its records put in effect. With
+    `proof`, a record not proven its steward's is passed over (its signature's age counts to
+    when it was written): an erasure destroys data, so where stewards sign, it is signed."""
+
+    def __init__(self, settings: Settings, proof: Proof | None = None) -> None:
         super().__init__(settings, settings.topics.erasures)
+        self._proof = proof
         self.statements: list[ErasureStatement] = []
         self.unread: list[dict[str, str]] = []
         """Each record not read: where, and why."""
@@ -46,8 +54,12 @@ class ErasureLog(HistoryTopic):
 
     def take(self, record: Any) -> bool:
         try:
-            self.statements.append(ErasureStatement.from_record(record.key, record.value))
-        except ErasureError as exc:
+            statement = ErasureStatement.from_record(record.key, record.value)
+            if self._proof is not None:
+                written = datetime.fromtimestamp(record.timestamp / 1000, UTC)
+                self._proof(read_record(self.topic, record), statement.by, written)
+            self.statements.append(statement)
+        except (ErasureError, RejectedInput) as exc:
             where = f"{self.topic}[{record.partition}]@{record.offset}"
             log.error("erasures topic: %s passed over: %s", where, exc)
             self.unread.append({"record": where, "error": str(exc)})
@@ -65,20 +77,9 @@ class ErasureLog(HistoryTopic):
         return [s for s in self.statements if s.erasure_id == erasure_id]
 
 
-async def publish_erasure(settings: Settings, statement: ErasureStatement) -> None:
-    """Publish `statement` to the erasures topic and wait for the broker to hold it."""
-    key, value = statement.record()
-    producer = AIOKafkaProducer(**client_options(settings), acks="all")
-    await producer.start()
-    try:
-        await producer.send_and_wait(settings.topics.erasures, value, key=key)
-    finally:
-        await producer.stop()
-
-
-async def published_erasures(settings: Settings) -> ErasureLog:
-    """The erasures topic as published, read to its end."""
-    erasure_log = ErasureLog(settings)
+async def published_erasures(settings: Settings, proof: Proof | None = None) -> ErasureLog:
+    """The erasures topic as published, read to its end (with `proof`, only what it proves)."""
+    erasure_log = ErasureLog(settings, proof)
     await erasure_log.start()
     try:
         await erasure_log.read()
@@ -99,7 +100,11 @@ class ErasureFollower(Service):
         super().__init__(**kwargs)
         self.settings = settings
         self.processor = processor
-        self.erasure_log = ErasureLog(settings)
+        # The processor's proof, as the policy in force when each record is read asks.
+        self.erasure_log = ErasureLog(
+            settings,
+            lambda record, steward, at: processor.authentication.check_erasure(record, steward, at),
+        )
         self.receipts = ReceiptLog(settings)
         self.turn = turn
 

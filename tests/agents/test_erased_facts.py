@@ -15,9 +15,9 @@ from aiohttp import web as aioweb
 
 from streams.agents.facts import PlanStep
 from streams.agents.tools import FactTools
-from streams.client import FactsClient, SubjectErased
+from streams.client import FactsClient
 from streams.core.records.contracts import Action, Outcome
-from streams.core.records.errors import ClaimstreamError
+from streams.core.records.errors import ClaimstreamError, SubjectErased
 from streams.settings import Settings
 from tests.support.builders import POLICY, claim, decide
 

@@ -527,3 +527,35 @@ def test_ctrl_c_ends_a_command_without_a_traceback() -> None:
     assert proc.returncode == 130
     assert err == ""
     assert "Traceback" not in out
+
+
+def test_replay_with_erasures_passes_over_the_erased_subject_until_its_instant(
+    tmp_path: Path,
+) -> None:
+    """crm says 40 seats of `user:8812` before its erasure and 41 after: replay tells the key
+    erased at the erasure's instant, never 40, then decides 41 as new."""
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text(
+        "\n".join(
+            json.dumps({**json.loads(_seats(n, "crm", value, at)), "subject": "user:8812"})
+            for n, value, at in ((1, 40, "2026-12-04T12:00:00Z"), (2, 41, "2026-12-04T12:00:50Z"))
+        )
+        + "\n"
+    )
+    erasures = tmp_path / "erasures.jsonl"
+    erasures.write_text(
+        '{"erasure_id": "e1", "subject": "user:8812", "at": "2026-12-04T12:00:30Z", "by": "dpo"}\n'
+    )
+    args = ["replay", "--clock", "--now", "2026-12-04T12:01:00Z", claims, "--policy", POLICY]
+    result = claimstream(*args, "--erasures", erasures)
+    decisions = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(d["decided_at"][11:19], d["outcome"], d["value"]) for d in decisions] == [
+        ("12:00:30", "erased", None),
+        ("12:00:50", "resolved", 41),
+    ]
+    assert decisions[0]["resolution_id"] == "e1"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"erasure_id": "e1"}\n')
+    refused = claimstream(*args, "--erasures", broken, check=False)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert f"{broken}:1: an erasure line is a JSON object" in refused.stderr

@@ -3,7 +3,8 @@ served, never read back, unreadable in the logs, with a receipt.
 
 `user:8812` has a conflict between two systems of record on its seats, which a steward
 resolves, and a shipping address (a personal field: sealed by the client under the subject's
-key) two sources agree on; `user:7` has the same and is not erased. A data-protection officer
+key) two sources agree on, and a third sends about `User 8812`, an alias of it; `user:7` has
+the same and is not erased. A data-protection officer
 runs `claimstream erase user:8812 --reason ...`. Then:
 
 - each of the subject's keys sent one `erased` decision (no value, no evidence, the request's
@@ -43,15 +44,17 @@ from streams.agents.tools import FactTools
 from streams.audit.export import Progress, export
 from streams.client import ClaimPublisher, FactsClient
 from streams.core.records.contracts import Claim, Decision, Outcome, Resolution
+from streams.core.timeline.aliases import AliasChange
 from streams.devkit.brokers import KafkaBroker
 from streams.settings import Settings
 from streams.wire.personal import DeploymentKey, is_sealed
 from streams.wire.subject_keys import SubjectKeys
+from streams.worker.alias_log import publish_alias
 from tests.stream.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.stream.support import CODEC, REPO, Deployment, WorkerProcess, read_topic
 
 SEATS, ADDRESS = "contract.seats", "customer.shipping_address"
-ERASED, KEPT = "user:8812", "user:7"
+ERASED, KEPT, ALIAS = "user:8812", "user:7", "User 8812"  # the alias names the erased subject
 DEPLOYMENT_KEY_ID, DEPLOYMENT_KEY_VAR = "deployment-1", "ERASURE_TEST_DEPLOYMENT_KEY"
 DEPLOYMENT_SECRET = base64.b64encode(b"k" * 32).decode()
 
@@ -71,8 +74,8 @@ def _claims(subject: str, at: datetime, n: str = "") -> list[Claim]:
         )  # fmt: skip
 
     return [
-        claim("config", SEATS, "config-service", 20),
-        claim("export", SEATS, "billing-export", 21),  # two systems of record: a conflict
+        claim("config", SEATS, "config-service", 20417),
+        claim("export", SEATS, "billing-export", 20423),  # two systems of record: a conflict
         claim("crm-address", ADDRESS, "crm", "1 Main St, Springfield"),
         claim("billing-address", ADDRESS, "billing-api", "1 Main St, Springfield"),
     ]
@@ -88,7 +91,7 @@ async def _publish(settings: Settings, claims: list[Claim], resolve: bool = Fals
         if resolve:
             for subject in (ERASED, KEPT):
                 resolution = Resolution(
-                    resolution_id=f"r-{subject}", subject=subject, field=SEATS, value=21,
+                    resolution_id=f"r-{subject}", subject=subject, field=SEATS, value=20423,
                     decided_by="ana", decided_at=datetime.now(UTC),
                 )  # fmt: skip
                 await (await publisher.resolve(resolution))
@@ -153,8 +156,11 @@ def test_an_erased_subject_is_gone_from_everything_served_and_never_read_back(
     worker = deployment.worker(0).start()
     replayer = None
     try:
+        asyncio.run(publish_alias(settings, AliasChange(ALIAS, ERASED, datetime.now(UTC))))
+        time.sleep(1.0)  # in force, and read by the worker, before the claims it covers
         before = datetime.now(UTC)
-        asyncio.run(_publish(settings, _claims(ERASED, before) + _claims(KEPT, before)))
+        sent = _claims(ERASED, before) + _claims(KEPT, before) + _claims(ALIAS, before)[2:3]
+        asyncio.run(_publish(settings, sent))
         _until("the conflict", lambda: _answer(worker, f"{ERASED}|{SEATS}")[0] == 200)
         asyncio.run(_publish(settings, [], resolve=True))
         _until(
@@ -181,7 +187,9 @@ def test_an_erased_subject_is_gone_from_everything_served_and_never_read_back(
         worker.start()
         _until("restored", lambda: worker.get("/readyz", attempts=1))
         _check_served(worker, before, erasure_id, settings)
-        replayer = _replayed_from_earliest(deployment, tmp_path)
+        count = len(_decisions(deployment))
+        replayer = deployment.worker(1, CLAIMSTREAM_APP_ID=f"{deployment.name}-replay")
+        _check_replayed(deployment, replayer.start(), count)
         _check_audit(settings, tmp_path, erasure_id)
         status = _until("the receipt", lambda: _status(env, erasure_id))
         _check_receipt(status, erasure_id)
@@ -207,15 +215,15 @@ def _check_served(
 ) -> None:
     """The web API (now, as of before the erasure, history), the MCP tool and the console."""
     earlier = "?as_of=" + urllib.parse.quote(before.isoformat(), safe="")
-    for field in (SEATS, ADDRESS):
+    for subject, field in ((ERASED, SEATS), (ERASED, ADDRESS), (ALIAS, ADDRESS)):
         for query in ("", earlier):
-            code, answer = _answer(worker, f"{ERASED}|{field}", query)
+            code, answer = _answer(worker, f"{subject}|{field}", query)
             assert code == 410, answer
             assert (answer["erased"], answer["erasure_id"]) == (True, erasure_id)
             assert "value" not in json.dumps(answer)
-        code, _ = _answer(worker, f"{ERASED}|{field}", "/history")
+        code, _ = _answer(worker, f"{subject}|{field}", "/history")
         assert code == 410
-    assert _answer(worker, f"{KEPT}|{SEATS}")[1]["decision"]["value"] == 21
+    assert _answer(worker, f"{KEPT}|{SEATS}")[1]["decision"]["value"] == 20423
     tools = FactTools(
         FactsClient(f"http://127.0.0.1:{worker.web_port}"), settings, allow_writes=False
     )
@@ -233,16 +241,14 @@ def _check_served(
             page.goto(f"http://127.0.0.1:{worker.web_port}/ui/#/key/{key}")
             panel = page.wait_for_selector(f"[data-erased='{erasure_id}']", timeout=30_000)
             assert panel is not None
-            assert "21" not in panel.inner_text()
+            assert "20423" not in panel.inner_text()
         finally:
             browser.close()
 
 
-def _replayed_from_earliest(deployment: Deployment, tmp_path: Path) -> WorkerProcess:
+def _check_replayed(deployment: Deployment, replayer: WorkerProcess, count: int) -> None:
     """A second deployment (its own group and changelog) reads every input topic from its
     earliest offset: it decides `user:7` again and sends nothing of `user:8812` but erased."""
-    count = len(_decisions(deployment))
-    replayer = deployment.worker(1, CLAIMSTREAM_APP_ID=f"{deployment.name}-replay").start()
     decisions = _until(
         "the replay's decisions",
         lambda: (
@@ -253,7 +259,6 @@ def _replayed_from_earliest(deployment: Deployment, tmp_path: Path) -> WorkerPro
     )
     assert all(d.outcome is Outcome.ERASED for d in decisions if d.subject == ERASED)
     assert _answer(replayer, f"{ERASED}|{SEATS}")[0] == 410
-    return replayer
 
 
 def _check_audit(settings: Settings, tmp_path: Path, erasure_id: str) -> None:
@@ -284,7 +289,8 @@ def _check_receipt(status: dict[str, Any], erasure_id: str) -> None:
     assert (status["state"], receipt["erasure_id"], receipt["requested_by"]) == (
         "erased", erasure_id, "dpo",
     )  # fmt: skip
-    assert receipt["keys_destroyed"]
+    # The subject's keys and its alias's: each spelling's producers sealed under its own.
+    assert {key.split("|")[0] for key in receipt["keys_destroyed"]} == {"user:8812", "user 8812"}
     assert receipt["personal_fields"] == [ADDRESS]
     assert {c["topic"].rsplit(".", 1)[-1] for c in receipt["copies"]} >= {"tools", "decisions"}
     assert "Main St" not in json.dumps(status)

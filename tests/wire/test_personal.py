@@ -22,6 +22,7 @@ from streams.wire.personal import (
     key_id_of,
     open_sealed,
     seal,
+    sealed_in,
 )
 from tests.support.examples import examples
 
@@ -179,3 +180,11 @@ def test_a_deployment_key_setting_that_does_not_hold_is_explained(
         DeploymentKey.from_setting(setting, env)
     for secret in env.values():
         assert secret not in str(raised.value)
+
+
+def test_sealed_values_are_found_in_a_records_bytes() -> None:
+    key = DataKey.new()
+    sealed = seal("1 Main St", key, "customer.shipping_address")
+    record = b"\x00\x02" + sealed.encode() + b"\x06crm" + sealed.encode()
+    assert sealed_in(record) == [sealed, sealed]
+    assert sealed_in(b"csp1: not one") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,6 +26,27 @@ class AliasError(ClaimstreamError):
 class ErasureError(ClaimstreamError):
     """An erasure record that cannot be (no id, no subject or reason, an instant without an
     offset) or an erasure request that cannot be made; the message names the request."""
+
+
+class SubjectErased(ClaimstreamError):
+    """A read of an erased subject (the web API's 410): `key` was erased by request
+    `erasure_id` at `erased_at`, and no value of it from before is kept."""
+
+    def __init__(self, key: str, erasure_id: str, erased_at: datetime) -> None:
+        at = erased_at.isoformat()
+        super().__init__(f"{key} was erased by request {erasure_id} at {at}: no value is kept")
+        self.key, self.erasure_id, self.erased_at = key, erasure_id, erased_at
+
+    @classmethod
+    def from_answer(cls, body: Any) -> SubjectErased | None:
+        """The erasure a 410 answer names (`erased_answer`); None for one that names none."""
+        try:
+            if body["erased"] is True:
+                at = datetime.fromisoformat(body["erased_at"])
+                return cls(body["key"], body["erasure_id"], at)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass
+        return None
 
 
 class RejectedInput(ClaimstreamError):

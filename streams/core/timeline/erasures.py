@@ -268,5 +268,52 @@ def erased_answer(erasure: Erasure) -> dict[str, Any]:
     }
 
 
+def erasure_line(erasure: Erasure) -> str:
+    """An erasure in effect as the line `claimstream erase history` prints and `replay
+    --erasures` reads: `{"erasure_id": ..., "subject": ..., "at": ..., "requested_at": ...,
+    "by": ..., "reason": ..., "approvals": [...]}`."""
+    return json.dumps(
+        {
+            "erasure_id": erasure.erasure_id,
+            "subject": erasure.subject,
+            "at": _moment(erasure.at),
+            "requested_at": _moment(erasure.requested_at),
+            "by": erasure.by,
+            "reason": erasure.reason,
+            "approvals": list(erasure.approvals),
+        },
+        ensure_ascii=False,
+    )
+
+
+def erasures_from_lines(lines: Iterable[str], origin: str = "erasures") -> list[Erasure]:
+    """The erasures the lines record (`erasure_line`; blank lines skipped), or ErasureError
+    naming `origin`, the line number and the problem."""
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            at = parse_instant(data["at"])
+            found.append(
+                Erasure(
+                    str(data["erasure_id"]),
+                    str(data["subject"]),
+                    at,
+                    parse_instant(data.get("requested_at") or data["at"]),
+                    str(data.get("by", "")),
+                    str(data.get("reason", "")),
+                    tuple(data.get("approvals") or ()),
+                )
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ErasureError(
+                f"{origin}:{number}: an erasure line is a JSON object with erasure_id, subject "
+                f"and an RFC 3339 `at`: {exc}"
+            ) from exc
+    return found
+
+
 def _moment(at: datetime) -> str:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
