@@ -11,5 +11,6 @@
   followed after, published to by `claimstream alias`.
 - `erasure_log`: the cluster's erasure requests on the erasures topic: read before a worker
   decides, followed after, published to by `claimstream erase`.
+- `history_follower`: how a worker follows a history topic (aliases, erasures) as it grows.
 - `erasure_receipts`: an erasure's subject keys destroyed, and its receipt on the receipts topic.
 """

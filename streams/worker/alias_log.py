@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from mode import Service
 
 from streams.core.records.errors import ClaimstreamError, RejectedInput
 from streams.core.records.policy import Review
@@ -37,6 +36,7 @@ from streams.pipeline.records import Incoming
 from streams.settings import Settings
 from streams.wire.history_topic import HistoryTopic
 from streams.wire.kafka import client_options
+from streams.worker.history_follower import HistoryFollower
 
 log = logging.getLogger(__name__)
 
@@ -146,51 +146,24 @@ async def published_history(settings: Settings) -> AliasLog:
     return alias_log
 
 
-class AliasFollower(Service):
-    """Reads the aliases topic to its end as the worker starts, before the arbiter decides
-    anything, then follows it: each new history goes to the processor (`adopt_aliases`),
-    between batches (`turn`: the arbiter's)."""
+class AliasFollower(HistoryFollower):
+    """The aliases topic followed (`HistoryFollower`): each new history goes to the processor
+    (`adopt_aliases`), its records proven as the policy in force when each is read asks."""
 
     def __init__(
         self, settings: Settings, processor: Processor, turn: asyncio.Lock, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        self.settings = settings
-        self.processor = processor
-        # The processor's proof, as the policy in force when each record is read asks.
         self.alias_log = AliasLog(
             settings, lambda record, now: processor.authentication.check_alias(record, now)
         )
-        self.turn = turn
+        super().__init__(settings, processor, turn, self.alias_log, **kwargs)
 
-    async def on_start(self) -> None:
-        await self.alias_log.start()
-        await self.alias_log.read()
-        self.processor.adopt_aliases(self.alias_log.history(self._review_at))
-
-    async def on_stop(self) -> None:
-        await self.alias_log.stop()
-
-    def _review_at(self, at: datetime) -> Review:
-        """The review the policy in force at `at` asks of an alias change (its defaults')."""
-        return self.processor.policies.in_force(at).defaults.review
-
-    @Service.task
-    async def _follow(self) -> None:
-        while not self.should_stop:
-            await self.sleep(self.settings.policy_poll_s)
-            try:
-                grew = await self.alias_log.read()
-            except Exception as exc:  # a broker hiccup: read on next time
-                log.warning("aliases topic: reading failed (%s); reading again", exc)
-                continue
-            if grew:
-                history = self.alias_log.history(self._review_at)
-                async with self.turn:
-                    self.processor.adopt_aliases(history)
-                latest = history.latest
-                log.info(
-                    "aliases: %d changes, the last in force from %s",
-                    len(history.changes),
-                    latest.isoformat() if latest else "-",
-                )
+    def adopt(self) -> None:
+        history = self.alias_log.history(self.review_at)
+        self.processor.adopt_aliases(history)
+        latest = history.latest
+        log.info(
+            "aliases: %d changes, the last in force from %s",
+            len(history.changes),
+            latest.isoformat() if latest else "-",
+        )

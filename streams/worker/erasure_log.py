@@ -18,8 +18,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from mode import Service
-
 from streams.core.records.errors import ErasureError, RejectedInput
 from streams.core.records.policy import Review
 from streams.core.timeline.erasures import Erasure, ErasureStatement, Pending, reviewed
@@ -29,6 +27,7 @@ from streams.pipeline.records import Incoming
 from streams.settings import Settings
 from streams.wire.history_topic import HistoryTopic
 from streams.worker.erasure_receipts import ReceiptLog, shred
+from streams.worker.history_follower import HistoryFollower
 
 log = logging.getLogger(__name__)
 
@@ -88,68 +87,45 @@ async def published_erasures(settings: Settings, proof: Proof | None = None) -> 
     return erasure_log
 
 
-class ErasureFollower(Service):
-    """Reads the erasures topic to its end as the worker starts, before the arbiter decides
-    anything, then follows it: the erasures in effect go to the processor (`adopt_erasures`),
-    between batches (`turn`: the arbiter's), and each one's keys are shredded once its instant
-    has passed (`erasure_receipts`)."""
+class ErasureFollower(HistoryFollower):
+    """The erasures topic followed (`HistoryFollower`): the erasures in effect go to the
+    processor (`adopt_erasures`), each record proven as the policy in force when it is read
+    asks, and each erasure's keys are shredded once its instant has passed
+    (`erasure_receipts`)."""
 
     def __init__(
         self, settings: Settings, processor: Processor, turn: asyncio.Lock, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        self.settings = settings
-        self.processor = processor
-        # The processor's proof, as the policy in force when each record is read asks.
         self.erasure_log = ErasureLog(
             settings,
             lambda record, steward, at: processor.authentication.check_erasure(record, steward, at),
         )
         self.receipts = ReceiptLog(settings)
-        self.turn = turn
+        super().__init__(settings, processor, turn, self.erasure_log, **kwargs)
+
+    def adopt(self) -> None:
+        erasures = self.erasure_log.in_effect(self.review_at)
+        self.processor.clock.adopt_erasures(erasures)
+        log.info("erasures: %d in effect, %d waiting", len(erasures), len(self.erasure_log.waiting))
 
     async def on_start(self) -> None:
-        await self.erasure_log.start()
-        await self.erasure_log.read()
-        self.processor.clock.adopt_erasures(self.erasure_log.in_effect(self._review_at))
         await self.receipts.start()
-        await self.receipts.read()
+        await super().on_start()
 
     async def on_stop(self) -> None:
-        await self.erasure_log.stop()
+        await super().on_stop()
         await self.receipts.stop()
 
-    async def _shred_due(self) -> None:
+    async def after_read(self) -> None:
         """Destroy the keys of each erasure in effect by now that has no receipt yet, and
         publish its receipt (`erasure_receipts.shred`)."""
-        await self.receipts.read()
-        now = datetime.now(UTC)
-        for erasure in self.processor.clock.erasures.erasures:
-            if erasure.at <= now and erasure.erasure_id not in self.receipts.receipts:
-                personal = self.processor.policies.in_force(erasure.at).personal_fields
-                issued = await shred(self.settings, erasure, personal)
-                self.receipts.receipts[erasure.erasure_id] = issued
-
-    def _review_at(self, at: datetime) -> Review:
-        """The review the policy in force at `at` asks of an erasure request (its defaults')."""
-        return self.processor.policies.in_force(at).defaults.review
-
-    @Service.task
-    async def _follow(self) -> None:
-        while not self.should_stop:
-            await self.sleep(self.settings.policy_poll_s)
-            try:
-                grew = await self.erasure_log.read()
-                await self._shred_due()
-            except Exception as exc:  # a broker hiccup: read and shred on next time
-                log.warning("erasures: reading or shredding failed (%s); trying again", exc)
-                continue
-            if grew:
-                erasures = self.erasure_log.in_effect(self._review_at)
-                async with self.turn:
-                    self.processor.clock.adopt_erasures(erasures)
-                log.info(
-                    "erasures: %d in effect, %d waiting",
-                    len(erasures),
-                    len(self.erasure_log.waiting),
-                )
+        try:
+            await self.receipts.read()
+            now = datetime.now(UTC)
+            for erasure in self.processor.clock.erasures.erasures:
+                if erasure.at <= now and erasure.erasure_id not in self.receipts.receipts:
+                    personal = self.processor.policies.in_force(erasure.at).personal_fields
+                    issued = await shred(self.settings, erasure, personal)
+                    self.receipts.receipts[erasure.erasure_id] = issued
+        except Exception as exc:  # a broker hiccup: shredding is tried again after next read
+            log.warning("erasures: shredding failed (%s); trying again", exc)

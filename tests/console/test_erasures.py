@@ -1,17 +1,21 @@
-"""Erased subjects in the console, without a broker: once an erasure is in effect, a key's
-decision, history and past beliefs answer 410 with the erasure and never a value (as of an
-instant before it too, decided before forwarding); a key held again since answers its new data;
-the erasures and waiting requests are listed; a steward's request or approval is published as
-the token's steward, a lead time ahead, and a body that is neither is refused."""
+"""Erased subjects in the console: once an erasure is in effect, a key's decision, history and
+past beliefs answer 410 with the erasure and never a value (as of an instant before it too,
+decided before forwarding); a key held again since answers its new data; the erasures and
+waiting requests are listed; a steward's request or approval is published (to a real broker,
+Tansu, one for the module) as the token's steward, a lead time ahead, and a body that is neither
+is refused."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from faust.web import View
 from pydantic import SecretStr
 
@@ -32,8 +36,11 @@ from streams.core.timeline.erasures import (
     Pending,
 )
 from streams.core.timeline.rollout import PolicyHistory
+from streams.devkit.brokers import TansuBroker
 from streams.ops.metrics import Metrics
 from streams.settings import Settings
+from streams.topic_names import Topics
+from streams.worker.erasure_log import published_erasures
 from tests.support.builders import NOW, POLICY, state_of
 
 KEY = "user:8812|order.payment_status"
@@ -95,10 +102,13 @@ def _console(
     here: bool = True,
     aliases: AliasHistory | None = None,
     waiting: Sequence[Pending] = (),
+    settings: Settings | None = None,
 ) -> Console:
     aliases = aliases or AliasHistory()
     history = ErasureHistory(erasures, aliases)
-    settings = Settings(steward_tokens=SecretStr(f"ann:{ANN}, bob:{BOB}"), policy_lead_s=10)
+    settings = settings or Settings(
+        steward_tokens=SecretStr(f"ann:{ANN}, bob:{BOB}"), policy_lead_s=10
+    )
     return Console(
         FakeOwnership(states, here),  # type: ignore[arg-type]
         lambda: aliases,
@@ -253,15 +263,38 @@ async def test_the_erasures_and_the_waiting_requests_are_listed() -> None:
     assert (body["erasures"], [p["erasure_id"] for p in body["waiting"]]) == ([], ["e2"])
 
 
+@pytest.fixture(scope="module")
+def broker() -> Iterator[TansuBroker]:
+    with TansuBroker() as started:
+        yield started
+
+
+@dataclass
+class ErasuresTopic:
+    """An erasures topic of the test's own, and the settings that name it."""
+
+    settings: Settings
+
+    async def statements(self) -> list[ErasureStatement]:
+        """What the topic holds, read as a worker reads it."""
+        return (await published_erasures(self.settings)).statements
+
+
 @pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> list[ErasureStatement]:
-    sent: list[ErasureStatement] = []
-
-    async def publish(settings: Settings, statement: ErasureStatement) -> None:
-        sent.append(statement)
-
-    monkeypatch.setattr(writes, "publish_statement", publish)
-    return sent
+async def published(broker: TansuBroker) -> ErasuresTopic:
+    settings = Settings(
+        broker=f"kafka://{broker.bootstrap}",
+        topics=Topics(erasures=f"t{uuid.uuid4().hex[:8]}.erasures"),
+        steward_tokens=SecretStr(f"ann:{ANN}, bob:{BOB}"),
+        policy_lead_s=10,
+    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(settings.topics.erasures, 1, 1)])
+    finally:
+        await admin.close()
+    return ErasuresTopic(settings)
 
 
 async def _write(console: Console, body: Any, token: str | None = ANN) -> tuple[int, Any]:
@@ -270,13 +303,13 @@ async def _write(console: Console, body: Any, token: str | None = ANN) -> tuple[
 
 
 async def test_a_request_is_published_as_the_tokens_steward_a_lead_time_ahead(
-    published: list[ErasureStatement],
+    published: ErasuresTopic,
 ) -> None:
-    console = _console({})
+    console = _console({}, settings=published.settings)
     body = {"subject": " user:8812 ", "reason": "Art. 17 request, ticket 12"}
     status, answer = await _write(console, body)
     assert status == 202
-    [sent] = published
+    [sent] = await published.statements()
     at = console.clock() + timedelta(seconds=10)
     assert (sent.action, sent.by, sent.at, sent.subject) == (REQUEST, "ann", at, "user:8812")
     assert sent.reason == "Art. 17 request, ticket 12"
@@ -286,19 +319,20 @@ async def test_a_request_is_published_as_the_tokens_steward_a_lead_time_ahead(
 
 
 async def test_an_approval_is_published_and_one_that_counts_for_nothing_refused(
-    published: list[ErasureStatement],
+    published: ErasuresTopic,
 ) -> None:
-    console = _console({}, waiting=[_pending(by="bob", approvals=("carl",))])
+    waiting = [_pending(by="bob", approvals=("carl",))]
+    console = _console({}, waiting=waiting, settings=published.settings)
     assert (await _write(console, {"approve": "e2"}))[0] == 202
-    [sent] = published
+    [sent] = await published.statements()
     assert (sent.erasure_id, sent.action, sent.by) == ("e2", APPROVE, "ann")
     for body, token in (({"approve": "e9"}, ANN), ({"approve": "e2"}, BOB)):
         status, answer = await _write(console, body, token)
         assert (status, answer["refused"]) == (409, "review_refused")
-    twice = _console({}, waiting=[_pending(approvals=("ann",))])
+    twice = _console({}, waiting=[_pending(approvals=("ann",))], settings=published.settings)
     status, answer = await _write(twice, {"approve": "e2"})
     assert (status, "already" in answer["error"]) == (409, True)
-    assert len(published) == 1
+    assert len(await published.statements()) == 1
 
 
 @pytest.mark.parametrize(
@@ -316,19 +350,18 @@ async def test_an_approval_is_published_and_one_that_counts_for_nothing_refused(
         "not json{",
     ],
 )
-async def test_a_body_that_is_neither_is_refused(
-    body: Any, published: list[ErasureStatement]
-) -> None:
-    status, answer = await _write(_console({}), body)
+async def test_a_body_that_is_neither_is_refused(body: Any, published: ErasuresTopic) -> None:
+    status, answer = await _write(_console({}, settings=published.settings), body)
     assert (status, answer["refused"]) == (400, "invalid_resolution")
-    assert published == []
+    assert await published.statements() == []
 
 
-async def test_writes_need_a_good_steward_token(published: list[ErasureStatement]) -> None:
+async def test_writes_need_a_good_steward_token(published: ErasuresTopic) -> None:
     body = {"subject": "user:1", "reason": "Art. 17"}
-    assert (await _write(_console({}), body, None))[0] == 401
-    assert (await _write(_console({}), body, "x" * 20))[0] == 403
-    assert published == []
+    console = _console({}, settings=published.settings)
+    assert (await _write(console, body, None))[0] == 401
+    assert (await _write(console, body, "x" * 20))[0] == 403
+    assert await published.statements() == []
 
 
 def test_the_get_and_the_post_of_one_path_are_served_by_one_view() -> None:

@@ -79,6 +79,27 @@ ROWS = (
         f"{STEWARD} {WORKER}",
         f"{WORKER} {STEWARD}",
     ),
+    _row(
+        "claims.erasures",
+        "the DPO and stewards (`claimstream erase`, console workers)",
+        "workers, the DPO",
+        STEWARD,
+        f"{WORKER} {STEWARD}",
+    ),
+    _row(
+        "claims.erasure-receipts",
+        "workers",
+        "workers, the DPO (`claimstream erase status`)",
+        WORKER,
+        f"{WORKER} {STEWARD}",
+    ),
+    _row(
+        "claims.subject-keys",
+        "producers that seal personal fields, workers (tombstones)",
+        "producers that seal, workers, the DPO",
+        f"{PRODUCER} {WORKER}",
+        f"{PRODUCER} {WORKER} {STEWARD}",
+    ),
     _row("claims.decisions", "workers", "consumers", WORKER, CONSUMER),
     _row("claims.dead-letters", "workers", "operators", WORKER),
     _row(
