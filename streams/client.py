@@ -12,13 +12,14 @@ action is `block`, is not runnable; `GateVerdict.degraded` says the blocking fac
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -44,7 +45,7 @@ from streams.core.records.errors import (
     SubjectErased,
     validation_problems,
 )
-from streams.core.records.policy import Policy
+from streams.core.records.policy import Policy, load_policy
 from streams.core.timeline.aliases import AliasChange
 from streams.core.timeline.erasures import ErasureStatement
 from streams.pipeline.alias_records import alias_record
@@ -53,8 +54,10 @@ from streams.settings import Settings
 from streams.wire.kafka import client_options
 from streams.wire.personal import is_sealed, seal
 from streams.wire.registry import WireCodec, registry_for
-from streams.wire.subject_keys import SubjectKeys
+from streams.wire.subject_keys import SubjectKeys, subject_keys_for
 
+Said = TypeVar("Said", Claim, Resolution)
+"""A claim or a steward's resolution: what `ClaimPublisher.sealed` seals."""
 Signer = Callable[[bytes], list[tuple[str, bytes]]]
 """A record value's signature headers (`authenticity.sign` bound to a key and the time)."""
 
@@ -62,23 +65,29 @@ Signer = Callable[[bytes], list[tuple[str, bytes]]]
 class ClaimPublisher:
     """Publishes claims (Avro, Confluent wire format) keyed by subject|field.
 
-    Keying at the producer lets the worker skip the re-key hop. A claim's value of a field in
-    `personal_fields` (`Policy.personal_fields`) leaves sealed under its subject's key, found or
-    made on `subject_keys` (`subject_keys_for(settings, os.environ)`); the publisher starts those
-    keys as it opens if they are not started, and then stops them as it closes."""
+    Keying at the producer lets the worker skip the re-key hop. A value of a field in
+    `personal_fields` (by default the settings' policy's, `Policy.personal_fields`) leaves sealed
+    under its subject's key, found or made on `subject_keys` (by default the keys topic under the
+    settings' `deployment_key`; without one, such a value is refused, never sent in plain text);
+    the publisher starts those keys as it opens if they are not started, and stops them as it
+    closes."""
 
     def __init__(
         self,
         settings: Settings,
         *,
         user_assertions: bool = False,
-        personal_fields: frozenset[str] = frozenset(),
+        personal_fields: frozenset[str] | None = None,
         subject_keys: SubjectKeys | None = None,
     ) -> None:
         self.settings = settings
         self.topic = settings.topics.user_claims if user_assertions else settings.topics.claims
         self.codec = WireCodec(registry_for(settings))
+        if personal_fields is None:
+            personal_fields = load_policy(settings.policy).personal_fields
         self.personal_fields = personal_fields
+        if subject_keys is None and personal_fields and settings.deployment_key:
+            subject_keys = subject_keys_for(settings, os.environ)
         self.subject_keys = subject_keys
         self._starts_keys = False
         self._producer = AIOKafkaProducer(
@@ -110,22 +119,19 @@ class ClaimPublisher:
                 self._starts_keys = False
                 await self.subject_keys.stop()
 
-    async def sealed(self, claim: Claim) -> Claim:
-        """`claim` with its value sealed where its field is personal (a sealed value as is)."""
-        value = claim.value
-        if (
-            claim.field not in self.personal_fields
-            or not isinstance(value, str)
-            or is_sealed(value)
-        ):
-            return claim
+    async def sealed(self, said: Said) -> Said:
+        """A claim or a steward's resolution with its value sealed where its field is personal
+        (a sealed value as is)."""
+        value = said.value
+        if said.field not in self.personal_fields or not isinstance(value, str) or is_sealed(value):
+            return said
         if self.subject_keys is None:
             raise ClaimstreamError(
-                f"{claim.field} is a personal field: its values leave sealed, under keys the "
+                f"{said.field} is a personal field: its values leave sealed, under keys the "
                 "deployment key wraps; set the deployment_key setting (KEY_ID:VARIABLE)"
             )
-        key = await self.subject_keys.key_for(claim.subject)
-        return claim.model_copy(update={"value": seal(value, key, claim.field)})
+        key = await self.subject_keys.key_for(said.subject)
+        return said.model_copy(update={"value": seal(value, key, said.field)})
 
     async def publish(self, claim: Claim | Mapping[str, Any]) -> asyncio.Future[Any]:
         """Queue one claim (sealed where personal); await the returned future for the broker's
@@ -156,8 +162,10 @@ class ClaimPublisher:
     async def resolve(
         self, resolution: Resolution, signer: Signer | None = None
     ) -> asyncio.Future[Any]:
-        """Send a steward's statement; the future the broker's acknowledgement completes.
-        `signer`: the signature headers for the encoded value, where stewards sign."""
+        """Send a steward's statement (sealed where personal); the future the broker's
+        acknowledgement completes. `signer`: the signature headers for the encoded value, where
+        stewards sign."""
+        resolution = await self.sealed(resolution)
         topic = self.settings.topics.resolutions
         key = state_key(resolution.subject, resolution.field).encode()
         value = self.codec.encode(topic, resolution)
@@ -248,12 +256,16 @@ def build_resolution(
 
 
 async def publish_resolutions(
-    settings: Settings, resolutions: Iterable[Resolution], signer: Signer | None = None
+    settings: Settings,
+    resolutions: Iterable[Resolution],
+    signer: Signer | None = None,
+    personal_fields: frozenset[str] | None = None,
 ) -> int:
     """Publish resolutions (stewards' statements) on the resolutions topic, keyed by
     subject|field, all sent before any acknowledgement is awaited (one key's stay in order: one
-    partition, one producer); returns how many the broker acknowledged."""
-    async with ClaimPublisher(settings) as publisher:
+    partition, one producer); returns how many the broker acknowledged. A value of one of
+    `personal_fields` (by default the settings' policy's) leaves sealed (`ClaimPublisher`)."""
+    async with ClaimPublisher(settings, personal_fields=personal_fields) as publisher:
         sending = [await publisher.resolve(resolution, signer) for resolution in resolutions]
         await asyncio.gather(*sending)
     return len(sending)

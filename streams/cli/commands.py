@@ -454,7 +454,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     )
     settings = settings_from(args)
     signer = steward_signer(args, settings) if args.key_id else None
-    asyncio.run(publish_resolutions(settings, [resolution], signer))
+    personal = load_policy(args.policy or settings.policy).personal_fields
+    asyncio.run(publish_resolutions(settings, [resolution], signer, personal))
     print(resolution.model_dump_json())
     print(
         f"resolve: {'undo of ' + args.undo + ' ' if undo else ''}{resolution.resolution_id} "

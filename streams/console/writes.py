@@ -62,7 +62,8 @@ async def resolve(console: Console, web: View, request: Request) -> Response:
     except Refused as refused:
         return _refused(console, web, refused)
     try:
-        await publish_resolutions(console.settings, [statement], signer)
+        personal = console.policy.personal_fields
+        await publish_resolutions(console.settings, [statement], signer, personal)
     except (KafkaError, ClaimstreamError) as exc:
         return web.json({"error": f"could not publish the statement: {exc}"}, status=503)
     _published(console, statement)
@@ -104,7 +105,8 @@ async def resolve_many(console: Console, web: View, request: Request) -> Respons
         )
     if accepted:
         try:
-            await publish_resolutions(console.settings, accepted, signer)
+            personal = console.policy.personal_fields
+            await publish_resolutions(console.settings, accepted, signer, personal)
         except (KafkaError, ClaimstreamError) as exc:
             return web.json({"error": f"could not publish the statements: {exc}"}, status=503)
     for statement in accepted:

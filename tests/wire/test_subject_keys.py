@@ -13,8 +13,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.client import ClaimPublisher
-from streams.core.records.contracts import Claim, ClaimStatus
+from streams.client import ClaimPublisher, publish_resolutions
+from streams.core.records.contracts import Claim, ClaimStatus, Resolution
 from streams.core.records.errors import ClaimstreamError
 from streams.devkit.brokers import TansuBroker
 from streams.settings import Settings, load_settings
@@ -49,6 +49,7 @@ async def settings(broker: TansuBroker) -> Settings:
             "CLAIMSTREAM_BROKER": f"kafka://{broker.bootstrap}",
             "CLAIMSTREAM_TOPIC_SUBJECT_KEYS": f"{prefix}.subject-keys",
             "CLAIMSTREAM_TOPIC_CLAIMS": f"{prefix}.claims",
+            "CLAIMSTREAM_TOPIC_RESOLUTIONS": f"{prefix}.resolutions",
         }
     )
     admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
@@ -57,7 +58,9 @@ async def settings(broker: TansuBroker) -> Settings:
         keys = NewTopic(
             found.topics.subject_keys, 2, 1, topic_configs=subject_key_topic_config(found)
         )
-        await admin.create_topics([keys, NewTopic(found.topics.claims, 1, 1)])
+        await admin.create_topics(
+            [keys, NewTopic(found.topics.claims, 1, 1), NewTopic(found.topics.resolutions, 1, 1)]
+        )
     finally:
         await admin.close()
     return found
@@ -190,5 +193,42 @@ async def test_a_publisher_seals_a_personal_fields_value_under_its_subjects_key(
         key = found.find(key_id_of(sealed))
         assert key is not None
         assert open_sealed(sealed, key, NAME) == "Ann Lee"
+    finally:
+        await found.stop()
+
+
+async def test_a_stewards_resolution_of_a_personal_field_leaves_sealed_too(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resolutions topic keeps a steward's statements for ever: a personal value in one is
+    sealed under the subject's key (the settings' deployment key, found in the environment), as
+    the subject's claims are, so erasing the subject leaves it unreadable there too."""
+    key_id, secret = DeploymentKey.generate()
+    monkeypatch.setenv("TEST_DEPLOYMENT_KEY", secret)
+    sealing = settings.model_copy(update={"deployment_key": f"{key_id}:TEST_DEPLOYMENT_KEY"})
+    resolution = Resolution(
+        resolution_id="r1", subject="Ann Lee", field=NAME, value="Ann Lee", decided_by="ana",
+        decided_at=datetime(2026, 12, 1, 9, tzinfo=UTC),
+    )  # fmt: skip
+    assert await publish_resolutions(sealing, [resolution], personal_fields=frozenset({NAME})) == 1
+    consumer = AIOKafkaConsumer(
+        settings.topics.resolutions, bootstrap_servers=settings.bootstrap,
+        auto_offset_reset="earliest",
+    )  # fmt: skip
+    await consumer.start()
+    try:
+        fetched = await consumer.getmany(timeout_ms=5000, max_records=1)
+    finally:
+        await consumer.stop()
+    [record] = [r for rs in fetched.values() for r in rs]
+    sealed = WireCodec(FolderRegistry()).decode(Resolution, record.value).value
+    assert is_sealed(sealed)
+    found = SubjectKeys(settings, DeploymentKey.from_setting(f"{key_id}:K", {"K": secret}))
+    await found.start()
+    try:
+        await found.read()
+        key = found.find(key_id_of(str(sealed)))
+        assert key is not None
+        assert open_sealed(str(sealed), key, NAME) == "Ann Lee"
     finally:
         await found.stop()
