@@ -30,12 +30,11 @@ from dataclasses import dataclass, field
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESGCMSIV
 
-from streams.core.admission.normalize import normalize_string
+from streams.core.admission.normalize import SEALED_PREFIX, normalize_string
 from streams.core.records.errors import ClaimstreamError
 from streams.core.records.policy import StringCase
 from streams.core.timeline.aliases import alias_key
 
-SEALED_PREFIX = "csp1:"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16

@@ -14,6 +14,9 @@ Rules (documented in the README):
   and as normalized (`too_large` past it).
 - enum: the string rule with case folded; must be one of the field's values, reported in the
   policy's spelling.
+- a personal field's string (`personal: true`): sealed by its producer under the data subject's
+  key (`SEALED_PREFIX`, `streams.wire.personal`), taken as sent: sealed values compare as they
+  are; one in plain text is refused (`invalid_value`), never kept.
 - boolean: JSON true/false only.
 - timestamp: RFC 3339 with an offset, converted to UTC, reported as `YYYY-MM-DDTHH:MM:SS.ffffffZ`
   (the year always four digits: 0001 to 9999; an instant outside them in UTC is refused).
@@ -35,6 +38,8 @@ from streams.core.records.memo import by_identity
 from streams.core.records.policy import FieldRules, FieldType, StringCase
 
 _INT64 = (-(2**63), 2**63 - 1)
+SEALED_PREFIX = "csp1:"
+"""How a sealed personal value begins (`streams.wire.personal` seals and opens them)."""
 _RELATIVE_EPSILON = 1e-9
 
 # Each unit maps to (dimension, factor to the dimension's base unit).
@@ -112,7 +117,10 @@ def normalize_value(raw: Value, unit: str | None, rules: FieldRules) -> Value:
 def _compiled(rules: FieldRules) -> Normalizer:
     """`normalize_value` for one field, with what depends on the field alone worked out once:
     which normalizer applies, and for an enum the spellings it accepts, normalized."""
-    normalize = _enum_of(rules) if rules.type is FieldType.ENUM else _NORMALIZERS[rules.type]
+    if rules.type is FieldType.ENUM:
+        normalize = _enum_of(rules)
+    else:
+        normalize = _sealed if rules.personal else _NORMALIZERS[rules.type]
 
     def normalized(raw: Value, unit: str | None) -> Value:
         if raw is None or (isinstance(raw, str) and not raw.strip()):
@@ -259,6 +267,19 @@ def _string(raw: Value, unit: str | None, rules: FieldRules) -> Value:
         raise _type_error(rules, raw, "a string")
     _unitless(rules, unit)
     return normalize_string(raw, rules.case)
+
+
+def _sealed(raw: Value, unit: str | None, rules: FieldRules) -> Value:
+    if not isinstance(raw, str):
+        raise _type_error(rules, raw, "a sealed string")
+    _unitless(rules, unit)
+    if not raw.startswith(SEALED_PREFIX):
+        raise ContractError(
+            RejectReason.INVALID_VALUE,
+            f"{rules.name} is personal: its values arrive sealed by their producer under the "
+            f"data subject's key ({SEALED_PREFIX}...); this one is in plain text",
+        )
+    return raw
 
 
 def _enum_of(rules: FieldRules) -> _NormalizeWith:

@@ -290,6 +290,7 @@ class FieldRules(_Strict):
     escalate_after: timedelta
     review: Review
     authorities: dict[str, Authority]
+    personal: bool = False
 
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -396,6 +397,7 @@ class Policy(_Strict):
             escalate_after=field_policy.escalate_after or d.escalate_after,
             review=field_policy.review or d.review,
             authorities=field_policy.authorities,
+            personal=field_policy.personal,
         )
 
     def source_policy(self, source: str) -> SourcePolicy | None:

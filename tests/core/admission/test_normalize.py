@@ -91,6 +91,23 @@ def test_strings_follow_the_documented_whitespace_and_case_rule(policy: Policy) 
     assert rejected("x" * 5000, None, address) is RejectReason.TOO_LARGE
 
 
+def test_a_personal_fields_values_arrive_sealed_and_compare_as_sent(policy: Policy) -> None:
+    fields = {**policy.fields}
+    fields["customer.shipping_address"] = fields["customer.shipping_address"].model_copy(
+        update={"personal": True}
+    )
+    personal = Policy.model_validate({**policy.model_dump(), "fields": fields})
+    address = rules(personal, "customer.shipping_address")
+    sealed = "csp1:k1:AJl2BuvPh1JKrezs3R7rQG6EEWKmipX8A6ShycLxqRBuv"
+    assert normalize_value(sealed, None, address) == sealed
+    assert rejected("1 Main Street", None, address) is RejectReason.INVALID_VALUE
+    assert rejected(7, None, address) is RejectReason.TYPE_MISMATCH
+    with pytest.raises(ValueError, match="a personal field is a string whose case is preserved"):
+        Policy.model_validate(
+            {**policy.model_dump(), "fields": {"x": {"type": "integer", "personal": True}}}
+        )
+
+
 def test_enums_fold_case_and_report_the_policy_spelling(policy: Policy) -> None:
     status = rules(policy, "order.payment_status")
     assert normalize_value(" PAID ", None, status) == "paid"
