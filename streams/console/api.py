@@ -48,7 +48,7 @@ from streams.core.records.errors import AliasError, PolicyError
 from streams.core.records.policy import FieldRules, Policy, policy_from_text
 from streams.core.sources.settlement import ledger_document
 from streams.core.timeline.aliases import AliasChange, AliasHistory
-from streams.core.timeline.erasures import ErasureHistory, Pending
+from streams.core.timeline.erasures import Erasure, ErasureHistory, Pending
 from streams.core.timeline.rollout import PolicyHistory, catch_up
 from streams.ops.metrics import Metrics
 from streams.pipeline.rekey import canonical_key
@@ -277,7 +277,8 @@ async def decision(console: Console, web: View, request: Request, key: str) -> R
         if state is None or rules is None:
             return web.json({"error": f"no claims for {key!r}"}, status=404)
         if as_of is not None:
-            return _as_of_answer(web, key, state, rules, policy, as_of)
+            erased_before = erasures.last_of(subject, as_of)  # no belief since it: erased then
+            return _as_of_answer(web, key, state, rules, policy, as_of, erased_before)
         # As the key stands once what is due by now has moved it: its timers, a newer policy.
         moved = catch_up(state, console.policies(), now, console.settings.key_limits())
         state = moved[-1][1].state if moved else state
@@ -337,11 +338,21 @@ async def decision_history(console: Console, web: View, request: Request, key: s
 
 
 def _as_of_answer(
-    web: View, key: str, state: KeyState, rules: FieldRules, policy: Policy, at: datetime
+    web: View,
+    key: str,
+    state: KeyState,
+    rules: FieldRules,
+    policy: Policy,
+    at: datetime,
+    erased: Erasure | None,
 ) -> Response:
+    """The belief in force at `at`; where the key held none, and its subject had been erased
+    by then (`erased`), that it was erased."""
     try:
         found = belief_as_of(state, rules, policy.version, at, policy.defaults.max_clock_skew)
     except NoBeliefAsOf as exc:
+        if erased is not None:
+            return web.json(erased_body(key, erased), status=ERASED_STATUS)
         return web.json({"error": str(exc), "key": key, "as_of": at.isoformat()}, status=404)
     return web.json(
         {

@@ -200,6 +200,9 @@ async def test_a_key_held_again_since_the_erasure_answers_its_new_data() -> None
     assert body["belief"]["value"] == "overdue"
     status, body = await _read(console, as_of=(BEFORE - timedelta(seconds=1)).isoformat())
     assert (status, _erased(body, at=BEFORE)) == (410, True)
+    # After the erasure, before the new data was decided: no belief then, and the subject erased.
+    status, body = await _read(console, as_of=(BEFORE + timedelta(microseconds=1)).isoformat())
+    assert (status, _erased(body, at=BEFORE)) == (410, True)
 
 
 async def test_a_past_belief_is_answered_erased_before_forwarding() -> None:
