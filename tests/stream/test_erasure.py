@@ -4,8 +4,9 @@ served, never read back, unreadable in the logs, with a receipt.
 `user:8812` has a conflict between two systems of record on its seats, which a steward
 resolves, and a shipping address (a personal field: sealed by the client under the subject's
 key) two sources agree on, and a third sends about `User 8812`, an alias of it; `user:7` has
-the same and is not erased. A data-protection officer
-runs `claimstream erase user:8812 --reason ...`. Then:
+the same and is not erased. A data-protection officer runs `claimstream erase user:8812
+--reason ...`; it waits until a steward approves it in the console (`POST /api/erasures`).
+Then:
 
 - each of the subject's keys sent one `erased` decision (no value, no evidence, the request's
   id) and the web API answers 410 erased for it, as of now and as of an instant before the
@@ -57,11 +58,15 @@ SEATS, ADDRESS = "contract.seats", "customer.shipping_address"
 ERASED, KEPT, ALIAS = "user:8812", "user:7", "User 8812"  # the alias names the erased subject
 DEPLOYMENT_KEY_ID, DEPLOYMENT_KEY_VAR = "deployment-1", "ERASURE_TEST_DEPLOYMENT_KEY"
 DEPLOYMENT_SECRET = base64.b64encode(b"k" * 32).decode()
+ANA_TOKEN = "ana-steward-token-of-the-erasure-test"
 
 
 def _policy(path: Path) -> Path:
     policy = yaml.safe_load((REPO / "examples" / "policy.yaml").read_text())
     policy["fields"][ADDRESS]["personal"] = True
+    # An erasure needs a second steward's approval; the seats' resolutions none.
+    policy.setdefault("defaults", {})["review"] = {"approvals": 1}
+    policy["fields"][SEATS]["review"] = {"approvals": 0}
     path.write_text(yaml.safe_dump(policy))
     return path
 
@@ -146,7 +151,10 @@ def test_an_erased_subject_is_gone_from_everything_served_and_never_read_back(
     deployment = Deployment(
         bootstrap=kafka.bootstrap, workdir=tmp_path, policy=_policy(tmp_path / "policy.yaml"),
         store=store, guarantee=guarantee, static_membership=True,
-        settings={"deployment_key": setting, "policy_lead_s": "1", "policy_poll_s": "0.5"},
+        settings={
+            "deployment_key": setting, "policy_lead_s": "1", "policy_poll_s": "0.5",
+            "steward_tokens": f"ana:{ANA_TOKEN}",
+        },
     )  # fmt: skip
     monkeypatch.setenv(DEPLOYMENT_KEY_VAR, DEPLOYMENT_SECRET)  # the workers' and commands' too
     settings = Settings(
@@ -156,7 +164,9 @@ def test_an_erased_subject_is_gone_from_everything_served_and_never_read_back(
     worker = deployment.worker(0).start()
     replayer = None
     try:
-        asyncio.run(publish_alias(settings, AliasChange(ALIAS, ERASED, datetime.now(UTC))))
+        merged = datetime.now(UTC)
+        for steward in ("ana", "bo"):  # made by one steward, approved by another
+            asyncio.run(publish_alias(settings, AliasChange(ALIAS, ERASED, merged, steward)))
         time.sleep(1.0)  # in force, and read by the worker, before the claims it covers
         before = datetime.now(UTC)
         sent = _claims(ERASED, before) + _claims(KEPT, before) + _claims(ALIAS, before)[2:3]
@@ -171,8 +181,14 @@ def test_an_erased_subject_is_gone_from_everything_served_and_never_read_back(
         asked = _claimstream(env, "erase", ERASED, "--reason", "Art. 17 request 2026-118",
                              "--by", "dpo")  # fmt: skip
         assert asked.returncode == 0, asked.stderr
-        request = json.loads(asked.stdout)
-        erasure_id, erased_at = request["erasure_id"], datetime.fromisoformat(request["at"])
+        erasure_id = json.loads(asked.stdout)["erasure_id"]
+        time.sleep(1.5)  # past its instant: it waits for a steward's approval all the same
+        assert _answer(worker, f"{ERASED}|{SEATS}")[0] == 200
+        waiting = _claimstream(env, "erase", "status", erasure_id)
+        assert json.loads(waiting.stdout)["state"] == "waiting", waiting.stderr
+        status, approved = worker.post("/api/erasures", {"approve": erasure_id}, ANA_TOKEN)
+        assert (status, approved["by"]) == (202, "ana"), approved
+        erased_at = datetime.fromisoformat(approved["at"])
         erased = _until(
             "an erased decision per key",
             lambda: [d for d in _decisions(deployment) if d.outcome is Outcome.ERASED] or None,
