@@ -13,7 +13,8 @@ source scripts/setup.sh
 echo "== ruff"; .venv/bin/ruff check streams tests grafana
 .venv/bin/ruff format --check streams tests grafana
 echo "== mypy"; .venv/bin/mypy streams
-echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytest "$@"
+# The slowest tests are listed at the end: CI runs within a budget, and these are where it goes.
+echo "== pytest ($(.venv/bin/claimstream --version))"; .venv/bin/python -m pytest --durations=25 "$@"
 # A repeated decision under exactly once is a broken promise, and the faults that could cause one
 # are timing: the exactly-once fault scenarios run twice more (three times in all).
 for run in 2 3; do
