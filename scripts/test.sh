@@ -30,5 +30,5 @@ if [ "$CLAIMSTREAM_USE_MYPYC" = 1 ]; then
         tests/wire/test_partitioner.py tests/wire/test_decision_bytes.py \
         tests/wire/test_avro_writer.py tests/pipeline/test_processor.py \
         tests/pipeline/test_emit_retry.py tests/pipeline/test_shell_path.py \
-        tests/pipeline/test_alias_paths.py
+        tests/pipeline/test_alias_paths.py tests/pipeline/test_erasure_paths.py
 fi

@@ -251,16 +251,16 @@ class Processor:
         decoded = perf_counter()
         wall_s = self.wall_clock()
         wall_us = micros_from_seconds(wall_s)
-        self.authentication.check(record, claim.source, wall_us)
         now = instant(self._now_us(record, wall_us))
-        policy = self.policies.in_force(now)
-        rekeying = self.rekeying
-        admitted = admit_micros(claim, policy, wall_us, rekeying.source_class(record))
         # Keyed by its subject's canonical spelling; the claim keeps the subject it was sent about.
         clock = self.clock
         subject = clock.subject_of(record, claim.subject, now)
         if clock.erasures.erasures and clock.erasing(claim.subject, subject, now):
-            return Handled()  # about data erased since: never counts
+            return Handled()  # about data erased since: never counts, nor is dead-lettered again
+        self.authentication.check(record, claim.source, wall_us)
+        policy = self.policies.in_force(now)
+        rekeying = self.rekeying
+        admitted = admit_micros(claim, policy, wall_us, rekeying.source_class(record))
         key = state_key(subject, claim.field).encode()
         if rekeying.misrouted(record, key):
             forwarded = rekeying.forward(record, key, KIND_CLAIM)
@@ -329,16 +329,16 @@ class Processor:
         wall_us = micros_from_seconds(self.wall_clock())
         wall = instant(wall_us)
         decoded = self.codec.decode(Resolution, record.value)
+        now = instant(self._now_us(record, wall_us))
+        clock = self.clock
+        subject = clock.subject_of(record, decoded.subject, now)
+        if clock.erasures.erasures and clock.erasing(decoded.subject, subject, now):
+            return Handled()  # about data erased since: never counts, nor is dead-lettered again
         self.authentication.check_steward(
             record.value or b"", record.headers, decoded.decided_by, wall
         )
-        now = instant(self._now_us(record, wall_us))
         policy = self.policies.in_force(now)
         resolution = admit_resolution(decoded, policy, wall)
-        clock = self.clock
-        subject = clock.subject_of(record, resolution.subject, now)
-        if clock.erasures and clock.erasing(resolution.subject, subject, now):
-            return Handled()
         key = state_key(subject, resolution.field).encode()
         if self.rekeying.misrouted(record, key):
             return self.rekeying.forward(record, key, KIND_RESOLUTION)
