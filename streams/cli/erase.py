@@ -21,12 +21,14 @@ import json
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from streams.cli.commands import _client_logs_quiet, settings_from
 from streams.cli.signing import steward_signer
 from streams.core.keys.state import split_key
+from streams.core.records.contracts import Decision, Outcome
 from streams.core.records.errors import ErasureError
 from streams.core.records.policy import load_policy
 from streams.core.timeline.aliases import alias_key
@@ -164,11 +166,13 @@ async def status(settings: Settings, erasure_id: str) -> dict[str, Any]:
         await receipts.read()
     finally:
         await receipts.stop()
+    found = await subject_records(settings, spellings, erasure_id)
     return {
         "erasure_id": erasure_id,
         "state": "erased",
         "receipt": receipts.receipts.get(erasure_id),
-        "decryption_check": await decryption_check(settings, spellings),
+        "keys_erased": sorted(found.erased_keys),
+        "decryption_check": await decryption_check(settings, spellings, found.sealed),
     }
 
 
@@ -194,32 +198,60 @@ async def _aliases(settings: Settings) -> Any:
     return (await published_history(settings)).history(lambda _: review)
 
 
-async def decryption_check(settings: Settings, spellings: frozenset[str]) -> dict[str, Any]:
-    """Every sealed value about `spellings` on the claims and decisions topics, tried against
-    the subject keys still on their topic: how many were found, how many still open (with the
-    deployment key, where set), and the keys left. It fails to decrypt where none opens and no
-    key of the subject is left."""
+@dataclass
+class SubjectRecords:
+    """What the claims and decisions topics hold about an erased subject: its sealed values
+    (field, value), and the keys that said the erasure erased them."""
+
+    sealed: set[tuple[str, str]] = field(default_factory=set)
+    erased_keys: set[str] = field(default_factory=set)
+
+
+async def subject_records(
+    settings: Settings, spellings: frozenset[str], erasure_id: str
+) -> SubjectRecords:
+    """Every record about `spellings` on the claims and decisions topics, read whole: the sealed
+    values they hold, found without decoding (`sealed_in`), and the keys whose `erased`
+    decision names `erasure_id`."""
     from streams.wire.history_topic import HistoryTopic
-    from streams.wire.personal import SealError, key_id_of, open_sealed, sealed_in
-    from streams.wire.subject_keys import SubjectKeys, subject_keys_for
+    from streams.wire.personal import sealed_in
+    from streams.wire.registry import WireCodec, registry_for
 
-    topics = settings.topics
-    found: list[tuple[str, str]] = []  # (field, sealed value)
+    topics, codec, found = settings.topics, WireCodec(registry_for(settings)), SubjectRecords()
 
-    class Sealed(HistoryTopic):
+    class About(HistoryTopic):
         def take(self, record: Any) -> bool:
-            subject, field = split_key((record.key or b"").decode("utf-8", "replace"))
-            if alias_key(subject) in spellings and record.value:
-                found.extend((field, sealed) for sealed in sealed_in(record.value))
+            key = (record.key or b"").decode("utf-8", "replace")
+            subject, field_name = split_key(key)
+            if alias_key(subject) not in spellings or not record.value:
+                return False
+            found.sealed.update((field_name, sealed) for sealed in sealed_in(record.value))
+            if self.topic == topics.decisions:
+                said = codec.decode(Decision, record.value)
+                if said.outcome is Outcome.ERASED and said.resolution_id == erasure_id:
+                    found.erased_keys.add(key)
             return False
 
     for topic in (topics.claims, topics.user_claims, topics.decisions):
-        reader = Sealed(settings, topic)
+        reader = About(settings, topic)
         await reader.start()
         try:
             await reader.read()
         finally:
             await reader.stop()
+    return found
+
+
+async def decryption_check(
+    settings: Settings, spellings: frozenset[str], sealed: set[tuple[str, str]]
+) -> dict[str, Any]:
+    """The subject's `sealed` values (field, value) tried against the subject keys still on
+    their topic: how many were found, how many still open (with the deployment key, where set),
+    and the keys left. It fails to decrypt where none opens and no key of the subject is
+    left."""
+    from streams.wire.personal import SealError, key_id_of, open_sealed
+    from streams.wire.subject_keys import SubjectKeys, subject_keys_for
+
     keys = subject_keys_for(settings, os.environ) if settings.deployment_key else None
     keys = keys or SubjectKeys(settings, None)
     await keys.start()
@@ -227,19 +259,19 @@ async def decryption_check(settings: Settings, spellings: frozenset[str]) -> dic
         remaining = sorted(k for spelling in spellings for k in keys.keys_of(spelling))
         opened = 0
         if settings.deployment_key:
-            for field, sealed in set(found):
-                key = keys.find(key_id_of(sealed))
+            for field_name, value in sealed:
+                key = keys.find(key_id_of(value))
                 if key is None:
                     continue
                 try:
-                    open_sealed(sealed, key, field)
+                    open_sealed(value, key, field_name)
                 except SealError:
                     continue
                 opened += 1
     finally:
         await keys.stop()
     return {
-        "sealed_values_found": len(set(found)),
+        "sealed_values_found": len(sealed),
         "still_open": opened,
         "keys_remaining": remaining,
         "checked_with_deployment_key": bool(settings.deployment_key),

@@ -14,9 +14,10 @@ Then:
   Chromium;
 - SIGKILL and restart: still erased; a second deployment reading the same topics from their
   earliest offset decides `user:7` again and never sends a value of `user:8812`;
-- the audit export answers the subject's keys erased;
-- the subject's keys are destroyed: `erase status` holds the receipt and finds the sealed values
-  on the claims and decisions topics, none of which opens;
+- the audit export answers the subject's keys erased, and so does `claimstream replay --clock
+  --erasures` of the claims sent, given `erase history`;
+- the subject's keys are destroyed: `erase status` holds the receipt, names the keys erased,
+  and finds the sealed values on the claims and decisions topics, none of which opens;
 - a claim made after the erasure is decided as new.
 """
 
@@ -209,6 +210,7 @@ def test_an_erased_subject_is_gone_from_everything_served_and_never_read_back(
         _check_audit(settings, tmp_path, erasure_id)
         status = _until("the receipt", lambda: _status(env, erasure_id))
         _check_receipt(status, erasure_id)
+        _check_replay(env, tmp_path, sent, deployment.policy, erasure_id)
         after = datetime.now(UTC)
         asyncio.run(_publish(settings, _claims(ERASED, after, n="-new")[2:3]))
         _, answer = _until(
@@ -293,6 +295,28 @@ def _check_audit(settings: Settings, tmp_path: Path, erasure_id: str) -> None:
     assert not [r for r in evidence if r["subject"] == ERASED]
 
 
+def _check_replay(
+    env: dict[str, str], tmp_path: Path, sent: list[Claim], policy: Path, erasure_id: str
+) -> None:
+    """`claimstream replay --clock --erasures` of the claims sent, with the erasures in effect
+    (`erase history`): each key of the subject says it was erased, and nothing else."""
+    history = _claimstream(env, "erase", "history")
+    assert history.returncode == 0, history.stderr
+    (tmp_path / "erasures.jsonl").write_text(history.stdout)
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text("".join(claim.model_dump_json() + "\n" for claim in sent))
+    now = datetime.now(UTC).isoformat()
+    replayed = _claimstream(
+        env, "replay", "--clock", "--now", now, "--policy", str(policy), str(claims),
+        "--erasures", str(tmp_path / "erasures.jsonl"),
+    )  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr
+    told = [json.loads(line) for line in replayed.stdout.splitlines()]
+    mine = {(d["field"], d["outcome"], d["resolution_id"]) for d in told if d["subject"] == ERASED}
+    assert mine == {(SEATS, "erased", erasure_id)}  # its addresses: refused, in plain text here
+    assert {d["subject"] for d in told} == {ERASED, KEPT}
+
+
 def _status(env: dict[str, str], erasure_id: str) -> dict[str, Any] | None:
     found = _claimstream(env, "erase", "status", erasure_id)
     assert found.returncode == 0, found.stderr
@@ -302,6 +326,7 @@ def _status(env: dict[str, str], erasure_id: str) -> dict[str, Any] | None:
 
 def _check_receipt(status: dict[str, Any], erasure_id: str) -> None:
     receipt, check = status["receipt"], status["decryption_check"]
+    assert status["keys_erased"] == [f"{ERASED}|{SEATS}", f"{ERASED}|{ADDRESS}"]
     assert (status["state"], receipt["erasure_id"], receipt["requested_by"]) == (
         "erased", erasure_id, "dpo",
     )  # fmt: skip
