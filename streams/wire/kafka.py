@@ -4,9 +4,11 @@ the command line and the public client all open their connections with."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from streams.settings import Settings
 
@@ -29,13 +31,25 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+METADATA_ATTEMPTS = 8
+"""How often `topic_partitions` asks: each time a broker picked at random, so a broker that is
+down (a fail-over, a rolling restart) costs a retry, not a worker."""
+
+
 async def topic_partitions(settings: Settings, topics: list[str]) -> dict[str, list[int]]:
     """Each topic's partitions (none for a topic the cluster does not have), from the cluster's
     metadata: a consumer's holds only the topics it subscribed to."""
     admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
     try:
-        described = await admin.describe_topics(topics)
+        for attempt in range(METADATA_ATTEMPTS):
+            try:
+                described = await admin.describe_topics(topics)
+                break
+            except KafkaError as exc:
+                if not exc.retriable or attempt + 1 == METADATA_ATTEMPTS:
+                    raise
+                await asyncio.sleep(min(0.25 * 2**attempt, 2.0))
     finally:
         await admin.close()
     return {
