@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -234,10 +234,6 @@ class ErasureHistory:
     def instants(self, until: datetime) -> list[datetime]:
         """The instants an erasure took effect by `until`, oldest first, each once."""
         return sorted(set(self._instants[: bisect_right(self._instants, until)]))
-
-    def at(self, instant: datetime) -> Iterator[Erasure]:
-        """The erasures taking effect at `instant`."""
-        return (e for e in self.erasures if e.at == instant)
 
 
 def erased_decision(subject: str, field_name: str, erasure: Erasure, policy: str) -> Decision:
